@@ -1,0 +1,89 @@
+"""What the pool needs to know about one Client call before it runs it (pure, no I/O).
+
+Which statement it carries (to tell reads from writes), which balancing settings it gives
+for itself (``settings={"load_balancing": ...}``, taken out before the call reaches the
+server), and, for inserts, the ``insert_deduplication_token`` that makes a retry safe.
+Shared by the sync and async pools: their Client method signatures agree on these points.
+"""
+
+from __future__ import annotations
+
+import inspect
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .failover import is_read_only
+from .settings import NO_OVERRIDES, StatementOverrides, split_statement_settings
+
+__all__ = ["INSERT_METHODS", "PreparedCall", "prepare_call", "settings_positions"]
+
+#: Methods that write rows: a deduplication token makes them retryable after sending.
+INSERT_METHODS = frozenset({"insert", "insert_df", "insert_arrow", "insert_df_arrow", "raw_insert", "data_insert"})
+_TOKEN = "insert_deduplication_token"
+
+
+def settings_positions(client_class: type, methods: list[str]) -> dict[str, int | None]:
+    """Position of the ``settings`` parameter (after self) in each method, if positional."""
+    positions: dict[str, int | None] = {}
+    for name in methods:
+        method = getattr(client_class, name, None)
+        if method is None:
+            positions[name] = None
+            continue
+        params = [p for p in inspect.signature(method).parameters.values() if p.name != "self"]
+        positions[name] = next(
+            (i for i, p in enumerate(params) if p.name == "settings" and p.kind is p.POSITIONAL_OR_KEYWORD), None
+        )
+    return positions
+
+
+@dataclass(frozen=True)
+class PreparedCall:
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    overrides: StatementOverrides
+    retry_after_send: bool
+
+
+def _statement_text(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    if args and isinstance(args[0], (str, bytes)):
+        return args[0]
+    for key in ("query", "cmd"):
+        if key in kwargs:
+            return kwargs[key]
+    context = kwargs.get("context")
+    return getattr(context, "query", None)
+
+
+def prepare_call(
+    method: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    settings_position: int | None,
+    *,
+    auto_token: bool,
+    new_token: Callable[[], str] = lambda: uuid.uuid4().hex,
+) -> PreparedCall:
+    in_kwargs = "settings" in kwargs
+    positional = settings_position is not None and len(args) > settings_position
+    settings = kwargs["settings"] if in_kwargs else args[settings_position] if positional else None  # type: ignore[index]
+    overrides, rest = split_statement_settings(settings) if settings else (NO_OVERRIDES, settings)
+    if method in INSERT_METHODS:
+        context = kwargs.get("context") or (args[0] if method == "data_insert" and args else None)
+        if context is not None and not isinstance(context, (str, bytes)):
+            context_settings = getattr(context, "settings", None) or {}
+            retry_after_send = _TOKEN in context_settings
+        else:
+            if auto_token and not (rest and _TOKEN in rest):
+                rest = {**(rest or {}), _TOKEN: new_token()}
+            retry_after_send = bool(rest and _TOKEN in rest)
+    else:
+        retry_after_send = is_read_only(_statement_text(args, kwargs)) or bool(rest and _TOKEN in rest)
+    if rest is not settings:
+        if positional and not in_kwargs:
+            args = (*args[:settings_position], rest, *args[settings_position + 1 :])  # type: ignore[operator]
+        else:
+            kwargs = {**kwargs, "settings": rest}
+    return PreparedCall(args, kwargs, overrides, retry_after_send)

@@ -1,0 +1,184 @@
+"""The balancing core shared by the sync and async pools: ordering, counting, reporting.
+
+No I/O happens here. :class:`Balancer` owns one :class:`~clickhouse_lb.state.ReplicaSetState`
+and answers two questions for a statement: in which order to try the replicas
+(:meth:`Balancer.plan_indices`), and what an attempt's outcome does to the counts
+(:meth:`Balancer.record_failure`, :meth:`Balancer.record_success`).
+"""
+
+from __future__ import annotations
+
+import random as _random
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from ._redact import redact
+from .classify import Failure
+from .errors import ConfigurationError
+from .events import ErrorRecordedEvent, ListenerSet, ReplicaRecoveredEvent, logger
+from .ordering import plan_order, round_robin_order, static_ranks
+from .settings import NO_OVERRIDES, BalancingSettings, LoadBalancing, Replica, StatementOverrides
+from .state import Clock, ReplicaSetState
+from .strategies import default_local_hostname, hostname_scores, strategy_priorities
+
+__all__ = ["Balancer", "ReplicaStatus"]
+
+
+@dataclass(frozen=True)
+class ReplicaStatus:
+    """What the pool thinks of one replica, named like ``system.clusters``.
+
+    ``errors_count`` and ``slowdowns_count`` are decayed to now; ``estimated_recovery_time``
+    is the number of seconds until both reach zero; ``is_up`` is False while the latest
+    attempt on the replica failed (until one succeeds again); ``last_error_time`` is a
+    ``time.time()`` timestamp.
+    """
+
+    host: str
+    port: int
+    address: str
+    priority: int
+    errors_count: int
+    slowdowns_count: int
+    estimated_recovery_time: float
+    last_error: str | None
+    last_error_time: float | None
+    is_up: bool
+
+
+class Balancer:
+    """Ordering and error accounting for one replica set (thread-safe)."""
+
+    def __init__(
+        self,
+        replicas: Sequence[Replica],
+        settings: BalancingSettings,
+        *,
+        clock: Clock = time.monotonic,
+        random: Callable[[], float] = _random.random,
+        listeners: Iterable[object] = (),
+    ) -> None:
+        if not replicas:
+            raise ConfigurationError("No replicas given")
+        self.replicas: tuple[Replica, ...] = tuple(replicas)
+        self.settings = settings
+        self.addresses: tuple[str, ...] = tuple(r.address for r in self.replicas)
+        self._index = {address: i for i, address in enumerate(self.addresses)}
+        self._index.update({address.lower(): i for i, address in enumerate(self.addresses)})
+        self._priorities = [r.priority for r in self.replicas]
+        self._random = random
+        self.listeners = ListenerSet(listeners)
+        self.state = ReplicaSetState(
+            len(self.replicas),
+            half_life=settings.distributed_replica_error_half_life,
+            error_cap=settings.distributed_replica_error_cap,
+            clock=clock,
+            # Many processes started together must not all begin with the same replica.
+            round_robin_start=_random.SystemRandom().getrandbits(32),
+        )
+        # Static parts of the sort key, per (strategy, first offset): computed once, on first use.
+        self._ranks: dict[tuple[LoadBalancing, int], list[int]] = {}
+        self._local_hostname = settings.local_hostname
+
+    # -- ordering --------------------------------------------------------------------------
+
+    @property
+    def local_hostname(self) -> str:
+        if self._local_hostname is None:
+            self._local_hostname = default_local_hostname()
+        return self._local_hostname
+
+    def _static_ranks(self, strategy: LoadBalancing, first_offset: int) -> list[int]:
+        key = (strategy, first_offset if strategy is LoadBalancing.FIRST_OR_RANDOM else 0)
+        ranks = self._ranks.get(key)
+        if ranks is None:
+            n = len(self.replicas)
+            scores = (
+                hostname_scores(strategy, self.local_hostname, [r.host for r in self.replicas])
+                if strategy.uses_hostnames
+                else None
+            )
+            priorities = strategy_priorities(strategy, n, first_offset=first_offset, hostname_score=scores)
+            ranks = static_ranks(self._priorities, priorities)
+            self._ranks[key] = ranks
+        return ranks
+
+    def plan_indices(self, overrides: StatementOverrides = NO_OVERRIDES, *, advance: bool = True) -> list[int]:
+        """Replica indices in the order the next statement tries them. ``advance``: this is a
+        statement (round_robin takes one step); False for a look (``pool.plan()``)."""
+        settings = self.settings
+        if overrides:
+            strategy = overrides.load_balancing or settings.load_balancing
+            offset = overrides.load_balancing_first_offset
+            first_offset = settings.load_balancing_first_offset if offset is None else offset
+            ignored = overrides.distributed_replica_max_ignored_errors
+            max_ignored = settings.distributed_replica_max_ignored_errors if ignored is None else ignored
+        else:
+            strategy = settings.load_balancing
+            first_offset = settings.load_balancing_first_offset
+            max_ignored = settings.distributed_replica_max_ignored_errors
+        round_robin = strategy is LoadBalancing.ROUND_ROBIN
+        errors, _, counter, recovered = self.state.select(advance_round_robin=advance and round_robin)
+        if recovered:
+            self._recovered(recovered, "decayed")
+        if round_robin:
+            return round_robin_order(errors, self._priorities, max_ignored, counter)
+        return plan_order(errors, self._static_ranks(strategy, first_offset), max_ignored, self._random)
+
+    def plan(self, overrides: StatementOverrides = NO_OVERRIDES) -> list[str]:
+        return [self.addresses[i] for i in self.plan_indices(overrides, advance=False)]
+
+    # -- outcomes --------------------------------------------------------------------------
+
+    def index_of(self, address: str | Replica) -> int:
+        key = address.address if isinstance(address, Replica) else str(address).strip()
+        index = self._index.get(key, self._index.get(key.lower()))
+        if index is None:
+            raise ConfigurationError(f"Unknown replica {address!r}; this pool has: {', '.join(self.addresses)}")
+        return index
+
+    def record_failure(self, index: int, failure: Failure) -> int:
+        return self.record_error(index, failure.reason)
+
+    def record_error(self, index: int, reason: str) -> int:
+        reason = redact(reason)
+        count = self.state.record_error(index, reason)
+        address = self.addresses[index]
+        logger.debug("error recorded against %s (errors_count=%d): %s", address, count, reason)
+        if self.listeners:
+            self.listeners.emit("on_error_recorded", ErrorRecordedEvent(address, count, reason))
+        return count
+
+    def record_slowdown(self, index: int) -> int:
+        return self.state.record_slowdown(index)
+
+    def record_success(self, index: int) -> None:
+        if self.state.record_success(index):
+            self._recovered([index], "succeeded")
+
+    def _recovered(self, indices: Iterable[int], reason: str) -> None:
+        for index in indices:
+            address = self.addresses[index]
+            logger.info("replica %s is back in rotation (%s)", address, reason)
+            if self.listeners:
+                self.listeners.emit("on_replica_recovered", ReplicaRecoveredEvent(address, reason))
+
+    # -- reporting -------------------------------------------------------------------------
+
+    def statuses(self) -> list[ReplicaStatus]:
+        return [
+            ReplicaStatus(
+                host=replica.host,
+                port=replica.port,
+                address=replica.address,
+                priority=replica.priority,
+                errors_count=counts.errors,
+                slowdowns_count=counts.slowdowns,
+                estimated_recovery_time=counts.estimated_recovery_time,
+                last_error=counts.last_error,
+                last_error_time=counts.last_error_time,
+                is_up=not counts.last_attempt_failed,
+            )
+            for replica, counts in zip(self.replicas, self.state.counts())
+        ]

@@ -1,0 +1,152 @@
+"""Which failures are the replica's and which are the query's: the one place that decides.
+
+A **replica failure** means "this replica cannot serve now": it counts an error against the
+replica and the statement moves on to the next one. A **query failure** would repeat on every
+replica (syntax, unknown table, type errors, ``throwIf``, permissions, quotas): it is raised
+at once, unchanged, and counts nothing.
+
+For writes the second question is whether the request may have reached the server (``sent``):
+a failure before sending is always safe to retry elsewhere; after it, only an insert with a
+stable ``insert_deduplication_token`` is (see :mod:`clickhouse_lb.failover`).
+
+Replica failures:
+
+==================================================  =====  ==========================================
+failure                                             sent   examples
+==================================================  =====  ==========================================
+connection refused, DNS failure, connect timeout    no     urllib3 NewConnectionError, aiohttp
+                                                           ClientConnectorError, ConnectionTimeoutError
+socket timeout before a response, reset, cut short  yes    ReadTimeoutError, ProtocolError,
+                                                           IncompleteRead, ServerDisconnectedError
+HTTP 429/502/503/504 from something in between      yes    a proxy or load balancer answering
+server errors listed in REPLICA_ERROR_CODES         yes    NETWORK_ERROR 210, KEEPER_EXCEPTION 999
+==================================================  =====  ==========================================
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ._redact import redact
+
+__all__ = ["REPLICA_ERROR_CODES", "Failure", "classify", "error_code"]
+
+#: Server error codes that mean "this replica cannot serve now" (src/Common/ErrorCodes.cpp).
+REPLICA_ERROR_CODES: dict[int, str] = {
+    202: "TOO_MANY_SIMULTANEOUS_QUERIES",
+    203: "NO_FREE_CONNECTION",
+    209: "SOCKET_TIMEOUT",
+    210: "NETWORK_ERROR",
+    225: "NO_ZOOKEEPER",
+    242: "TABLE_IS_READ_ONLY",
+    279: "ALL_CONNECTION_TRIES_FAILED",
+    319: "UNKNOWN_STATUS_OF_INSERT",
+    999: "KEEPER_EXCEPTION",
+}
+
+#: HTTP statuses that a proxy or load balancer in front of a replica answers when it is down.
+REPLICA_HTTP_STATUSES = frozenset({429, 502, 503, 504})
+
+# Transport exceptions by class name (urllib3, http.client, aiohttp, builtins): matching names
+# keeps aiohttp an optional import while still recognising its errors.
+_NOT_SENT = frozenset(
+    {
+        "NewConnectionError",
+        "NameResolutionError",
+        "ConnectTimeoutError",
+        "ConnectionRefusedError",
+        "gaierror",
+        "ClientConnectorError",
+        "ClientConnectorDNSError",
+        "ConnectionTimeoutError",
+    }
+)
+_SENT = frozenset(
+    {
+        "ReadTimeoutError",
+        "ProtocolError",
+        "IncompleteRead",
+        "InvalidChunkLength",
+        "RemoteDisconnected",
+        "ConnectionResetError",
+        "ConnectionAbortedError",
+        "BrokenPipeError",
+        "ServerDisconnectedError",
+        "ClientPayloadError",
+        "SocketTimeoutError",
+        "ServerTimeoutError",
+        "ClientOSError",
+        "TimeoutError",
+        "StreamFailureError",
+        "ProxyError",
+        "SSLError",
+    }
+)
+
+_CODE_RE = re.compile(r"(?:\bCode:\s*|exception, code:\s*)(\d+)")
+_HTTP_STATUS_RE = re.compile(r"HTTP status (\d{3})")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What one failed attempt means for failover."""
+
+    replica: bool
+    sent: bool
+    code: int | None
+    reason: str
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """The exception, its causes and contexts, and urllib3's ``MaxRetryError.reason``."""
+    seen: set[int] = set()
+    stack = [exc]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen or len(seen) > 16:
+            continue
+        seen.add(id(current))
+        yield current
+        for nested in (getattr(current, "reason", None), current.__cause__, current.__context__):
+            if isinstance(nested, BaseException):
+                stack.append(nested)
+
+
+def error_code(exc: BaseException) -> int | None:
+    """The ClickHouse error code carried by a clickhouse-connect exception, if any."""
+    code = getattr(exc, "code", None)
+    if isinstance(code, int):
+        return code
+    match = _CODE_RE.search(str(exc))
+    return int(match.group(1)) if match else None
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    return redact(f"{type(exc).__name__}: {first}" if first else type(exc).__name__)
+
+
+def classify(exc: BaseException) -> Failure:
+    """Replica failure or query failure, and whether the request may have been sent."""
+    reason = _describe(exc)
+    names: set[str] = set()
+    for cause in _causes(exc):
+        names.update(cls.__name__ for cls in type(cause).__mro__)
+    if names & _NOT_SENT:
+        return Failure(replica=True, sent=False, code=None, reason=reason)
+    code = error_code(exc)
+    if code is not None:
+        return Failure(replica=code in REPLICA_ERROR_CODES, sent=True, code=code, reason=reason)
+    status = _HTTP_STATUS_RE.search(str(exc))
+    if status and int(status.group(1)) in REPLICA_HTTP_STATUSES:
+        return Failure(replica=True, sent=True, code=None, reason=reason)
+    if names & _SENT:
+        return Failure(replica=True, sent=True, code=None, reason=reason)
+    # clickhouse-connect reports any other transport failure as OperationalError("Error
+    # executing HTTP request") caused by a urllib3 HTTPError: the replica, not the query.
+    if "OperationalError" in names and "HTTPError" in names:
+        return Failure(replica=True, sent=True, code=None, reason=reason)
+    return Failure(replica=False, sent=True, code=None, reason=reason)

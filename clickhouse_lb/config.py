@@ -1,0 +1,138 @@
+"""From what the user wrote (keywords, a DSN) to one validated pool configuration.
+
+Shared by :func:`clickhouse_lb.get_pool`, :func:`clickhouse_lb.get_async_pool` and the
+SQLAlchemy dialect, so that all three accept the same names and fail the same way.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ConfigurationError
+from .settings import (
+    BALANCING_SETTING_NAMES,
+    BalancingSettings,
+    Replica,
+    parse_balancing_settings,
+    parse_dsn,
+    parse_replicas,
+    unknown_name_error,
+)
+
+__all__ = ["PoolConfig", "resolve_pool_config", "sync_client_option_names"]
+
+#: Options the pool decides per replica; a user may not pass them through.
+_POOL_OWNED = {
+    "host": "pass hosts=[...] (or a dsn) to the pool instead",
+    "port": "give each host as 'host:port'",
+    "dsn": "pass dsn= to the pool",
+    "generic_args": "pass options by name",
+    "session_id": "use `with pool.session() as client:` for a session pinned to one replica",
+}
+
+
+_SECRET_OPTIONS = frozenset({"password", "access_token", "token_provider", "client_cert_key", "headers"})
+
+
+def _parameter_names(*callables: Any) -> frozenset[str]:
+    names: set[str] = set()
+    for fn in callables:
+        for parameter in inspect.signature(fn).parameters.values():
+            if parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL) and parameter.name != "self":
+                names.add(parameter.name)
+    return frozenset(names)
+
+
+_SYNC_NAMES: frozenset[str] | None = None
+
+
+def sync_client_option_names() -> frozenset[str]:
+    """Every option ``clickhouse_connect.get_client`` understands (its own and HttpClient's)."""
+    global _SYNC_NAMES
+    if _SYNC_NAMES is None:
+        from clickhouse_connect.driver import create_client
+        from clickhouse_connect.driver.httpclient import HttpClient
+
+        _SYNC_NAMES = _parameter_names(create_client, HttpClient.__init__) - set(_POOL_OWNED)
+    return _SYNC_NAMES
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """Everything a pool needs: replicas, balancing settings, options for every replica's client."""
+
+    replicas: list[Replica]
+    settings: BalancingSettings
+    client_options: dict[str, Any]
+
+    def __repr__(self) -> str:
+        shown = {k: ("***" if k in _SECRET_OPTIONS and v else v) for k, v in self.client_options.items()}
+        return f"PoolConfig(replicas={self.replicas!r}, settings={self.settings!r}, client_options={shown!r})"
+
+    @property
+    def connect_timeout_seconds(self) -> float | None:
+        """The connect timeout of each attempt: ``connect_timeout_with_failover_ms`` when other
+        replicas remain, as on the server; a single-replica pool keeps ``connect_timeout``."""
+        if len(self.replicas) > 1:
+            return self.settings.connect_timeout_with_failover_ms / 1000.0
+        return None
+
+
+def resolve_pool_config(
+    hosts: str | Replica | Iterable[str | Replica] | None,
+    *,
+    dsn: str | None,
+    balancing: Mapping[str, Any],
+    client_options: Mapping[str, Any],
+    valid_client_options: frozenset[str],
+) -> PoolConfig:
+    """Merge a DSN and keyword arguments (keywords win), validate every name and value."""
+    options = dict(client_options)
+    for name in options:
+        if name in _POOL_OWNED:
+            raise ConfigurationError(f"Option {name!r} is not accepted by a pool: {_POOL_OWNED[name]}")
+        if name not in valid_client_options:
+            raise unknown_name_error(
+                "option", name, set(valid_client_options) | set(BALANCING_SETTING_NAMES)
+            )
+    given = {name: value for name, value in balancing.items() if value is not None}
+    replicas: list[Replica] = []
+    if dsn is not None:
+        parts = parse_dsn(dsn)
+        replicas = parts.replicas
+        merged_balancing = {**parts.balancing, **given}
+        for name, value in (("username", parts.username), ("password", parts.password),
+                            ("database", parts.database)):
+            if value is not None and options.get(name) is None:
+                options[name] = value
+        if parts.secure and "secure" not in options and "interface" not in options:
+            options["secure"] = True
+        server_settings = dict(options.get("settings") or {})
+        for name, value in parts.options.items():
+            if name in _POOL_OWNED:
+                raise ConfigurationError(f"DSN option {name!r} is not accepted by a pool: {_POOL_OWNED[name]}")
+            if name in valid_client_options:
+                options.setdefault(name, value)
+            else:
+                server_settings.setdefault(name, value)  # like clickhouse-connect: a server setting
+        if server_settings:
+            options["settings"] = server_settings
+        given = merged_balancing
+    if hosts is not None:
+        secure = bool(options.get("secure")) or str(options.get("interface", "")).lower() == "https"
+        replicas = parse_replicas(hosts, default_port=8443 if secure else 8123)
+    if not replicas:
+        raise ConfigurationError(
+            "No replicas given: pass hosts=['ch-1:8123', 'ch-2:8123'] or dsn='clickhouse://ch-1:8123,ch-2:8123/db'"
+        )
+    settings = parse_balancing_settings(given)
+    return PoolConfig(replicas, settings, options)
+
+
+def connect_timeout_argument(seconds: float) -> int:
+    """clickhouse-connect's sync client takes whole seconds at construction."""
+    return max(1, math.ceil(seconds))

@@ -1,0 +1,79 @@
+"""The exceptions clickhouse-lb raises.
+
+Every one derives from clickhouse-connect's own hierarchy, so an application's existing
+``except clickhouse_connect.driver.exceptions.Error`` (or ``DatabaseError``/``OperationalError``)
+clauses keep working when a single client is swapped for a pool. The server's own query
+errors (syntax, unknown table, ``throwIf`` ...) are never wrapped: they reach the caller
+unchanged, exactly as clickhouse-connect raised them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from clickhouse_connect.driver.exceptions import OperationalError, ProgrammingError
+
+__all__ = [
+    "AllReplicasUnavailableError",
+    "AttemptFailure",
+    "ConfigurationError",
+    "SessionLostError",
+]
+
+
+class ConfigurationError(ProgrammingError, ValueError):
+    """Bad pool configuration: raised at ``get_pool``/``create_engine``, before any I/O.
+
+    The message names the bad value and, where there is a closed set, the valid choices.
+    It is also a ``ValueError`` so generic argument validation code catches it.
+    """
+
+
+@dataclass(frozen=True)
+class AttemptFailure:
+    """One failed attempt of a statement: which replica, which try, and why."""
+
+    address: str
+    attempt: int
+    error: str
+
+    def __str__(self) -> str:
+        return f"{self.address} (attempt {self.attempt}): {self.error}"
+
+
+class AllReplicasUnavailableError(OperationalError):
+    """Every attempt of one statement failed with a replica failure.
+
+    ``failures`` lists each attempt in order; ``last_errors`` maps every replica of the pool to
+    the last failure seen for it (``None`` for a replica this statement did not reach, for
+    example because the total failover timeout ran out first).
+    """
+
+    def __init__(self, failures: Sequence[AttemptFailure], last_errors: dict[str, str | None]) -> None:
+        self.failures = list(failures)
+        self.last_errors = dict(last_errors)
+        lines = [
+            f"  {address}: {error if error is not None else 'not tried'}"
+            for address, error in self.last_errors.items()
+        ]
+        tries = len(self.failures)
+        super().__init__(
+            f"All {len(self.last_errors)} replicas are unavailable ({tries} attempt"
+            f"{'s' if tries != 1 else ''} failed); last error per replica:\n" + "\n".join(lines)
+        )
+
+
+class SessionLostError(OperationalError):
+    """The replica behind a pinned session failed; the session's state is gone with it.
+
+    Raised instead of moving the session to another replica, where its temporary tables and
+    ``SET`` settings would silently be missing. Open a new ``pool.session()`` to continue.
+    """
+
+    def __init__(self, address: str, cause: BaseException) -> None:
+        self.address = address
+        super().__init__(
+            f"Session lost: replica {address} failed during a pinned session ({cause}); "
+            "its temporary tables and SET settings are gone. Open a new pool.session() to continue."
+        )

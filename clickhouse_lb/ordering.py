@@ -1,0 +1,81 @@
+"""The order in which one statement tries the replicas (pure functions).
+
+ClickHouse sorts replicas ascending by ``(errors - max_ignored_errors floored at 0,
+configured priority, strategy priority, random)``; hedged reads put ``slowdowns`` right
+after the errors. The random term is drawn fresh per replica per selection, so exact ties
+come out as a uniformly random permutation.
+
+Speed matters (this runs once per statement): the static part of the key, ``(priority,
+strategy priority)``, is reduced once per pool to a dense rank, and each selection builds one
+float per replica: ``effective_errors * n + rank + random()``. Ranks are integers below n and
+the random term lies in [0, 1), so the float orders exactly like the tuple.
+
+``round_robin`` is not a sort key: see :func:`round_robin_order`.
+"""
+
+from __future__ import annotations
+
+import random as _random
+from collections.abc import Callable, Sequence
+
+__all__ = ["plan_order", "round_robin_order", "static_ranks"]
+
+
+def static_ranks(priorities: Sequence[int], strategy_priorities: Sequence[int]) -> list[int]:
+    """Dense rank of ``(priority, strategy_priority)`` per replica (equal pairs, equal rank)."""
+    pairs = list(zip(priorities, strategy_priorities))
+    rank_of = {pair: rank for rank, pair in enumerate(sorted(set(pairs)))}
+    return [rank_of[pair] for pair in pairs]
+
+
+def plan_order(
+    errors: Sequence[int],
+    ranks: Sequence[int],
+    max_ignored_errors: int = 0,
+    random: Callable[[], float] = _random.random,
+    slowdowns: Sequence[int] | None = None,
+) -> list[int]:
+    """Replica indices in the order to try them. ``slowdowns`` given: the hedged-read order."""
+    n = len(errors)
+    if slowdowns is not None:
+        hedged_keys = [
+            (max(0, errors[i] - max_ignored_errors), slowdowns[i], ranks[i], random()) for i in range(n)
+        ]
+        return sorted(range(n), key=hedged_keys.__getitem__)
+    if max_ignored_errors:
+        keys = [
+            (e - max_ignored_errors if e > max_ignored_errors else 0) * n + r + random()
+            for e, r in zip(errors, ranks)
+        ]
+    else:
+        keys = [e * n + r + random() for e, r in zip(errors, ranks)]
+    return sorted(range(n), key=keys.__getitem__)
+
+
+def round_robin_order(
+    errors: Sequence[int],
+    priorities: Sequence[int],
+    max_ignored_errors: int,
+    counter: int,
+) -> list[int]:
+    """``round_robin`` as the documentation promises (not as the server does it).
+
+    The replicas sharing the best ``(effective errors, priority)`` rank take turns: the k of
+    them are rotated by ``counter mod k``, so each gets exactly 1/k of the statements. The
+    others follow as failover candidates, by rank, in the rotation order of all n positions.
+    """
+    n = len(errors)
+    group_keys = [(max(0, errors[i] - max_ignored_errors), priorities[i]) for i in range(n)]
+    best = min(group_keys)
+    leaders = [i for i in range(n) if group_keys[i] == best]
+    k = len(leaders)
+    start = counter % k
+    head = leaders[start:] + leaders[:start]
+    if k == n:
+        return head
+    shift = counter % n
+    rest = sorted(
+        (i for i in range(n) if group_keys[i] != best),
+        key=lambda i: (group_keys[i], (i - shift) % n),
+    )
+    return head + rest

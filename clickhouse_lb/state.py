@@ -1,0 +1,195 @@
+"""Error accounting per replica set, as ClickHouse's PoolWithFailoverBase keeps it.
+
+Counts decay lazily: at the start of each selection, every replica's error and slowdown
+counts are shifted right once per whole half-life elapsed since the last decrease, and the
+leftover fraction of a period is dropped (the clock restarts at the moment of the shift).
+Errors are capped; slowdowns are not. A monotonic clock drives the decay (the server uses
+wall-clock seconds; a clock jump must neither wipe nor freeze the counts here).
+
+All mutation happens under one lock, held only for arithmetic: never during I/O.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+__all__ = ["Clock", "ReplicaCounts", "ReplicaSetState", "decay_shifts", "estimated_recovery_time"]
+
+Clock = Callable[[], float]
+
+#: Shifting a 64-bit count 64 or more times clears it, as on the server.
+_MAX_SHIFTS = 64
+
+
+def decay_shifts(elapsed: float, half_life: float) -> int:
+    """Whole half-lives in ``elapsed`` seconds; a zero half-life clears everything."""
+    if half_life <= 0:
+        return _MAX_SHIFTS
+    if elapsed <= 0:
+        return 0
+    return min(_MAX_SHIFTS, int(elapsed // half_life))
+
+
+def _shift(count: int, shifts: int) -> int:
+    return 0 if shifts >= _MAX_SHIFTS else count >> shifts
+
+
+def estimated_recovery_time(errors: int, slowdowns: int, half_life: float, since_decrease: float) -> float:
+    """Seconds until both counts decay to zero, as system.clusters reports it:
+    ``max(bits(errors), bits(slowdowns)) * half_life - (now - last_decrease)``, at least 0."""
+    periods = max(errors.bit_length(), slowdowns.bit_length())
+    return max(0.0, periods * half_life - since_decrease)
+
+
+@dataclass(frozen=True)
+class ReplicaCounts:
+    """One replica's counts after decay to ``now``, and what it last saw."""
+
+    errors: int
+    slowdowns: int
+    estimated_recovery_time: float
+    last_error: str | None
+    last_error_time: float | None  # wall-clock (time.time()), for display
+    last_attempt_failed: bool
+
+
+class ReplicaSetState:
+    """Counts for one set of replicas (one pool), shared by all threads and tasks using it."""
+
+    __slots__ = (
+        "_clock",
+        "_errors",
+        "_failed",
+        "_last_decrease",
+        "_last_error",
+        "_last_error_time",
+        "_lock",
+        "_round_robin",
+        "_slowdowns",
+        "error_cap",
+        "half_life",
+        "size",
+    )
+
+    def __init__(
+        self,
+        size: int,
+        *,
+        half_life: float = 60.0,
+        error_cap: int = 1000,
+        clock: Clock = time.monotonic,
+        round_robin_start: int = 0,
+    ) -> None:
+        self.size = size
+        self.half_life = half_life
+        self.error_cap = error_cap
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._errors = [0] * size
+        self._slowdowns = [0] * size
+        self._last_error: list[str | None] = [None] * size
+        self._last_error_time: list[float | None] = [None] * size
+        self._failed = [False] * size
+        self._last_decrease: float | None = None
+        self._round_robin = round_robin_start
+
+    # -- selection -------------------------------------------------------------------------
+
+    def _decay_locked(self, now: float) -> list[int]:
+        """Apply the lazy decay; returns the replicas whose counts just reached zero."""
+        last = self._last_decrease
+        if last is None:
+            self._last_decrease = now
+            return []
+        shifts = decay_shifts(now - last, self.half_life)
+        if shifts == 0:
+            return []
+        self._last_decrease = now
+        recovered = []
+        errors = self._errors
+        slowdowns = self._slowdowns
+        for i in range(self.size):
+            e = errors[i]
+            s = slowdowns[i]
+            if e or s:
+                errors[i] = _shift(e, shifts)
+                slowdowns[i] = _shift(s, shifts)
+                if errors[i] == 0 and slowdowns[i] == 0:
+                    recovered.append(i)
+        return recovered
+
+    def select(self, *, advance_round_robin: bool) -> tuple[list[int], list[int], int, list[int]]:
+        """Decay, then a snapshot for ordering: (errors, slowdowns, round-robin counter,
+        replicas that just recovered). ``advance_round_robin``: this is a statement (one
+        round-robin step), not a look at ``plan()``."""
+        with self._lock:
+            recovered = self._decay_locked(self._clock())
+            counter = self._round_robin
+            if advance_round_robin:
+                self._round_robin = counter + 1
+            return self._errors[:], self._slowdowns[:], counter, recovered
+
+    # -- outcomes --------------------------------------------------------------------------
+
+    def record_error(self, index: int, error: str | None = None) -> int:
+        """Count one error against replica ``index`` (capped); returns the new count."""
+        wall_time = time.time()
+        with self._lock:
+            count = min(self.error_cap, self._errors[index] + 1)
+            self._errors[index] = count
+            self._failed[index] = True
+            if error is not None:
+                self._last_error[index] = error
+                self._last_error_time[index] = wall_time
+            return count
+
+    def record_slowdown(self, index: int) -> int:
+        with self._lock:
+            self._slowdowns[index] += 1
+            return self._slowdowns[index]
+
+    def record_success(self, index: int) -> bool:
+        """Note a successful attempt; returns True when the previous attempt had failed."""
+        if not self._failed[index]:  # the common case reads without the lock
+            return False
+        with self._lock:
+            was_failed = self._failed[index]
+            self._failed[index] = False
+            return was_failed
+
+    # -- reporting -------------------------------------------------------------------------
+
+    def counts(self) -> list[ReplicaCounts]:
+        """Every replica's counts as if decayed to now, without changing the state (a look
+        must not move the decay clock, or watching a pool would change its behaviour)."""
+        now = self._clock()
+        with self._lock:
+            last = self._last_decrease
+            since = 0.0 if last is None else now - last
+            shifts = 0 if last is None else decay_shifts(since, self.half_life)
+            if shifts:
+                since = 0.0
+            result = []
+            for i in range(self.size):
+                e = _shift(self._errors[i], shifts)
+                s = _shift(self._slowdowns[i], shifts)
+                result.append(
+                    ReplicaCounts(
+                        errors=e,
+                        slowdowns=s,
+                        estimated_recovery_time=estimated_recovery_time(e, s, self.half_life, since),
+                        last_error=self._last_error[i],
+                        last_error_time=self._last_error_time[i],
+                        last_attempt_failed=self._failed[i],
+                    )
+                )
+            return result
+
+    def load(self, errors: Sequence[int], slowdowns: Sequence[int] | None = None) -> None:
+        """Set the counts directly (tests, and restoring a state)."""
+        with self._lock:
+            self._errors = [min(self.error_cap, int(e)) for e in errors]
+            self._slowdowns = list(slowdowns) if slowdowns is not None else [0] * self.size
