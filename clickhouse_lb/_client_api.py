@@ -7,6 +7,7 @@ names the method and hands the call to ``_call``, which decides on which replica
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from collections.abc import Callable, Sequence
@@ -31,10 +32,8 @@ def mirrors(source: type, name: str | None = None) -> Callable[[F], F]:
         original = getattr(source, name or method.__name__, None)
         if original is not None:
             method.__doc__ = original.__doc__
-            try:
+            with contextlib.suppress(TypeError, ValueError):  # builtins without signatures
                 method.__signature__ = inspect.signature(original)  # type: ignore[attr-defined]
-            except (TypeError, ValueError):  # pragma: no cover - builtins without signatures
-                pass
         return method
 
     return decorate

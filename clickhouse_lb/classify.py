@@ -123,10 +123,22 @@ def error_code(exc: BaseException) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _describe(exc: BaseException) -> str:
+def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
-    first = text[0] if text else ""
-    return redact(f"{type(exc).__name__}: {first}" if first else type(exc).__name__)
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for logs and status: the error, plus its root transport cause when the error
+    itself is as vague as clickhouse-connect's "Error executing HTTP request"."""
+    described = _one_line(exc)
+    root = None
+    for cause in _causes(exc):
+        if cause is not exc and type(cause).__name__ != "MaxRetryError":
+            root = cause
+    if root is not None and str(root) not in described:
+        described = f"{described} ({_one_line(root)})"
+    return redact(described)
 
 
 def classify(exc: BaseException) -> Failure:

@@ -10,6 +10,7 @@ carry strings.
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from enum import Enum
@@ -204,7 +205,7 @@ def _as_seconds(name: str, value: object, *, allow_none: bool = False) -> float 
             raise ConfigurationError(f"Bad {name} {text!r}: expected a number of seconds") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigurationError(f"Bad {name} {value!r}: expected a number of seconds")
-    if value != value or value < 0:  # NaN or negative
+    if math.isnan(value) or value < 0:
         raise ConfigurationError(f"Bad {name} {value!r}: must be >= 0")
     if allow_none and value == 0:
         return None

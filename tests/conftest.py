@@ -1,0 +1,48 @@
+"""Shared helpers for the unit tests (no server needed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clickhouse_lb.settings import LoadBalancing, Replica
+
+GOLDEN_CANDIDATES = [
+    Path(__file__).resolve().parent / "golden" / "ordering.jsonl",
+]
+
+
+def load_golden() -> list[dict[str, Any]]:
+    for path in GOLDEN_CANDIDATES:
+        if path.exists():
+            return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    raise FileNotFoundError(f"golden vectors not found in {GOLDEN_CANDIDATES}")
+
+
+class FakeClock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def replicas(*hosts: str, priorities: list[int] | None = None) -> list[Replica]:
+    prios = priorities or [1] * len(hosts)
+    return [Replica(h, 8123, p) for h, p in zip(hosts, prios)]
+
+
+__all__ = ["FakeClock", "LoadBalancing", "load_golden", "replicas"]

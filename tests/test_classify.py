@@ -1,0 +1,94 @@
+"""The failure classification table: replica failure or query failure, sent or not."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+
+import pytest
+from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError, ProgrammingError
+
+from clickhouse_lb.classify import REPLICA_ERROR_CODES, classify, error_code
+from clickhouse_lb.failover import is_read_only
+
+from .fakes import read_timeout, refused, reset_after_send, server_error
+
+
+def _wrapped(cause: BaseException) -> OperationalError:
+    error = OperationalError("Error executing HTTP request")
+    error.__cause__ = cause
+    return error
+
+
+def _aiohttp(name: str, *bases: type[BaseException]) -> BaseException:
+    """An exception whose class is named like aiohttp's (classification goes by class name)."""
+    return type(name, bases or (Exception,), {})("boom")
+
+
+CASES: list[tuple[str, Callable[[], BaseException], bool, bool]] = [
+    # (what, error, replica failure?, may have been sent?)
+    ("connection refused", refused, True, False),
+    ("DNS failure", lambda: _wrapped(socket.gaierror(-2, "Name or service not known")), True, False),
+    ("read timeout", read_timeout, True, True),
+    ("reset after send", reset_after_send, True, True),
+    ("aiohttp connect", lambda: _aiohttp("ClientConnectorError", OSError), True, False),
+    ("aiohttp disconnect", lambda: _aiohttp("ServerDisconnectedError"), True, True),
+    ("asyncio timeout", TimeoutError, True, True),
+    ("proxy 503", lambda: OperationalError("HTTP driver received HTTP status 503, server response: down"), True, True),
+    ("proxy 502", lambda: DatabaseError("HTTP driver received HTTP status 502"), True, True),
+    ("NETWORK_ERROR", lambda: server_error(210, "NETWORK_ERROR"), True, True),
+    ("UNKNOWN_STATUS_OF_INSERT", lambda: server_error(319, "UNKNOWN_STATUS_OF_INSERT"), True, True),
+    ("TABLE_IS_READ_ONLY", lambda: server_error(242, "TABLE_IS_READ_ONLY"), True, True),
+    ("UNKNOWN_TABLE", lambda: server_error(60, "UNKNOWN_TABLE"), False, True),
+    ("SYNTAX_ERROR", lambda: server_error(62, "SYNTAX_ERROR"), False, True),
+    ("throwIf", lambda: server_error(395, "FUNCTION_THROW_IF_VALUE_IS_NON_ZERO"), False, True),
+    ("ACCESS_DENIED", lambda: server_error(497, "ACCESS_DENIED"), False, True),
+    ("QUOTA_EXCEEDED", lambda: server_error(201, "QUOTA_EXCEEDED"), False, True),
+    ("auth failed", lambda: server_error(516, "AUTHENTICATION_FAILED"), False, True),
+    ("code only in text", lambda: DatabaseError("Code: 210. DB::Exception: x (NETWORK_ERROR)"), True, True),
+    ("client misuse", lambda: ProgrammingError("Attempt to execute concurrent queries within the same session"),
+     False, True),
+    ("type error", lambda: TypeError("bad data"), False, True),
+]
+
+
+@pytest.mark.parametrize(("what", "make", "replica", "sent"), CASES, ids=[c[0] for c in CASES])
+def test_classification_table(what: str, make: Callable[[], BaseException], replica: bool, sent: bool) -> None:
+    failure = classify(make())
+    assert (failure.replica, failure.sent) == (replica, sent), what
+
+
+def test_reason_names_the_root_cause() -> None:
+    assert "Connection refused" in classify(refused()).reason
+
+
+def test_codes_list_is_documented_with_names() -> None:
+    assert REPLICA_ERROR_CODES[210] == "NETWORK_ERROR"
+    assert error_code(server_error(999, "KEEPER_EXCEPTION")) == 999
+    assert error_code(ValueError("nothing")) is None
+
+
+@pytest.mark.parametrize(
+    ("sql", "read"),
+    [
+        ("SELECT 1", True),
+        ("  select 1", True),
+        ("WITH 1 AS x SELECT x", True),
+        ("-- comment\nSELECT 1", True),
+        ("/* a */ (SELECT 1) UNION ALL (SELECT 2)", True),
+        ("SHOW TABLES", True),
+        ("DESCRIBE TABLE t", True),
+        ("EXPLAIN SELECT 1", True),
+        ("EXISTS TABLE t", True),
+        (b"SELECT 1", True),
+        ("INSERT INTO t VALUES (1)", False),
+        ("ALTER TABLE t DELETE WHERE 1", False),
+        ("DROP TABLE t", False),
+        ("CREATE TABLE t (x UInt8) ENGINE = Memory", False),
+        ("SELECTED", False),
+        ("", False),
+        (None, False),
+    ],
+)
+def test_read_only_statements(sql: str | bytes | None, read: bool) -> None:
+    assert is_read_only(sql) is read

@@ -1,0 +1,94 @@
+"""Error accounting: decay on an injected monotonic clock, cap, recovery estimate, counters."""
+
+from __future__ import annotations
+
+import pytest
+
+from clickhouse_lb.state import ReplicaSetState, decay_shifts, estimated_recovery_time
+
+from .conftest import FakeClock
+
+
+def _state(clock: FakeClock, half_life: float = 60, cap: int = 1000, size: int = 2) -> ReplicaSetState:
+    state = ReplicaSetState(size, half_life=half_life, error_cap=cap, clock=clock)
+    state.select(advance_round_robin=False)
+    return state
+
+
+def test_errors_halve_once_per_whole_half_life(clock: FakeClock) -> None:
+    state = _state(clock)
+    state.load([13, 4])
+    clock.advance(150)
+    errors, *_ = state.select(advance_round_robin=False)
+    assert errors == [3, 1]
+
+
+def test_leftover_fraction_is_dropped_when_the_counts_shift(clock: FakeClock) -> None:
+    state = _state(clock)
+    state.load([8, 0])
+    clock.advance(90)  # one shift; the clock restarts here, the 30 s left over are lost
+    assert state.select(advance_round_robin=False)[0] == [4, 0]
+    clock.advance(59)
+    assert state.select(advance_round_robin=False)[0] == [4, 0]
+    clock.advance(1)
+    assert state.select(advance_round_robin=False)[0] == [2, 0]
+
+
+def test_zero_half_life_clears_at_every_selection(clock: FakeClock) -> None:
+    state = _state(clock, half_life=0)
+    state.record_error(0)
+    assert state.select(advance_round_robin=False)[0] == [0, 0]
+
+
+def test_cap(clock: FakeClock) -> None:
+    state = _state(clock, cap=3)
+    for _ in range(10):
+        state.record_error(1, "x")
+    assert state.counts()[1].errors == 3
+
+
+def test_counts_are_a_look_that_does_not_move_the_clock(clock: FakeClock) -> None:
+    state = _state(clock)
+    state.load([8, 0])
+    clock.advance(90)
+    assert state.counts()[0].errors == 4
+    clock.advance(30)  # 120 s since the real last decrease: two shifts at the next selection
+    assert state.select(advance_round_robin=False)[0] == [2, 0]
+
+
+def test_recovery_estimate_and_recovered_list(clock: FakeClock) -> None:
+    state = _state(clock, half_life=10)
+    state.load([3, 0])
+    assert state.counts()[0].estimated_recovery_time == 20
+    clock.advance(5)
+    assert state.counts()[0].estimated_recovery_time == 15
+    clock.advance(15)
+    *_, recovered = state.select(advance_round_robin=False)
+    assert recovered == [0]
+
+
+def test_a_backwards_clock_neither_wipes_nor_freezes(clock: FakeClock) -> None:
+    state = _state(clock)
+    state.load([5, 0])
+    clock.advance(-3600)
+    assert state.select(advance_round_robin=False)[0] == [5, 0]
+
+
+def test_round_robin_counter_advances_only_for_statements(clock: FakeClock) -> None:
+    state = ReplicaSetState(2, clock=clock, round_robin_start=41)
+    assert state.select(advance_round_robin=False)[2] == 41
+    assert state.select(advance_round_robin=True)[2] == 41
+    assert state.select(advance_round_robin=True)[2] == 42
+
+
+@pytest.mark.parametrize(("elapsed", "half_life", "shifts"), [(0, 60, 0), (59.9, 60, 0), (60, 60, 1),
+                                                              (3840, 60, 64), (10**9, 60, 64), (1, 0, 64)])
+def test_decay_shifts(elapsed: float, half_life: float, shifts: int) -> None:
+    assert decay_shifts(elapsed, half_life) == shifts
+
+
+def test_estimated_recovery_time_formula() -> None:
+    assert estimated_recovery_time(13, 0, 60, 30) == 210
+    assert estimated_recovery_time(1000, 0, 60, 0) == 600
+    assert estimated_recovery_time(1, 5, 60, 0) == 180  # the slowdowns take longer
+    assert estimated_recovery_time(1, 0, 60, 100) == 0
