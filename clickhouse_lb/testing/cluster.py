@@ -1,0 +1,352 @@
+"""``LocalCluster``: n local ClickHouse replicas (the real engine through chdb), no Docker needed.
+
+Each replica is a separate Python process (``python -m clickhouse_lb.testing.replica``) running
+the ClickHouse engine from chdb behind ClickHouse's HTTP interface (see
+:mod:`clickhouse_lb.testing.server` for what is faithful and what is not). On Linux, replica ``i``
+listens on its own loopback address (``127.0.0.11``, ``127.0.0.12``, ...) so host-name based
+load-balancing strategies see different host strings; elsewhere all listen on ``127.0.0.1``.
+
+Faults are real: :meth:`LocalCluster.kill` is SIGKILL (connections refused), :meth:`pause` is
+SIGSTOP (the kernel still accepts connections, nothing answers), :meth:`restart` starts the
+process again on the same address with the same data directory (MergeTree data survives),
+:meth:`set_delay` and :meth:`fail_next` use the replica's fault-injection endpoint.
+
+The replicas do NOT replicate to each other: each has its own data. Create tables and insert on
+every replica (:meth:`on_all`) when a test needs the same data everywhere.
+
+No orphan processes: replicas are SIGKILLed by :meth:`close`, at interpreter exit (atexit), and
+each replica exits by itself when its parent process dies (parent watch; plus PR_SET_PDEATHSIG on
+Linux when the cluster is started from the main thread).
+
+Example::
+
+    with LocalCluster(replicas=3) as cluster:
+        client = cluster.client(0)
+        client.query("SELECT getMacro('replica')").result_rows  # [('r1',)]
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+
+from clickhouse_lb.testing._base import ClusterBase, ClusterError
+
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+_FAULTS_PATH = "/__clickhouse_lb__/faults"
+_LIVE: weakref.WeakSet[LocalCluster] = weakref.WeakSet()
+
+
+@dataclass
+class _Replica:
+    index: int
+    name: str
+    host: str
+    data_dir: Path
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    paused: bool = False
+
+
+def _default_distinct() -> bool:
+    return sys.platform.startswith("linux")
+
+
+class LocalCluster(ClusterBase):
+    """n replica processes on loopback, each the real ClickHouse engine behind its HTTP interface.
+
+    :param replicas: number of replicas.
+    :param names: replica names (macro ``replica`` and display name); default ``r1``, ``r2``, ...
+    :param base_dir: where the replicas' data directories go; default a temporary directory that
+        :meth:`close` removes (a given ``base_dir`` is kept).
+    :param distinct_addresses: replica ``i`` listens on ``127.0.0.(11+i)`` (Linux default) instead
+        of ``127.0.0.1``.
+    :param password: password of user ``default`` on every replica (default: empty).
+    :param startup_timeout: seconds to wait for a replica to answer ``/ping``.
+    """
+
+    def __init__(
+        self,
+        replicas: int = 3,
+        *,
+        names: list[str] | None = None,
+        base_dir: str | os.PathLike[str] | None = None,
+        distinct_addresses: bool | None = None,
+        password: str = "",
+        startup_timeout: float = 60.0,
+    ) -> None:
+        if names is not None and len(names) != replicas:
+            raise ValueError("names must have one entry per replica")
+        if replicas < 1:
+            raise ValueError("at least one replica")
+        self._names = list(names) if names is not None else [f"r{i + 1}" for i in range(replicas)]
+        self._own_dir = base_dir is None
+        self._base_dir = Path(base_dir) if base_dir is not None else None
+        distinct = _default_distinct() if distinct_addresses is None else distinct_addresses
+        self.password = password
+        self.startup_timeout = startup_timeout
+        self._replicas: list[_Replica] = []
+        self._distinct = distinct
+        self._lock = threading.RLock()
+        self._started = False
+
+    # -- ClusterBase ---------------------------------------------------------------------------
+    @property
+    def hosts(self) -> list[str]:
+        self._require_started()
+        return [f"{r.host}:{r.port}" for r in self._replicas]
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._names)
+
+    @property
+    def base_dir(self) -> Path:
+        """The directory holding one data directory per replica."""
+        self._require_started()
+        assert self._base_dir is not None
+        return self._base_dir
+
+    @property
+    def pids(self) -> list[int | None]:
+        """Process id of each replica (None when killed)."""
+        return [r.proc.pid if r.proc is not None and r.proc.poll() is None else None for r in self._replicas]
+
+    def start(self) -> LocalCluster:
+        with self._lock:
+            if self._started:
+                return self
+            if self._base_dir is None:
+                self._base_dir = Path(tempfile.mkdtemp(prefix="clickhouse-lb-cluster-"))
+            self._base_dir.mkdir(parents=True, exist_ok=True)
+            self._replicas = [
+                _Replica(i, name, f"127.0.0.{11 + i}" if self._distinct else "127.0.0.1", self._base_dir / name)
+                for i, name in enumerate(self._names)
+            ]
+            self._started = True
+            _LIVE.add(self)
+            try:
+                for r in self._replicas:
+                    self._spawn(r)
+                self._wait_all(self._replicas)
+            except BaseException:
+                self.close()
+                raise
+            return self
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._started:
+                return
+            self._started = False
+            for r in self._replicas:
+                self._kill_proc(r)
+            _LIVE.discard(self)
+            if self._own_dir and self._base_dir is not None:
+                shutil.rmtree(self._base_dir, ignore_errors=True)
+                self._base_dir = None
+
+    def kill(self, i: int) -> None:
+        with self._lock:
+            self._kill_proc(self._replica(i))
+
+    def restart(self, i: int) -> None:
+        with self._lock:
+            r = self._replica(i)
+            self._kill_proc(r)
+            self._spawn(r)
+            self._wait_all([r])
+
+    def pause(self, i: int) -> None:
+        with self._lock:
+            r = self._replica(i)
+            if r.proc is None or r.proc.poll() is not None:
+                raise ClusterError(f"replica {r.name} is not running")
+            os.kill(r.proc.pid, signal.SIGSTOP)
+            r.paused = True
+
+    def resume(self, i: int) -> None:
+        with self._lock:
+            r = self._replica(i)
+            if r.proc is not None and r.proc.poll() is None:
+                os.kill(r.proc.pid, signal.SIGCONT)
+            r.paused = False
+
+    def is_alive(self, i: int) -> bool:
+        r = self._replica(i)
+        return r.proc is not None and r.proc.poll() is None
+
+    def is_paused(self, i: int) -> bool:
+        """Whether replica ``i`` is stopped by :meth:`pause`."""
+        return self._replica(i).paused and self.is_alive(i)
+
+    def set_delay(self, i: int, seconds: float) -> None:
+        self._faults(i, {"delay": float(seconds)})
+
+    def fail_next(self, i: int, n: int = 1, code: int = 210) -> None:
+        self._faults(i, {"fail_next": int(n), "code": int(code)})
+
+    def faults(self, i: int) -> dict[str, object]:
+        """The fault-injection state of replica ``i`` (delay, fail_next, code)."""
+        return self._faults(i, None)
+
+    def heal(self) -> None:
+        with self._lock:
+            self._require_started()
+            dead = [r for r in self._replicas if r.proc is None or r.proc.poll() is not None]
+            for r in self._replicas:
+                if r.paused:
+                    self.resume(r.index)
+            for r in dead:
+                self._kill_proc(r)
+                self._spawn(r)
+            if dead:
+                self._wait_all(dead)
+            for r in self._replicas:
+                self._faults(r.index, {"delay": 0.0, "fail_next": 0, "code": 210})
+
+    def _reachable(self, i: int) -> bool:
+        return self.is_alive(i) and not self._replica(i).paused
+
+    def replica_memory_mb(self) -> list[float | None]:
+        """Resident memory (RSS, MiB) of each replica process (Linux; None when unknown or killed)."""
+        out: list[float | None] = []
+        for pid in self.pids:
+            rss: float | None = None
+            if pid is not None:
+                try:
+                    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                        if line.startswith("VmRSS:"):
+                            rss = int(line.split()[1]) / 1024
+                except OSError:
+                    pass
+            out.append(rss)
+        return out
+
+    def log_path(self, i: int) -> Path:
+        """The replica's log file."""
+        return self._replica(i).data_dir / "replica.log"
+
+    # -- internals -----------------------------------------------------------------------------
+    def _require_started(self) -> None:
+        if not self._started:
+            raise ClusterError("the cluster is not started (use start() or a with block)")
+
+    def _replica(self, i: int) -> _Replica:
+        self._require_started()
+        return self._replicas[i]
+
+    def _spawn(self, r: _Replica) -> None:
+        r.data_dir.mkdir(parents=True, exist_ok=True)
+        port_file = r.data_dir / "replica.port"
+        port_file.unlink(missing_ok=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "clickhouse_lb.testing.replica",
+            "--host",
+            r.host,
+            "--port",
+            str(r.port),
+            "--name",
+            r.name,
+            "--data-dir",
+            str(r.data_dir),
+            "--port-file",
+            str(port_file),
+            "--parent-pid",
+            str(os.getpid()),
+        ]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
+        if self.password:
+            env["CLICKHOUSE_LB_REPLICA_PASSWORD"] = self.password
+            cmd += ["--password-env", "CLICKHOUSE_LB_REPLICA_PASSWORD"]
+        if sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread():
+            cmd.append("--pdeathsig")  # PDEATHSIG follows the spawning thread: only safe from the main one
+        with open(r.data_dir / "stderr.log", "ab") as err:
+            r.proc = subprocess.Popen(
+                cmd,
+                cwd=str(r.data_dir),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=err,
+                stderr=err,
+                close_fds=True,
+            )
+        r.paused = False
+
+    def _wait_all(self, replicas: list[_Replica]) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        pending = list(replicas)
+        while pending:
+            for r in list(pending):
+                assert r.proc is not None
+                if r.proc.poll() is not None:
+                    raise ClusterError(
+                        f"replica {r.name} exited with code {r.proc.returncode} during startup:\n{self._tail(r)}"
+                    )
+                if r.port == 0:
+                    port_file = r.data_dir / "replica.port"
+                    if port_file.exists():
+                        r.port = int(port_file.read_text())
+                if r.port and self.ping(r.index, timeout=1.0):
+                    pending.remove(r)
+            if pending:
+                if time.monotonic() > deadline:
+                    names = ", ".join(r.name for r in pending)
+                    raise ClusterError(f"replicas {names} not ready after {self.startup_timeout:.0f}s")
+                time.sleep(0.05)
+
+    @staticmethod
+    def _tail(r: _Replica) -> str:
+        text = ""
+        for name in ("stderr.log", "replica.log"):
+            with contextlib.suppress(OSError):
+                text += (r.data_dir / name).read_text(errors="replace")[-3000:]
+        return text
+
+    @staticmethod
+    def _kill_proc(r: _Replica) -> None:
+        proc, r.proc = r.proc, None
+        r.paused = False
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGKILL)  # works on stopped processes too
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=30)
+
+    def _faults(self, i: int, change: dict[str, object] | None) -> dict[str, object]:
+        r = self._replica(i)
+        if change is None:
+            status, body = self._http(i, "GET", _FAULTS_PATH, None, 5.0)
+        else:
+            status, body = self._http(
+                i, "POST", _FAULTS_PATH, json.dumps(change).encode(), 5.0, headers={"Content-Type": "application/json"}
+            )
+        if status != 200:
+            raise ClusterError(f"fault endpoint of {r.name}: HTTP {status} {body!r}")
+        state = json.loads(body)
+        assert isinstance(state, dict)
+        return state
+
+
+@atexit.register
+def _close_all() -> None:
+    for cluster in list(_LIVE):
+        with contextlib.suppress(Exception):
+            cluster.close()

@@ -1,0 +1,40 @@
+"""Opt-in pytest fixtures for a ClickHouse test cluster.
+
+Enable with ``pytest_plugins = ["clickhouse_lb.testing.pytest_plugin"]`` in a conftest.py or
+``pytest -p clickhouse_lb.testing.pytest_plugin``.
+
+* ``clickhouse_cluster`` (session scope): one started cluster for the whole run, local by
+  default, Docker with ``CLICKHOUSE_LB_CLUSTER=docker`` (the tests are skipped, with the reason,
+  when no Docker engine answers).
+* ``healthy_clickhouse_cluster`` (function scope): the same cluster, healed (killed replicas
+  restarted, paused ones resumed, delays and injected failures cleared) before and after the test.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from clickhouse_lb.testing import ENV_VAR, ClusterBase, DockerCluster, cluster_from_env
+
+
+@pytest.fixture(scope="session")
+def clickhouse_cluster() -> Iterator[ClusterBase]:
+    """A started cluster shared by the whole test session."""
+    if os.environ.get(ENV_VAR, "local").strip().lower() == "docker":
+        reason = DockerCluster.unavailable_reason()
+        if reason:
+            pytest.skip(f"{ENV_VAR}=docker but {reason}")
+    cluster = cluster_from_env()
+    with cluster:
+        yield cluster
+
+
+@pytest.fixture
+def healthy_clickhouse_cluster(clickhouse_cluster: ClusterBase) -> Iterator[ClusterBase]:
+    """The session cluster, healed before and after the test."""
+    clickhouse_cluster.heal()
+    yield clickhouse_cluster
+    clickhouse_cluster.heal()

@@ -1,0 +1,611 @@
+"""A ClickHouse replica for tests: the real engine (chdb) behind ClickHouse's HTTP interface.
+
+Run one with ``python -m clickhouse_lb.testing.replica --name r1 --data-dir D`` (see
+:mod:`clickhouse_lb.testing.replica`) or, far more usually, through
+:class:`clickhouse_lb.testing.LocalCluster`.
+
+Faithful (what clickhouse-connect, curl users and this project's load balancer rely on):
+
+* SQL, data types, formats, functions, errors: the real ClickHouse engine (chdb 26.9), so error
+  codes and texts are the server's (``Code: 60. DB::Exception: ... (UNKNOWN_TABLE)``).
+* ``POST`` and ``GET`` on ``/`` (GET is read-only: writes fail with READONLY, 164); the query in
+  the ``query`` URL parameter and/or the body (both: the body is appended after a newline; for an
+  ``INSERT ... FORMAT X`` the rest of the body is the data, in any input format); ``/ping``,
+  ``/replicas_status`` and ``GET /`` without a query answer ``Ok.\\n``; multipart/form-data bodies
+  with ``query`` and ``param_*`` fields.
+* URL parameters: ``database``, ``query_id`` (echoed, generated when absent; a query id already
+  running is refused with 216), ``default_format`` (default TabSeparated), ``session_id``,
+  ``session_timeout`` (default 60 s; expired sessions are closed), ``session_check`` (372
+  SESSION_NOT_FOUND), ``close_session``, ``param_*`` query parameters, ``user``/``password``,
+  HTTP basic auth, ``X-ClickHouse-User``/``X-ClickHouse-Key`` (only user ``default``; wrong
+  credentials: 516 AUTHENTICATION_FAILED, HTTP 403). Every other parameter is a setting for that
+  one query (unknown: UNKNOWN_SETTING 115); it is not persisted into the session.
+* Sessions: one engine connection per ``session_id``, so ``SET``, ``USE`` and TEMPORARY tables
+  persist; concurrent use of one session is refused with 373 SESSION_IS_LOCKED. Sessionless
+  requests use a pool of connections and run in parallel; nothing they change leaks to the next.
+* Response headers: ``X-ClickHouse-Server-Display-Name``, ``-Query-Id``, ``-Format``,
+  ``-Timezone``, ``-Summary`` (read/written rows and bytes, elapsed_ns), ``Content-Type`` by format;
+  errors carry ``X-ClickHouse-Exception-Code``, the HTTP status ClickHouse maps the code to, and
+  the body ``Code: N. DB::Exception: ... (NAME) (version V)``.
+* Compression: responses per ``Accept-Encoding`` when ``enable_http_compression=1`` (gzip, deflate,
+  zstd, lz4 frame, br if ``brotli`` is importable); request bodies per ``Content-Encoding``.
+
+Not faithful / not implemented:
+
+* ``compress=1`` / ``decompress=1`` (ClickHouse's native block compression with checksums) are
+  refused with NOT_IMPLEMENTED (48, HTTP 501); use HTTP compression instead.
+* Results are buffered whole and sent with ``Content-Length`` (as with ``wait_end_of_query=1``);
+  no ``X-ClickHouse-Progress`` headers, ``send_progress_in_http_headers`` is accepted and ignored.
+* ``X-ClickHouse-Summary`` has no ``result_rows``/``result_bytes``/``total_rows_to_read``.
+* ``client_protocol_version`` is accepted and ignored (Native output is the protocol-0 form; the
+  client notices and uses protocol 0), external data tables (multipart files) are refused.
+* Readonly for a *session* request (GET or ``readonly`` parameter) is decided from the statement's
+  first keyword instead of by the engine (sessionless requests use the engine's own check).
+* Only the ``default`` user; no quotas, roles, access rights.
+* Each replica is a separate engine: replicas do NOT replicate to each other (ReplicatedMergeTree
+  is not available; run DDL and inserts on every replica, e.g. ``LocalCluster.on_all``).
+
+Fault injection (a path no ClickHouse server has): ``GET/POST /__clickhouse_lb__/faults`` with a
+JSON object ``{"delay": seconds, "fail_next": n, "code": 210}``. The delay is applied before every
+*query* request (not to ``/ping``, ``/replicas_status`` or the control endpoint); the next ``n`` query
+requests then fail with ClickHouse error ``code`` (``Code: 210. DB::Exception: Injected failure by
+clickhouse_lb.testing. (NETWORK_ERROR)``, the HTTP status ClickHouse uses for that code).
+``GET /__clickhouse_lb__/info`` answers ``{"name", "pid", "sessions"}``.
+"""
+
+from __future__ import annotations
+
+import base64
+import email.parser
+import email.policy
+import json
+import logging
+import os
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
+from xml.sax.saxutils import escape as xml_escape
+
+from clickhouse_lb.testing import _encoding
+from clickhouse_lb.testing._engine import (
+    ERROR_NAMES,
+    ClickHouseError,
+    ConnPool,
+    EngineConn,
+    Result,
+    sql_identifier,
+)
+from clickhouse_lb.testing._http import HttpServer, Request, Response
+
+log = logging.getLogger("clickhouse_lb.testing.server")
+
+CONTROL_PREFIX = "/__clickhouse_lb__/"
+
+# URL parameters ClickHouse's HTTP handler consumes itself (never settings).
+_HTTP_PARAMS = frozenset(
+    {
+        "query",
+        "database",
+        "default_format",
+        "user",
+        "password",
+        "quota_key",
+        "query_id",
+        "stacktrace",
+        "role",
+        "buffer_size",
+        "wait_end_of_query",
+        "session_id",
+        "session_timeout",
+        "session_check",
+        "close_session",
+        "client_protocol_version",
+        "compress",
+        "decompress",
+    }
+)
+# Settings that only shape the HTTP exchange; accepted, handled here or ignored, not sent to the engine.
+_HTTP_SETTINGS = frozenset(
+    {
+        "enable_http_compression",
+        "http_zlib_compression_level",
+        "send_progress_in_http_headers",
+        "http_headers_progress_interval_ms",
+        "cancel_http_readonly_queries_on_client_close",
+        "add_http_cors_header",
+        "http_wait_end_of_query",
+        "http_response_buffer_size",
+        "http_native_compression_disable_checksumming_on_decompress",
+        "http_write_exception_in_output_format",
+        "http_response_headers",
+    }
+)
+_READ_KEYWORDS = frozenset({"SELECT", "WITH", "SHOW", "DESC", "DESCRIBE", "EXISTS", "EXPLAIN", "SET", "USE", "("})
+_STATE_KEYWORDS = frozenset({"SET", "USE"})
+
+_LEADING_NOISE = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.S)
+_FIRST_WORD = re.compile(r"\(|[A-Za-z_]+")
+_FORMAT_TAIL = re.compile(r"\bFORMAT\s+([A-Za-z0-9_]+)\s*;?\s*$", re.I)
+_INSERT_DATA = re.compile(
+    rb"^(?P<stmt>(?:\s+|--[^\n]*\n|/\*.*?\*/)*INSERT\s+INTO\s.*?)\bFORMAT\s+(?P<fmt>[A-Za-z0-9_]+)[ \t]*(?:\r?\n|;|$)",
+    re.I | re.S,
+)
+_VALUES_OR_SELECT = re.compile(rb"\b(?:VALUES|SELECT|WITH)\b", re.I)
+_USE_TARGET = re.compile(r"^USE\s+(.+?)\s*;?\s*$", re.I | re.S)
+_TEMPORARY = re.compile(r"\bTEMPORARY\b", re.I)
+
+
+def _first_keyword(sql: str) -> str:
+    rest = _LEADING_NOISE.sub("", sql, count=1)
+    match = _FIRST_WORD.match(rest)
+    return match.group(0).upper() if match else ""
+
+
+def content_type(fmt: str) -> str:
+    """The Content-Type ClickHouse sends for an output format."""
+    low = fmt.lower()
+    if low.startswith(("tabseparated", "tsv")):
+        return "text/tab-separated-values; charset=UTF-8"
+    if low.startswith("csv"):
+        header = "present" if "names" in low else "absent"
+        return f"text/csv; charset=UTF-8; header={header}"
+    if low.startswith("json"):
+        return "application/json; charset=UTF-8"
+    if low == "xml":
+        return "application/xml; charset=UTF-8"
+    binary = (
+        "native",
+        "rowbinary",
+        "parquet",
+        "arrow",
+        "orc",
+        "avro",
+        "protobuf",
+        "msgpack",
+        "npy",
+        "capnproto",
+        "bson",
+        "rawblob",
+    )
+    if low.startswith(binary):
+        return "application/octet-stream"
+    return "text/plain; charset=UTF-8"
+
+
+@dataclass
+class _Session:
+    id: str
+    conn: EngineConn
+    lock: threading.Lock
+    timeout: float
+    last_used: float
+
+
+class _Faults:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.delay = 0.0
+        self.fail_next = 0
+        self.code = 210
+
+    def update(self, data: dict[str, object]) -> dict[str, object]:
+        with self._lock:
+            if "delay" in data:
+                self.delay = max(0.0, float(str(data["delay"])))
+            if "fail_next" in data:
+                self.fail_next = max(0, int(str(data["fail_next"])))
+            if "code" in data:
+                self.code = int(str(data["code"]))
+            return self.snapshot()
+
+    def snapshot(self) -> dict[str, object]:
+        return {"delay": self.delay, "fail_next": self.fail_next, "code": self.code}
+
+    def take(self) -> tuple[float, int | None]:
+        with self._lock:
+            if self.fail_next > 0:
+                self.fail_next -= 1
+                return self.delay, self.code
+            return self.delay, None
+
+
+@dataclass
+class _Plan:
+    """Everything one query request asks for, once the HTTP layer is peeled off."""
+
+    statement: _Statement
+    settings: dict[str, str]
+    query_params: dict[str, str]
+    readonly: int
+    database: str | None
+    default_format: str
+    params: dict[str, str]
+
+
+@dataclass
+class _Statement:
+    """A request's SQL, split like ClickHouse does: the statement, and insert data if any."""
+
+    sql: str
+    insert_stmt: str | None = None
+    insert_format: str | None = None
+    data: bytes = b""
+
+
+class ReplicaServer:
+    """One replica: an engine data directory, sessions, fault state and the HTTP front end."""
+
+    def __init__(
+        self,
+        name: str,
+        data_dir: str | os.PathLike[str],
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        password: str = "",
+        shard: str = "01",
+    ) -> None:
+        self.name = name
+        self.data_dir = Path(data_dir)
+        self.password = password
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        config = self.data_dir / "config.xml"
+        config.write_text(
+            "<clickhouse>\n"
+            f"  <display_name>{xml_escape(name)}</display_name>\n"
+            f"  <macros><replica>{xml_escape(name)}</replica><shard>{xml_escape(shard)}</shard></macros>\n"
+            "</clickhouse>\n"
+        )
+        self._path = f"{self.data_dir / 'db'}?config-file={config}"
+        self._anchor = EngineConn(self._path)  # keeps the engine up; used for server-level queries
+        self.version = self._anchor.scalar("SELECT version()")
+        self.timezone = self._anchor.scalar("SELECT timezone()")
+        self._load_error_names()
+        self._pool = ConnPool(self._path)
+        self._sessions: dict[str, _Session] = {}
+        self._sessions_lock = threading.Lock()
+        self._running_ids: set[str] = set()
+        self._running_lock = threading.Lock()
+        self.faults = _Faults()
+        self._stop = threading.Event()
+        self.http = HttpServer((host, port), self.handle)
+        self._reaper = threading.Thread(target=self._reap_sessions, name="session-reaper", daemon=True)
+        self._reaper.start()
+
+    @property
+    def port(self) -> int:
+        return self.http.port
+
+    def _load_error_names(self) -> None:
+        try:
+            rows = self._anchor.execute(
+                "SELECT code, name FROM system.errors SETTINGS system_events_show_zero_values = 1", "TSVRaw"
+            ).body.decode()
+        except ClickHouseError:
+            log.warning("could not read system.errors; using the built-in error names")
+            return
+        for line in rows.splitlines():
+            code, _, name = line.partition("\t")
+            ERROR_NAMES.setdefault(int(code), name)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def serve_forever(self) -> None:
+        self.http.serve_forever(poll_interval=0.2)
+
+    def shutdown(self) -> None:
+        """Stop serving and close every engine connection."""
+        self._stop.set()
+        self.http.shutdown()
+        self.http.server_close()
+        with self._sessions_lock:
+            sessions, self._sessions = list(self._sessions.values()), {}
+        for session in sessions:
+            session.conn.close()
+        self._pool.close()
+        self._anchor.close()
+
+    def _reap_sessions(self) -> None:
+        while not self._stop.wait(0.5):
+            now = time.monotonic()
+            expired: list[_Session] = []
+            with self._sessions_lock:
+                for sid, session in list(self._sessions.items()):
+                    if now - session.last_used > session.timeout and session.lock.acquire(blocking=False):
+                        del self._sessions[sid]
+                        expired.append(session)
+            for session in expired:
+                log.debug("session %s expired", session.id)
+                session.conn.close()
+                session.lock.release()
+
+    # -- HTTP entry point --------------------------------------------------------------------
+    def handle(self, request: Request) -> Response:
+        """Answer one HTTP request (called from the connection's thread)."""
+        split = urlsplit(request.target)
+        path = split.path or "/"
+        params = dict(parse_qsl(split.query, keep_blank_values=True))
+        if path in ("/ping", "/replicas_status") and request.method in ("GET", "HEAD"):
+            return self._ok()
+        if path.startswith(CONTROL_PREFIX):
+            return self._control(path[len(CONTROL_PREFIX) :], request)
+        query_id = params.get("query_id") or str(uuid.uuid4())
+        base_headers = [("X-ClickHouse-Server-Display-Name", self.name), ("X-ClickHouse-Query-Id", query_id)]
+        if path != "/":
+            return Response(
+                404,
+                [*base_headers, ("Content-Type", "text/plain; charset=UTF-8")],
+                f"There is no handle {path}\n\nUse / or /ping for health checks.\n"
+                "Or /replicas_status for more sophisticated health checks.\n\n"
+                "Send queries from your program with POST method or GET /?query=...\n".encode(),
+            )
+        if request.method not in ("GET", "POST", "HEAD"):
+            return self._error(ClickHouseError.make(48, f"HTTP method {request.method} is not supported"), base_headers)
+        try:
+            self._authenticate(request, params)
+            if request.headers.get("content-type", "").startswith("multipart/form-data"):
+                request.body = self._read_multipart(request, params)
+            if request.method in ("GET", "HEAD") and "query" not in params:
+                return self._ok()
+            delay, fail_code = self.faults.take()
+            if delay > 0:
+                time.sleep(delay)
+            if fail_code is not None:
+                raise ClickHouseError.make(fail_code, "Injected failure by clickhouse_lb.testing")
+            with self._query_id_running(query_id):
+                return self._query(request, params, base_headers)
+        except ClickHouseError as exc:
+            return self._error(exc, base_headers)
+
+    @staticmethod
+    def _ok() -> Response:
+        return Response(200, [("Content-Type", "text/html; charset=UTF-8")], b"Ok.\n")
+
+    def _error(self, exc: ClickHouseError, headers: list[tuple[str, str]]) -> Response:
+        body = f"{exc.text} (version {self.version})\n".encode()
+        return Response(
+            exc.http_status,
+            [
+                *headers,
+                ("Content-Type", "text/plain; charset=UTF-8"),
+                ("X-ClickHouse-Exception-Code", str(exc.code)),
+            ],
+            body,
+        )
+
+    def _control(self, what: str, request: Request) -> Response:
+        if what == "faults":
+            if request.method == "POST":
+                try:
+                    data = json.loads(request.body or b"{}")
+                    if not isinstance(data, dict):
+                        raise ValueError("expected a JSON object")
+                    state = self.faults.update(data)
+                except (ValueError, TypeError) as exc:
+                    return Response(400, [("Content-Type", "text/plain")], f"bad fault request: {exc}\n".encode())
+                log.info("faults set: %s", state)
+            else:
+                state = self.faults.snapshot()
+            return Response(200, [("Content-Type", "application/json")], json.dumps(state).encode())
+        if what == "info":
+            with self._sessions_lock:
+                n_sessions = len(self._sessions)
+            info = {"name": self.name, "pid": os.getpid(), "sessions": n_sessions}
+            return Response(200, [("Content-Type", "application/json")], json.dumps(info).encode())
+        return Response(404, [("Content-Type", "text/plain")], b"unknown control endpoint\n")
+
+    def _authenticate(self, request: Request, params: dict[str, str]) -> None:
+        user, password = "default", ""
+        auth = request.headers.get("authorization", "")
+        if auth.lower().startswith("basic "):
+            try:
+                user, _, password = base64.b64decode(auth[6:].strip()).decode().partition(":")
+            except (ValueError, UnicodeDecodeError):
+                raise ClickHouseError.make(516, "Invalid authentication: bad basic credentials") from None
+        if "x-clickhouse-user" in request.headers:
+            user = request.headers["x-clickhouse-user"]
+            password = request.headers.get("x-clickhouse-key", "")
+        if "user" in params:
+            user = params["user"]
+            password = params.get("password", "")
+        elif "password" in params:
+            password = params["password"]
+        if user != "default" or password != self.password:
+            raise ClickHouseError.make(
+                516, f"{user}: Authentication failed: password is incorrect, or there is no user with such name"
+            )
+
+    @staticmethod
+    def _read_multipart(request: Request, params: dict[str, str]) -> bytes:
+        """Take ``query`` and ``param_*`` fields of a multipart body; return the remaining body (none)."""
+        head = f"Content-Type: {request.headers['content-type']}\r\n\r\n".encode()
+        message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + request.body)
+        for part in message.iter_parts():
+            name = part.get_param("name", header="content-disposition")
+            if part.get_filename() is not None:
+                raise ClickHouseError.make(48, "External data tables are not implemented by clickhouse_lb.testing")
+            if isinstance(name, str):
+                payload = part.get_payload(decode=True)
+                value = payload.decode() if isinstance(payload, bytes) else str(payload)
+                if name == "query":
+                    params["query"] = f"{params['query']}\n{value}" if "query" in params else value
+                else:
+                    params[name] = value
+        return b""
+
+    @contextmanager
+    def _query_id_running(self, query_id: str) -> Iterator[None]:
+        with self._running_lock:
+            if query_id in self._running_ids:
+                raise ClickHouseError.make(216, f"Query with id = {query_id} is already running")
+            self._running_ids.add(query_id)
+        try:
+            yield
+        finally:
+            with self._running_lock:
+                self._running_ids.discard(query_id)
+
+    # -- queries -----------------------------------------------------------------------------
+    def _query(self, request: Request, params: dict[str, str], base_headers: list[tuple[str, str]]) -> Response:
+        for flag in ("compress", "decompress"):
+            if params.get(flag, "0").lower() in ("1", "true"):
+                raise ClickHouseError.make(
+                    48,
+                    f"{flag}=1 (ClickHouse native block compression) is not implemented by clickhouse_lb.testing; "
+                    "use HTTP compression (enable_http_compression=1 and Accept-Encoding / Content-Encoding)",
+                )
+        body = request.body
+        if body and request.method == "POST":
+            try:
+                body = _encoding.decompress(body, request.headers.get("content-encoding"))
+            except _encoding.UnsupportedEncoding as exc:
+                raise ClickHouseError.make(48, f"Unsupported Content-Encoding: {exc}") from None
+            except Exception as exc:
+                raise ClickHouseError.make(432, f"Cannot decompress request body: {exc}") from None
+        statement = self._split(params.get("query"), body if request.method == "POST" else b"")
+        settings: dict[str, str] = {}
+        query_params: dict[str, str] = {}
+        for key, value in params.items():
+            if key.startswith("param_"):
+                query_params[key[6:]] = value
+            elif key not in _HTTP_PARAMS and key not in _HTTP_SETTINGS:
+                settings[key] = value
+        readonly = 2 if request.method in ("GET", "HEAD") else 0
+        if "readonly" in settings:
+            readonly = max(readonly, int(settings.pop("readonly") or 0))
+        default_format = params.get("default_format") or "TabSeparated"
+        fmt = default_format
+        if statement.insert_stmt is None:
+            tail = _FORMAT_TAIL.search(statement.sql)
+            if tail:
+                fmt = tail.group(1)
+        plan = _Plan(
+            statement, settings, query_params, readonly, params.get("database") or None, default_format, params
+        )
+        session_id = params.get("session_id") or None
+        result = self._run_in_session(session_id, plan) if session_id else self._run_sessionless(plan)
+        payload = result.body
+        headers = [
+            *base_headers,
+            ("X-ClickHouse-Format", fmt),
+            ("X-ClickHouse-Timezone", self.timezone),
+            ("Content-Type", content_type(fmt)),
+        ]
+        if params.get("enable_http_compression", "0").lower() in ("1", "true") and payload:
+            method = _encoding.choose(request.headers.get("accept-encoding"))
+            if method:
+                level = params.get("http_zlib_compression_level")
+                payload = _encoding.compress(payload, method, int(level) if level else None)
+                headers.append(("Content-Encoding", method))
+        summary = {
+            "read_rows": str(result.read_rows),
+            "read_bytes": str(result.read_bytes),
+            "written_rows": str(result.written_rows),
+            "written_bytes": str(result.written_bytes),
+            "elapsed_ns": str(int(result.elapsed * 1e9)),
+        }
+        headers.append(("X-ClickHouse-Summary", json.dumps(summary, separators=(",", ":"))))
+        return Response(200, headers, payload)
+
+    @staticmethod
+    def _split(url_query: str | None, body: bytes) -> _Statement:
+        if url_query and body:
+            full = url_query.encode() + b"\n" + body
+        elif url_query:
+            full = url_query.encode()
+        else:
+            full = body
+        if not full.strip():
+            raise ClickHouseError.make(62, "Empty query")
+        match = _INSERT_DATA.match(full)
+        if match and not _VALUES_OR_SELECT.search(match.group("stmt")):
+            stmt = match.group("stmt").decode("utf-8", "replace").strip()
+            return _Statement(stmt, stmt, match.group("fmt").decode(), full[match.end() :])
+        return _Statement(full.decode("utf-8", "replace"))
+
+    @staticmethod
+    def _execute(conn: EngineConn, plan: _Plan) -> Result:
+        statement = plan.statement
+        if statement.insert_stmt is not None and statement.insert_format is not None:
+            return conn.insert(statement.insert_stmt, statement.insert_format, statement.data)
+        return conn.execute(statement.sql, plan.default_format, plan.query_params)
+
+    def _run_sessionless(self, plan: _Plan) -> Result:
+        statement, readonly = plan.statement, plan.readonly
+        conn = self._pool.get()
+        keyword = _first_keyword(statement.sql)
+        # Anything that changes the connection beyond settings/database: use it once, then drop it.
+        discard = bool(readonly) or keyword in _STATE_KEYWORDS or bool(_TEMPORARY.search(statement.sql))
+        try:
+            conn.use(plan.database or "default")
+            conn.apply_settings(plan.settings)
+            if readonly:
+                conn.execute(f"SET readonly = {readonly}")
+            return self._execute(conn, plan)
+        except ClickHouseError:
+            raise
+        except Exception:
+            discard = True
+            raise
+        finally:
+            self._pool.put(conn, discard=discard)
+
+    @contextmanager
+    def _session(self, session_id: str, params: dict[str, str]) -> Iterator[_Session]:
+        timeout = float(params.get("session_timeout") or 60)
+        check = params.get("session_check", "0").lower() in ("1", "true")
+        with self._sessions_lock:
+            session = self._sessions.get(session_id)
+            if session is None:
+                if check:
+                    raise ClickHouseError.make(372, f"Session {session_id} not found")
+                session = _Session(session_id, EngineConn(self._path), threading.Lock(), timeout, time.monotonic())
+                self._sessions[session_id] = session
+            if not session.lock.acquire(blocking=False):
+                raise ClickHouseError.make(373, f"Session {session_id} is locked by a concurrent client")
+            session.timeout = timeout
+        try:
+            yield session
+        finally:
+            session.last_used = time.monotonic()
+            if params.get("close_session", "0").lower() in ("1", "true"):
+                with self._sessions_lock:
+                    if self._sessions.get(session_id) is session:
+                        del self._sessions[session_id]
+                session.conn.close()
+            session.lock.release()
+
+    def _run_in_session(self, session_id: str, plan: _Plan) -> Result:
+        statement, database = plan.statement, plan.database
+        keyword = _first_keyword(statement.sql)
+        if plan.readonly and (statement.insert_stmt is not None or keyword not in _READ_KEYWORDS):
+            raise ClickHouseError.make(164, "default: Cannot execute query in readonly mode")
+        with self._session(session_id, plan.params) as session:
+            conn = session.conn
+            if keyword in _STATE_KEYWORDS:
+                # SET / USE change the session itself: run them on the session's own state.
+                conn.apply_settings({})
+                result = self._execute(conn, plan)
+                if keyword == "USE":
+                    target = _USE_TARGET.match(_LEADING_NOISE.sub("", statement.sql, count=1))
+                    if target:
+                        conn.database = target.group(1).strip('`"')
+                return result
+            previous_db = conn.database
+            if database:
+                conn.use(database)
+            try:
+                conn.apply_settings(plan.settings)
+                return self._execute(conn, plan)
+            finally:
+                if database and conn.database != previous_db:
+                    try:
+                        conn.use(previous_db)
+                    except ClickHouseError:  # the session's database was dropped meanwhile
+                        conn.execute(f"USE {sql_identifier('default')}")
+                        conn.database = "default"
