@@ -67,6 +67,7 @@ class Balancer:
         self._index = {address: i for i, address in enumerate(self.addresses)}
         self._index.update({address.lower(): i for i, address in enumerate(self.addresses)})
         self._priorities = [r.priority for r in self.replicas]
+        self._priority_ranks = static_ranks(self._priorities, [0] * len(self._priorities))
         self._random = random
         self.listeners = ListenerSet(listeners)
         self.state = ReplicaSetState(
@@ -80,6 +81,9 @@ class Balancer:
         # Static parts of the sort key, per (strategy, first offset): computed once, on first use.
         self._ranks: dict[tuple[LoadBalancing, int], list[int]] = {}
         self._local_hostname = settings.local_hostname
+        self._default_ranks: list[int] | None = None
+        if not settings.load_balancing.uses_hostnames:  # a hostname default may need a DNS lookup
+            self._default_ranks = self._static_ranks(settings.load_balancing, settings.load_balancing_first_offset)
 
     # -- ordering --------------------------------------------------------------------------
 
@@ -102,13 +106,15 @@ class Balancer:
             priorities = strategy_priorities(strategy, n, first_offset=first_offset, hostname_score=scores)
             ranks = static_ranks(self._priorities, priorities)
             self._ranks[key] = ranks
+            if strategy is self.settings.load_balancing and first_offset == self.settings.load_balancing_first_offset:
+                self._default_ranks = ranks
         return ranks
 
     def plan_indices(self, overrides: StatementOverrides = NO_OVERRIDES, *, advance: bool = True) -> list[int]:
         """Replica indices in the order the next statement tries them. ``advance``: this is a
         statement (round_robin takes one step); False for a look (``pool.plan()``)."""
         settings = self.settings
-        if overrides:
+        if overrides is not NO_OVERRIDES and overrides:
             strategy = overrides.load_balancing or settings.load_balancing
             offset = overrides.load_balancing_first_offset
             first_offset = settings.load_balancing_first_offset if offset is None else offset
@@ -119,12 +125,15 @@ class Balancer:
             first_offset = settings.load_balancing_first_offset
             max_ignored = settings.distributed_replica_max_ignored_errors
         round_robin = strategy is LoadBalancing.ROUND_ROBIN
-        errors, _, counter, recovered = self.state.select(advance_round_robin=advance and round_robin)
+        errors, counter, recovered = self.state.select(advance_round_robin=advance and round_robin)
         if recovered:
             self._recovered(recovered, "decayed")
         if round_robin:
-            return round_robin_order(errors, self._priorities, max_ignored, counter)
-        return plan_order(errors, self._static_ranks(strategy, first_offset), max_ignored, self._random)
+            return round_robin_order(errors, self._priority_ranks, max_ignored, counter)
+        ranks = self._default_ranks if strategy is settings.load_balancing else None
+        if ranks is None or first_offset != settings.load_balancing_first_offset:
+            ranks = self._static_ranks(strategy, first_offset)
+        return plan_order(errors, ranks, max_ignored, self._random)
 
     def plan(self, overrides: StatementOverrides = NO_OVERRIDES) -> list[str]:
         return [self.addresses[i] for i in self.plan_indices(overrides, advance=False)]

@@ -42,7 +42,9 @@ def plan_order(
             (max(0, errors[i] - max_ignored_errors), slowdowns[i], ranks[i], random()) for i in range(n)
         ]
         return sorted(range(n), key=hedged_keys.__getitem__)
-    if max_ignored_errors:
+    if not any(errors):
+        keys = [r + random() for r in ranks]
+    elif max_ignored_errors:
         keys = [
             (e - max_ignored_errors if e > max_ignored_errors else 0) * n + r + random()
             for e, r in zip(errors, ranks)
@@ -54,7 +56,7 @@ def plan_order(
 
 def round_robin_order(
     errors: Sequence[int],
-    priorities: Sequence[int],
+    priority_ranks: Sequence[int],
     max_ignored_errors: int,
     counter: int,
 ) -> list[int]:
@@ -63,19 +65,20 @@ def round_robin_order(
     The replicas sharing the best ``(effective errors, priority)`` rank take turns: the k of
     them are rotated by ``counter mod k``, so each gets exactly 1/k of the statements. The
     others follow as failover candidates, by rank, in the rotation order of all n positions.
+    ``priority_ranks``: the dense rank of each replica's configured priority (see
+    :func:`static_ranks`), so that one integer per replica orders like the tuple.
     """
     n = len(errors)
-    group_keys = [(max(0, errors[i] - max_ignored_errors), priorities[i]) for i in range(n)]
-    best = min(group_keys)
-    leaders = [i for i in range(n) if group_keys[i] == best]
+    group = [
+        (e - max_ignored_errors if e > max_ignored_errors else 0) * n + p for e, p in zip(errors, priority_ranks)
+    ]
+    best = min(group)
+    leaders = [i for i, key in enumerate(group) if key == best]
     k = len(leaders)
     start = counter % k
     head = leaders[start:] + leaders[:start]
     if k == n:
         return head
     shift = counter % n
-    rest = sorted(
-        (i for i in range(n) if group_keys[i] != best),
-        key=lambda i: (group_keys[i], (i - shift) % n),
-    )
+    rest = sorted((i for i in range(n) if group[i] != best), key=lambda i: group[i] * n + (i - shift) % n)
     return head + rest

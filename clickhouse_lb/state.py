@@ -121,16 +121,26 @@ class ReplicaSetState:
                     recovered.append(i)
         return recovered
 
-    def select(self, *, advance_round_robin: bool) -> tuple[list[int], list[int], int, list[int]]:
-        """Decay, then a snapshot for ordering: (errors, slowdowns, round-robin counter,
-        replicas that just recovered). ``advance_round_robin``: this is a statement (one
-        round-robin step), not a look at ``plan()``."""
+    def select(self, *, advance_round_robin: bool) -> tuple[list[int], int, list[int]]:
+        """Decay, then a snapshot for ordering: (errors, round-robin counter, replicas that just
+        recovered). ``advance_round_robin``: this is a statement (one round-robin step), not a
+        look at ``plan()``. This runs once per statement, hence the inlined fast path."""
         with self._lock:
-            recovered = self._decay_locked(self._clock())
+            now = self._clock()
+            last = self._last_decrease
+            if last is not None and 0 < self.half_life and now - last < self.half_life:
+                recovered: list[int] = []
+            else:
+                recovered = self._decay_locked(now)
             counter = self._round_robin
             if advance_round_robin:
                 self._round_robin = counter + 1
-            return self._errors[:], self._slowdowns[:], counter, recovered
+            return self._errors[:], counter, recovered
+
+    def slowdowns(self) -> list[int]:
+        """The stored slowdown counts (for hedged-read ordering)."""
+        with self._lock:
+            return self._slowdowns[:]
 
     # -- outcomes --------------------------------------------------------------------------
 

@@ -31,15 +31,15 @@ def test_ties_are_a_uniform_permutation() -> None:
 
 
 def test_round_robin_rotates_among_the_best_rank_only() -> None:
-    firsts = Counter(round_robin_order([0, 1, 0, 0], [1, 1, 1, 1], 0, c)[0] for c in range(300))
+    firsts = Counter(round_robin_order([0, 1, 0, 0], [0, 0, 0, 0], 0, c)[0] for c in range(300))
     assert firsts == {0: 100, 2: 100, 3: 100}
 
 
 def test_round_robin_respects_priority_and_puts_the_rest_last() -> None:
-    order = round_robin_order([0, 0, 3, 0], [1, 1, 1, 2], 0, 7)
+    order = round_robin_order([0, 0, 3, 0], static_ranks([1, 1, 1, 2], [0] * 4), 0, 7)
     assert sorted(order[:2]) == [0, 1]
     assert order[2:] == [3, 2]  # priority 2 before 3 errors
 
 
 def test_round_robin_max_ignored_errors() -> None:
-    assert Counter(round_robin_order([1, 0], [1, 1], 1, c)[0] for c in range(10)) == {0: 5, 1: 5}
+    assert Counter(round_robin_order([1, 0], [0, 0], 1, c)[0] for c in range(10)) == {0: 5, 1: 5}

@@ -76,9 +76,9 @@ def test_a_backwards_clock_neither_wipes_nor_freezes(clock: FakeClock) -> None:
 
 def test_round_robin_counter_advances_only_for_statements(clock: FakeClock) -> None:
     state = ReplicaSetState(2, clock=clock, round_robin_start=41)
-    assert state.select(advance_round_robin=False)[2] == 41
-    assert state.select(advance_round_robin=True)[2] == 41
-    assert state.select(advance_round_robin=True)[2] == 42
+    assert state.select(advance_round_robin=False)[1] == 41
+    assert state.select(advance_round_robin=True)[1] == 41
+    assert state.select(advance_round_robin=True)[1] == 42
 
 
 @pytest.mark.parametrize(("elapsed", "half_life", "shifts"), [(0, 60, 0), (59.9, 60, 0), (60, 60, 1),
