@@ -128,6 +128,7 @@ _HTTP_SETTINGS = frozenset(
 )
 _READ_KEYWORDS = frozenset({"SELECT", "WITH", "SHOW", "DESC", "DESCRIBE", "EXISTS", "EXPLAIN", "SET", "USE", "("})
 _STATE_KEYWORDS = frozenset({"SET", "USE"})
+_RESULT_KEYWORDS = frozenset({"SELECT", "WITH", "SHOW", "DESC", "DESCRIBE", "EXISTS", "EXPLAIN", "CHECK", "("})
 
 _LEADING_NOISE = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.S)
 _FIRST_WORD = re.compile(r"\(|[A-Za-z_]+")
@@ -490,12 +491,16 @@ class ReplicaServer:
         session_id = params.get("session_id") or None
         result = self._run_in_session(session_id, plan) if session_id else self._run_sessionless(plan)
         payload = result.body
-        headers = [
-            *base_headers,
-            ("X-ClickHouse-Format", fmt),
-            ("X-ClickHouse-Timezone", self.timezone),
-            ("Content-Type", content_type(fmt)),
-        ]
+        headers = list(base_headers)
+        if statement.insert_stmt is None and _first_keyword(statement.sql) in _RESULT_KEYWORDS:
+            # Like ClickHouse: only statements with an output format announce it.
+            headers += [
+                ("X-ClickHouse-Format", fmt),
+                ("X-ClickHouse-Timezone", self.timezone),
+                ("Content-Type", content_type(fmt)),
+            ]
+        else:
+            headers += [("X-ClickHouse-Timezone", self.timezone), ("Content-Type", "text/plain; charset=UTF-8")]
         if params.get("enable_http_compression", "0").lower() in ("1", "true") and payload:
             method = _encoding.choose(request.headers.get("accept-encoding"))
             if method:
