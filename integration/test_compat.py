@@ -87,7 +87,8 @@ def test_types_round_trip(client: Any, types_table: str) -> None:
         if name == "fs":
             assert got[name] in (b"abc", "abc")
         elif name == "dt64":
-            assert got[name] == value and got[name].utcoffset() == value.utcoffset()
+            assert got[name] == value
+            assert got[name].utcoffset() == value.utcoffset()
         else:
             assert got[name] == value, name
     assert [t.name for t in result.column_types] == [ctype for _, ctype, _ in COLUMNS]
@@ -101,7 +102,8 @@ def test_pandas_arrow_numpy(client: Any) -> None:
     df = pd.DataFrame({"id": [1, 2, 3], "name": ["a", "b", "c"], "v": [0.5, 1.5, 2.5]})
     client.insert_df("compat_df", df)
     back = client.query_df("SELECT * FROM compat_df ORDER BY id")
-    assert back["name"].tolist() == ["a", "b", "c"] and back["v"].tolist() == [0.5, 1.5, 2.5]
+    assert back["name"].tolist() == ["a", "b", "c"]
+    assert back["v"].tolist() == [0.5, 1.5, 2.5]
     table = client.query_arrow("SELECT * FROM compat_df ORDER BY id")
     assert table.num_rows == 3
     client.insert_arrow("compat_df", table)
@@ -172,7 +174,8 @@ def test_errors_and_codes(
     assert http_err.value.code == status
     assert http_err.value.headers["X-ClickHouse-Exception-Code"] == str(code)
     body = http_err.value.read().decode()
-    assert body.startswith(f"Code: {code}. DB::Exception: ") and "(version " in body
+    assert body.startswith(f"Code: {code}. DB::Exception: ")
+    assert "(version " in body
 
 
 def test_unknown_setting_and_auth(healthy_clickhouse_cluster: ClusterBase) -> None:
