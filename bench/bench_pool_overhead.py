@@ -1,0 +1,86 @@
+"""A balanced ``SELECT 1`` against a bare clickhouse-connect client to the same replica.
+
+Both talk to replica 0 of a local cluster (the pool uses ``in_order``, so every statement goes
+there): the difference is the pool's own work (ordering, failover bookkeeping, tenacity).
+Measured side by side in alternating rounds, so machine noise hits both equally; the result
+is a ratio (target: the pool within 3% of the bare client). Also reports the pool's pure
+Python overhead per statement against an in-process fake client (no I/O at all).
+
+    python bench/bench_pool_overhead.py [--rounds 20] [--per-round 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import timeit
+from pathlib import Path
+from typing import Any
+
+import clickhouse_connect
+
+import clickhouse_lb
+from clickhouse_lb.testing import LocalCluster
+
+
+def timed_rounds(fn: Any, per_round: int) -> float:
+    """Median latency of one call over a round, in milliseconds."""
+    samples = []
+    for _ in range(per_round):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1e3
+
+
+def python_overhead_us() -> float:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.fakes import FakeCluster, make_pool
+
+    fake = FakeCluster("a", "b", "c")
+    pool = make_pool(fake, load_balancing="in_order")
+    client = fake.factory(host="a")
+    n = 20000
+    direct = min(timeit.repeat(lambda: client.query("SELECT 1"), number=n, repeat=5)) / n
+    pooled = min(timeit.repeat(lambda: pool.query("SELECT 1"), number=n, repeat=5)) / n
+    return (pooled - direct) * 1e6
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--per-round", type=int, default=100)
+    args = parser.parse_args()
+    with LocalCluster(replicas=3) as cluster:
+        host, _, port = cluster.hosts[0].rpartition(":")
+        bare = clickhouse_connect.get_client(host=host, port=int(port), autogenerate_session_id=False,
+                                             query_retries=0)
+        pool = clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order")
+        for _ in range(200):  # warm both: connections, server caches
+            bare.query("SELECT 1")
+            pool.query("SELECT 1")
+        bare_ms: list[float] = []
+        pool_ms: list[float] = []
+        for i in range(args.rounds):
+            pair = [(bare_ms, bare), (pool_ms, pool)]
+            for samples, target in pair if i % 2 == 0 else reversed(pair):
+                samples.append(timed_rounds(lambda t=target: t.query("SELECT 1"), args.per_round))
+        pool.close()
+        bare.close()
+    b, p = statistics.median(bare_ms), statistics.median(pool_ms)
+    ratio = p / b
+    overhead = python_overhead_us()
+    print("| client | SELECT 1 median (ms) |")
+    print("|---|---:|")
+    print(f"| bare clickhouse-connect client | {b:.3f} |")
+    print(f"| clickhouse-lb pool (3 replicas, in_order) | {p:.3f} |")
+    print()
+    print(f"pool / bare = {ratio:.3f} ({(ratio - 1) * 100:+.1f}%; target within +3%); "
+          f"pool's own Python work per statement: {overhead:.1f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
