@@ -128,7 +128,7 @@ class ReplicaSetState:
         with self._lock:
             now = self._clock()
             last = self._last_decrease
-            if last is not None and 0 < self.half_life and now - last < self.half_life:
+            if last is not None and self.half_life > 0 and now - last < self.half_life:
                 recovered: list[int] = []
             else:
                 recovered = self._decay_locked(now)

@@ -151,7 +151,7 @@ def test_a_killed_replica_costs_zero_failed_statements_under_load(cluster: Clust
                     killed.set()
                 try:
                     answer = str(pool.command(WHO))
-                except BaseException as exc:  # noqa: BLE001 - every failure is a test failure
+                except BaseException as exc:  # every failure is a test failure
                     with lock:
                         failures.append(exc)
                     continue
