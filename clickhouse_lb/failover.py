@@ -81,9 +81,15 @@ class StatementAttempts:
         self.retry_after_send = retry_after_send
         self.failures: list[tuple[int, Failure]] = []
 
-    def replica(self, retry_state: RetryCallState) -> int:
+    def begin(self, retry_state: RetryCallState) -> int:
         """The replica index for the attempt tenacity is about to make."""
-        return self.schedule[retry_state.attempt_number - 1]
+        index = self.schedule[retry_state.attempt_number - 1]
+        logger.debug("%s: attempt %d on %s", self.operation, retry_state.attempt_number,
+                     self._balancer.addresses[index])
+        return index
+
+    def succeeded(self, index: int) -> None:
+        self._balancer.record_success(index)
 
     def failed(self, index: int, exc: BaseException) -> None:
         """Classify a failed attempt and, for a replica failure, count it at once."""
@@ -170,19 +176,16 @@ class StatementAttempts:
 
 def run_sync(attempts: StatementAttempts, call: Callable[[int], T]) -> T:
     """Run ``call(replica_index)`` until it succeeds, per the statement's failover rules."""
-    balancer = attempts._balancer
     try:
         for attempt in Retrying(**attempts.tenacity_options()):
             with attempt:
-                index = attempts.replica(attempt.retry_state)
-                logger.debug("%s: attempt %d on %s", attempts.operation, attempt.retry_state.attempt_number,
-                             balancer.addresses[index])
+                index = attempts.begin(attempt.retry_state)
                 try:
                     result = call(index)
                 except Exception as exc:
                     attempts.failed(index, exc)
                     raise
-                balancer.record_success(index)
+                attempts.succeeded(index)
                 return result
     except RetryError as exc:
         raise attempts.exhausted() from exc.last_attempt.exception()
@@ -192,19 +195,16 @@ def run_sync(attempts: StatementAttempts, call: Callable[[int], T]) -> T:
 async def run_async(attempts: StatementAttempts, call: Callable[[int], Awaitable[T]]) -> T:
     """The asyncio twin of :func:`run_sync` (tenacity's AsyncRetrying). A cancelled attempt
     is not a replica failure: it counts nothing and cancels the statement."""
-    balancer = attempts._balancer
     try:
         async for attempt in AsyncRetrying(**attempts.tenacity_options()):
             with attempt:
-                index = attempts.replica(attempt.retry_state)
-                logger.debug("%s: attempt %d on %s", attempts.operation, attempt.retry_state.attempt_number,
-                             balancer.addresses[index])
+                index = attempts.begin(attempt.retry_state)
                 try:
                     result = await call(index)
                 except Exception as exc:
                     attempts.failed(index, exc)
                     raise
-                balancer.record_success(index)
+                attempts.succeeded(index)
                 return result
     except RetryError as exc:
         raise attempts.exhausted() from exc.last_attempt.exception()
