@@ -1,0 +1,19 @@
+"""SQLAlchemy support: the ``clickhousedb+lb://`` engine URL (Core, ORM, pandas, Superset).
+
+Registered through the ``sqlalchemy.dialects`` entry point, so after
+``pip install "clickhouse-lb[sqlalchemy]"``::
+
+    from sqlalchemy import create_engine
+    engine = create_engine("clickhousedb+lb://user:pw@ch-1,ch-2,ch-3:8123/db?load_balancing=in_order")
+
+Types, compiler and reflection are clickhouse-connect's (``clickhousedb``); balancing and
+failover are added underneath. See docs/sqlalchemy.md.
+"""
+
+from __future__ import annotations
+
+from .dbapi import PinnedConnection
+from .dialect import ClickHouseLBDialect, get_replica_pool
+from .url import EngineArgs, engine_args_from_url
+
+__all__ = ["ClickHouseLBDialect", "EngineArgs", "PinnedConnection", "engine_args_from_url", "get_replica_pool"]

@@ -1,0 +1,75 @@
+"""The DB-API connection of ``clickhousedb+lb``: clickhouse-connect's own, over a pinned replica.
+
+clickhouse-connect's :class:`~clickhouse_connect.dbapi.connection.Connection` builds a client
+from connection arguments; here the client already exists: it is a
+:class:`~clickhouse_lb.PinnedSession`, one replica chosen by the pool's strategy. Every cursor
+statement goes through that session, which counts a replica failure against the replica (in
+the engine-wide balancing state) and raises :class:`~clickhouse_lb.errors.SessionLostError`;
+the dialect reports that as a disconnect, so SQLAlchemy invalidates the connection and the
+next checkout is pinned anew, away from the failed replica.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from clickhouse_connect.dbapi.connection import Connection
+from clickhouse_connect.driver.client import Client
+
+from clickhouse_lb._client_api import SYNC_METHODS
+from clickhouse_lb.pool import PinnedSession
+
+__all__ = ["PinnedConnection"]
+
+_STATEMENTS = frozenset((*SYNC_METHODS, "ping"))
+
+
+class _CursorClient:
+    """What a DB-API cursor sees as its client. Statements (``query``, ``insert``, ``command``
+    ...) go through the pinned session, for its failure accounting; everything else
+    (``create_query_context``, ``server_tz``, settings look-ups ...) is the replica's own
+    clickhouse-connect client, which does no I/O for them."""
+
+    __slots__ = ("_pinned",)
+
+    def __init__(self, pinned: PinnedSession) -> None:
+        self._pinned = pinned
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _STATEMENTS:
+            return getattr(self._pinned, name)
+        return getattr(self._pinned.client, name)
+
+    def close(self) -> None:
+        self._pinned.close()
+
+
+class PinnedConnection(Connection):
+    """A clickhouse-connect DB-API connection whose client is pinned to one replica.
+
+    ``address`` is that replica (``host:port``); ``session_id`` its ClickHouse session (``None``
+    with ``autogenerate_session_id=false``). Commit and rollback are no-ops, as in
+    clickhouse-connect (ClickHouse has no client-side transactions).
+    """
+
+    def __init__(self, pinned: PinnedSession) -> None:
+        # Connection.__init__ would create its own client from connection arguments: the pinned
+        # session's client takes its place, with the same integration tag.
+        self.pinned = pinned
+        self.client = cast(Client, _CursorClient(pinned))
+        self.client._add_integration_tag("sqlalchemy")
+        self.timezone = pinned.client.server_tz
+
+    @property
+    def address(self) -> str:
+        return self.pinned.address
+
+    @property
+    def session_id(self) -> str | None:
+        return self.pinned.session_id
+
+    def close(self) -> None:
+        self.pinned.close()
+
+    def __repr__(self) -> str:
+        return f"<PinnedConnection on {self.pinned.address}>"

@@ -1,0 +1,231 @@
+"""From a ``clickhousedb+lb://`` SQLAlchemy URL to one validated pool configuration.
+
+The URL is read through SQLAlchemy's own :class:`~sqlalchemy.engine.URL` (user, password and
+database come decoded; repeated query parameters come as tuples); the replicas, balancing
+settings and client options are then validated by the same code as ``get_pool``
+(:func:`clickhouse_lb.config.resolve_pool_config`), so the dialect accepts the same names and
+fails the same way. Accepted forms::
+
+    clickhousedb+lb://user:pw@/db?host=ch-1:8123&host=ch-2:8123      repeated host=
+    clickhousedb+lb://user:pw@ch-1,ch-2,ch-3:8123/db                 one shared port
+    clickhousedb+lb://user:pw@ch-1:8123/db?alt_hosts=ch-2:8123,ch-3:8123
+    ...?secure=true (or https=true)      TLS; the default port becomes 8443
+    ...?load_balancing=in_order&priority=0,1,1&distributed_replica_error_half_life=30
+
+Hosts are taken in that order: the URL's authority, then ``host=`` values, then
+``alt_hosts=`` values. The parameters the dialect owns (hosts, ``priority``, ``secure``/``https``,
+``autogenerate_session_id`` and the balancing settings under their ClickHouse names) are taken
+out; every other parameter goes on as clickhouse-connect's own dialect would treat it: a
+clickhouse-connect client option when it names one, otherwise a server setting (a ``ch_``
+prefix forces a server setting, e.g. ``ch_load_balancing`` for the server's own
+``load_balancing`` of Distributed queries).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.engine import URL
+
+from clickhouse_lb.config import PoolConfig, resolve_pool_config, sync_client_option_names
+from clickhouse_lb.errors import ConfigurationError
+from clickhouse_lb.settings import (
+    BALANCING_SETTING_NAMES,
+    DEFAULT_HTTP_PORT,
+    DEFAULT_HTTPS_PORT,
+    Replica,
+    parse_replicas,
+)
+
+__all__ = ["DIALECT_PARAMETERS", "EngineArgs", "engine_args_from_url"]
+
+#: Query parameters the dialect takes for itself (besides the balancing settings).
+DIALECT_PARAMETERS = ("host", "alt_hosts", "priority", "secure", "https", "autogenerate_session_id")
+
+# Names that can only be meant as balancing settings: an unknown one is a typo, not a server setting.
+_BALANCING_PREFIXES = ("load_balancing", "distributed_replica_", "connections_with_failover", "failover_")
+# Real server settings that look like ours; they go to the server as they are.
+_SERVER_LOOKALIKES = frozenset({"connect_timeout_with_failover_secure_ms"})
+# Options a pinned connection decides for itself.
+_REFUSED = ("session_id", "dsn", "generic_args")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class EngineArgs:
+    """What an engine URL (plus ``connect_args``) says: the pool's configuration and whether each
+    DB-API connection gets its own ClickHouse session."""
+
+    config: PoolConfig
+    session: bool
+    #: The URL's balancing settings and client options, kept to merge ``connect_args`` into.
+    balancing: dict[str, Any] = field(default_factory=dict, repr=False)
+    client_options: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def with_connect_args(self, connect_args: Mapping[str, Any]) -> EngineArgs:
+        """The same engine with ``create_engine(connect_args=...)`` applied: balancing settings by
+        their ClickHouse names, anything else as clickhouse-connect client options (a
+        ``settings`` dict is merged into the URL's server settings)."""
+        if not connect_args:
+            return self
+        balancing = dict(self.balancing)
+        options = dict(self.client_options)
+        session = self.session
+        for name, value in connect_args.items():
+            if name in BALANCING_SETTING_NAMES:
+                balancing[name] = value
+            elif name == "autogenerate_session_id":
+                session = _as_bool(name, value)
+            elif name == "settings" and isinstance(value, Mapping):
+                options["settings"] = {**(options.get("settings") or {}), **value}
+            else:
+                options[name] = value
+        return _resolve(self.config.replicas, balancing, options, session)
+
+
+def _values(query: Mapping[str, str | tuple[str, ...]], name: str) -> list[str]:
+    value = query.get(name)
+    if value is None:
+        return []
+    return list(value) if isinstance(value, tuple) else [value]
+
+
+def _single(query: Mapping[str, str | tuple[str, ...]], name: str) -> str | None:
+    values = _values(query, name)
+    if len(values) > 1:
+        raise ConfigurationError(f"URL parameter {name!r} is given {len(values)} times ({values}): give it once")
+    return values[0] if values else None
+
+
+def _as_bool(name: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise ConfigurationError(f"Bad {name} {value!r}: expected true or false")
+
+
+def _check_not_a_typo(name: str) -> None:
+    """An unknown parameter that can only be meant as a balancing setting is an error here,
+    rather than a server setting the server rejects at the first query."""
+    if name in _SERVER_LOOKALIKES:
+        return
+    valid = sorted((*BALANCING_SETTING_NAMES, *DIALECT_PARAMETERS))
+    close = difflib.get_close_matches(name, valid, n=3, cutoff=0.85)
+    if close or name.startswith(_BALANCING_PREFIXES):
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise ConfigurationError(
+            f"Unknown balancing parameter {name!r} in the URL.{hint} Valid: {', '.join(valid)}. "
+            f"(To send a server setting of that name, write ch_{name}=...)"
+        )
+
+
+def _authority_hosts(url: URL) -> list[str]:
+    """``ch-1,ch-2,ch-3:8123``: SQLAlchemy splits it into host ``ch-1,ch-2,ch-3`` and port 8123;
+    the port is shared by every host of the authority."""
+    if not url.host:
+        if url.port is not None:
+            raise ConfigurationError(f"The URL gives port {url.port} but no host before it")
+        return []
+    hosts = [h.strip() for h in url.host.split(",")]
+    if not all(hosts):
+        raise ConfigurationError(f"Empty host name in {url.host!r}: expected ch-1,ch-2,ch-3:8123")
+    if url.port is None:
+        return hosts
+    return [f"[{h}]:{url.port}" if ":" in h else f"{h}:{url.port}" for h in hosts]
+
+
+def _priorities(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    priorities = []
+    for item in text.split(","):
+        try:
+            priorities.append(int(item.strip()))
+        except ValueError:
+            raise ConfigurationError(
+                f"Bad priority {item.strip()!r} in priority={text!r}: expected integers, one per host"
+            ) from None
+    return priorities
+
+
+def _resolve(replicas: list[Replica], balancing: dict[str, Any], options: dict[str, Any], session: bool) -> EngineArgs:
+    for name in _REFUSED:
+        if name in options:
+            raise ConfigurationError(
+                f"Option {name!r} is not accepted by clickhousedb+lb: each DB-API connection gets its "
+                "own ClickHouse session on its own replica (autogenerate_session_id=false turns sessions off)"
+            )
+    config = resolve_pool_config(
+        replicas,
+        dsn=None,
+        balancing=balancing,
+        client_options=options,
+        valid_client_options=sync_client_option_names(),
+    )
+    return EngineArgs(config, session, balancing, options)
+
+
+def engine_args_from_url(url: URL, default_session: bool = True) -> EngineArgs:
+    """Validate an engine URL; raises :class:`~clickhouse_lb.errors.ConfigurationError` naming
+    the bad value (and the valid choices, where there is a closed set)."""
+    query = url.query
+    hosts = _authority_hosts(url)
+    for name in ("host", "alt_hosts"):
+        hosts.extend(h for value in _values(query, name) for h in value.split(",") if h.strip())
+    if not hosts:
+        shown = url.render_as_string(hide_password=True)
+        raise ConfigurationError(
+            f"No hosts in URL {shown!r}: expected clickhousedb+lb://user:pw@ch-1,ch-2:8123/db "
+            "or clickhousedb+lb://user:pw@/db?host=ch-1:8123&host=ch-2:8123"
+        )
+    secure = False
+    for name in ("secure", "https"):
+        value = _single(query, name)
+        if value is not None:
+            secure = secure or _as_bool(name, value)
+    interface = _single(query, "interface")
+    if interface is not None and interface.strip().lower() == "https":
+        secure = True
+    session_text = _single(query, "autogenerate_session_id")
+    session = default_session if session_text is None else _as_bool("autogenerate_session_id", session_text)
+    replicas = parse_replicas(
+        hosts,
+        default_port=DEFAULT_HTTPS_PORT if secure else DEFAULT_HTTP_PORT,
+        priorities=_priorities(_single(query, "priority")),
+    )
+
+    balancing: dict[str, Any] = {}
+    options: dict[str, Any] = {}
+    settings: dict[str, str] = {}
+    client_option_names = sync_client_option_names()
+    for name in query:
+        if name in DIALECT_PARAMETERS:
+            continue
+        value = _single(query, name)
+        if name in BALANCING_SETTING_NAMES:
+            balancing[name] = value
+        elif name in _REFUSED:
+            options[name] = value  # refused by _resolve, with the reason
+        elif name.startswith("ch_"):
+            settings[name[3:]] = str(value)
+        elif name in client_option_names:
+            options[name] = value
+        elif name == "compression":  # clickhouse-connect's URL spelling of `compress`
+            options.setdefault("compress", value)
+        else:
+            _check_not_a_typo(name)
+            settings[name] = str(value)
+    for name, given in (("username", url.username), ("password", url.password), ("database", url.database)):
+        if given:
+            options[name] = given
+    if secure:
+        options["secure"] = True
+    if settings:
+        options["settings"] = settings
+    return _resolve(replicas, balancing, options, session)
