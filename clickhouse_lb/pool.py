@@ -145,7 +145,7 @@ class ReplicaPool(SyncClientAPI):
 
     def _new_client(self, index: int, **extra: Any) -> Client:
         replica = self.config.replicas[index]
-        client = self._factory(host=replica.host, port=replica.port, **self._options, **extra)
+        client = self._factory(host=replica.host, port=replica.port, **{**self._options, **extra})
         set_connect_timeout(client, self.config.connect_timeout_seconds)
         return client
 
@@ -310,6 +310,13 @@ class PinnedSession(SyncClientAPI):
 
     def close(self) -> None:
         self.client.close()
+
+    def __getattr__(self, name: str) -> Any:
+        # Everything that is not a statement (server_tz, create_query_context, ...) is the
+        # pinned client's own: there is only one replica to ask.
+        if name.startswith("__") or name == "client":
+            raise AttributeError(name)
+        return getattr(self.client, name)
 
     def __enter__(self) -> PinnedSession:
         return self

@@ -283,3 +283,13 @@ def test_secrets_never_appear_in_repr_or_errors(abc: FakeCluster) -> None:
     assert "password=***" in str(caught.value)
     assert "hunter2" not in str(caught.value)
     assert all("hunter2" not in (s.last_error or "") for s in pool.replicas)
+
+
+def test_session_options_may_override_the_pools(abc: FakeCluster) -> None:
+    pool = make_pool(abc, load_balancing="in_order", autogenerate_session_id=True)
+    with pool.session() as session:
+        assert session.client.options["session_id"]
+    pinned = pool.pin(session=False)
+    assert pinned.client.options["autogenerate_session_id"] is False
+    assert pinned.get_client_setting("autogenerate_session_id") is False  # falls through to the client
+    pinned.close()
