@@ -1,0 +1,421 @@
+"""AsyncReplicaPool: the asyncio twin of :class:`~clickhouse_lb.ReplicaPool`.
+
+One AsyncClient-like object over N replicas, balanced per statement with exactly the sync
+pool's semantics: the same :class:`~clickhouse_lb.balancer.Balancer` (ordering, error
+accounting, decay), the same failure classification and the same failover rules, driven by
+tenacity's ``AsyncRetrying`` (:func:`clickhouse_lb.failover.run_async`).
+
+asyncio specifics:
+
+* Building a pool does no I/O and needs no running loop. Each replica's clickhouse-connect
+  ``AsyncClient`` (native aiohttp) is created on first use, under an ``asyncio.Lock`` per
+  replica; when creating it fails with a replica failure, the tasks that were waiting for
+  that creation fail over at once instead of each waiting out the same timeout in turn.
+* Nothing blocks the loop: the only blocking lookup of the balancing core (this machine's
+  canonical host name, for the hostname strategies) runs once in a worker thread.
+* Cancellation (``task.cancel()``, ``asyncio.timeout``) is not a replica failure: it counts
+  nothing and stops the statement where it is; no attempt is left running behind it.
+* A pool belongs to the event loop it is first used on (its aiohttp sessions do).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import clickhouse_connect
+from clickhouse_connect.driver.asyncclient import AsyncClient
+from clickhouse_connect.driver.exceptions import OperationalError, ProgrammingError
+
+from ._async_client_api import ASYNC_METHODS, AsyncClientAPI
+from ._calls import prepare_call, settings_positions
+from .balancer import Balancer, ReplicaStatus
+from .classify import classify, error_code
+from .config import _POOL_OWNED, PoolConfig, _parameter_names, resolve_pool_config
+from .errors import SessionLostError
+from .events import logger
+from .failover import StatementAttempts, run_async
+from .pool import client_options_for, get_pool
+from .settings import BALANCING_SETTING_NAMES, NO_OVERRIDES, Replica, StatementOverrides, split_statement_settings
+
+__all__ = ["AsyncPinnedSession", "AsyncReplicaPool", "ReplicaConnectError", "get_async_pool"]
+
+AsyncClientFactory = Callable[..., Awaitable[AsyncClient]]
+
+_SETTINGS_POSITION = settings_positions(AsyncClient, ASYNC_METHODS)
+
+
+@functools.cache
+def async_client_option_names() -> frozenset[str]:
+    """Every option ``clickhouse_connect.get_async_client`` understands (its own and
+    AsyncClient's), less those the pool decides per replica."""
+    from clickhouse_connect.driver import create_async_client
+
+    return _parameter_names(create_async_client, AsyncClient.__init__) - set(_POOL_OWNED)
+
+
+def async_client_options_for(config: PoolConfig) -> dict[str, Any]:
+    """Options given to every replica's AsyncClient: the sync pool's, except that the
+    connect timeout stays in (fractional) seconds, which the async client takes natively."""
+    options = client_options_for(config)
+    timeout = config.connect_timeout_seconds
+    if timeout is not None:
+        options["connect_timeout"] = timeout
+    return options
+
+
+class ReplicaConnectError(OperationalError):
+    """Creating a replica's client failed moments ago in another task, while this one waited
+    for it: this attempt shares that outcome (and its classification) instead of waiting out
+    the same timeout again. The original failure is ``__cause__``."""
+
+    def __init__(self, address: str, cause: BaseException) -> None:
+        self.address = address
+        self.code = error_code(cause)
+        super().__init__(f"Could not connect to replica {address}: {classify(cause).reason}")
+
+
+class _ReplicaClient:
+    """A replica's shared client, created on first use, and the outcome of the last creation."""
+
+    __slots__ = ("_lock", "client", "creations", "failure")
+
+    def __init__(self) -> None:
+        self.client: AsyncClient | None = None
+        self.failure: BaseException | None = None
+        self.creations = 0
+        self._lock: asyncio.Lock | None = None
+
+    @property
+    def lock(self) -> asyncio.Lock:
+        # Made on first use, inside the running loop: a pool may be built outside one.
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
+
+
+class AsyncReplicaPool(AsyncClientAPI):
+    """An AsyncClient-like pool over ClickHouse replicas with ClickHouse's load balancing and
+    failover. Create it with :func:`get_async_pool`.
+
+    Statements (``await pool.query(...)``, ``command``, ``insert``, ``query_df``,
+    ``query_arrow``, ``raw_query``, the streaming variants ...) take clickhouse-connect's
+    ``AsyncClient`` arguments and return its types. Safe under any number of concurrent tasks
+    of one event loop.
+    """
+
+    def __init__(
+        self,
+        config: PoolConfig,
+        *,
+        listeners: Iterable[object] = (),
+        client_factory: AsyncClientFactory | None = None,
+        balancer: Balancer | None = None,
+    ) -> None:
+        self.config = config
+        self._balancer = balancer or Balancer(config.replicas, config.settings, listeners=listeners)
+        self._factory: AsyncClientFactory = client_factory or clickhouse_connect.get_async_client
+        self._options = async_client_options_for(config)
+        self._clients = [_ReplicaClient() for _ in config.replicas]
+        self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._hostname_resolved = config.settings.local_hostname is not None
+
+    # -- configuration and state -----------------------------------------------------------
+
+    @property
+    def settings(self) -> Any:
+        """The pool's :class:`~clickhouse_lb.settings.BalancingSettings`."""
+        return self._balancer.settings
+
+    @property
+    def balancer(self) -> Balancer:
+        return self._balancer
+
+    @property
+    def addresses(self) -> list[str]:
+        return list(self._balancer.addresses)
+
+    @property
+    def replicas(self) -> list[ReplicaStatus]:
+        """Per replica: host, port, errors_count, slowdowns_count, estimated_recovery_time,
+        last_error, is_up ... (named like ``system.clusters``)."""
+        return self._balancer.statuses()
+
+    def plan(self, load_balancing: str | None = None) -> list[str]:
+        """``["host:port", ...]``: the order the next statement would try the replicas.
+        A look only: it does not advance ``round_robin``. (For a hostname strategy without
+        ``local_hostname``, the first look resolves this machine's name; ``async with pool``
+        or the first statement does that in a worker thread.)"""
+        overrides, _ = split_statement_settings({"load_balancing": load_balancing} if load_balancing else None)
+        return self._balancer.plan(overrides)
+
+    def record_error(self, address: str | Replica, reason: str = "recorded by the application") -> int:
+        """Count an error against a replica, as a failed attempt would. Returns its errors_count."""
+        return self._balancer.record_error(self._balancer.index_of(address), reason)
+
+    def record_slowdown(self, address: str | Replica) -> int:
+        """Count a slowdown (hedged-read accounting; shown as slowdowns_count)."""
+        return self._balancer.record_slowdown(self._balancer.index_of(address))
+
+    def add_listener(self, listener: object) -> None:
+        """Receive failover, error-recorded and replica-recovered events (see ``PoolListener``).
+        Listeners are called on the event loop: keep them quick."""
+        self._balancer.listeners.add(listener)
+
+    def remove_listener(self, listener: object) -> None:
+        self._balancer.listeners.remove(listener)
+
+    # -- loop, ordering --------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ProgrammingError("This AsyncReplicaPool is closed")
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif self._loop is not loop:
+            raise ProgrammingError(
+                "This AsyncReplicaPool is used on another event loop than the one it started on; "
+                "create one pool per event loop"
+            )
+
+    async def _resolve_hostname(self) -> None:
+        """Look up this machine's canonical name (a blocking DNS call) off the loop, once."""
+        if not self._hostname_resolved:
+            await asyncio.to_thread(getattr, self._balancer, "local_hostname")
+            self._hostname_resolved = True
+
+    async def _plan(self, overrides: StatementOverrides = NO_OVERRIDES) -> list[int]:
+        """The replica order for one statement (advances ``round_robin``)."""
+        if (overrides.load_balancing or self._balancer.settings.load_balancing).uses_hostnames:
+            await self._resolve_hostname()
+        return self._balancer.plan_indices(overrides)
+
+    # -- clients ---------------------------------------------------------------------------
+
+    async def _new_client(self, index: int, **extra: Any) -> AsyncClient:
+        replica = self.config.replicas[index]
+        return await self._factory(host=replica.host, port=replica.port, **self._options, **extra)
+
+    async def _client(self, index: int) -> AsyncClient:
+        slot = self._clients[index]
+        if slot.client is not None:
+            return slot.client
+        seen = slot.creations
+        async with slot.lock:
+            self._check_open()
+            if slot.client is None:
+                if slot.creations != seen and slot.failure is not None:
+                    raise ReplicaConnectError(self._balancer.addresses[index], slot.failure) from slot.failure
+                slot.client = await self._create_shared(slot, index)
+            return slot.client
+
+    async def _create_shared(self, slot: _ReplicaClient, index: int) -> AsyncClient:
+        """Create a replica's pooled client, remembering a replica failure for the waiters."""
+        slot.failure = None
+        try:
+            client = await self._new_client(index, autogenerate_session_id=False)
+        except Exception as exc:
+            if classify(exc).replica:
+                slot.failure = exc
+            raise
+        finally:
+            slot.creations += 1  # counted when done: the tasks that waited on it know it ended
+        if self._closed:  # closed while the client was being created
+            await _close_quietly(client)
+            raise ProgrammingError("This AsyncReplicaPool is closed")
+        return client
+
+    async def client(self, address: str | Replica) -> AsyncClient:
+        """The shared clickhouse-connect AsyncClient of one replica (no balancing, no failover)."""
+        self._check_open()
+        return await self._client(self._balancer.index_of(address))
+
+    # -- statements ------------------------------------------------------------------------
+
+    async def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        self._check_open()
+        call = prepare_call(
+            method, args, kwargs, _SETTINGS_POSITION.get(method),
+            auto_token=self._balancer.settings.auto_insert_deduplication_token,
+        )
+        attempts = StatementAttempts(
+            self._balancer,
+            await self._plan(call.overrides),
+            operation=method,
+            retry_after_send=call.retry_after_send,
+        )
+        call_args, call_kwargs = call.args, call.kwargs
+
+        async def attempt(index: int) -> Any:
+            client = await self._client(index)
+            return await getattr(client, method)(*call_args, **call_kwargs)
+
+        return await run_async(attempts, attempt)
+
+    async def ping(self, timeout: float | None = None) -> bool:
+        """True when some replica answers ``/ping`` (tried in plan order); each replica that
+        does not answer gets an error counted, as a failed attempt would."""
+        self._check_open()
+        for index in await self._plan():
+            try:
+                client = await self._client(index)
+                answered = await (client.ping(timeout) if timeout else client.ping())
+            except Exception as exc:
+                failure = classify(exc)
+                if not failure.replica:
+                    raise
+                self._balancer.record_failure(index, failure)
+                continue
+            if answered:
+                self._balancer.record_success(index)
+                return True
+            self._balancer.record_error(index, "ping failed")
+        return False
+
+    # -- sessions --------------------------------------------------------------------------
+
+    async def pin(self, *, session: bool = True) -> AsyncPinnedSession:
+        """A client pinned to one replica chosen by the strategy, failing over (as a read
+        does) while a replica cannot be reached. ``session``: give it a ClickHouse session id
+        (temporary tables, SET). Close it when done; :meth:`session` does that for you."""
+        self._check_open()
+        extra: dict[str, Any] = (
+            {"session_id": str(uuid.uuid4())} if session else {"autogenerate_session_id": False}
+        )
+        attempts = StatementAttempts(self._balancer, await self._plan(), operation="session", retry_after_send=True)
+
+        async def connect(index: int) -> tuple[int, AsyncClient]:
+            return index, await self._new_client(index, **extra)
+
+        index, client = await run_async(attempts, connect)
+        return AsyncPinnedSession(self, index, client)
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[AsyncPinnedSession]:
+        """``async with pool.session() as client:`` runs every statement of the block on one
+        replica, in one ClickHouse session (temporary tables, SET, USE). If that replica fails
+        inside the block, :class:`~clickhouse_lb.errors.SessionLostError` is raised: the
+        session is never moved silently to another replica without its state."""
+        pinned = await self.pin(session=True)
+        try:
+            yield pinned
+        finally:
+            await pinned.close()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Close every replica client. Statements after this raise ProgrammingError."""
+        self._closed = True
+        clients = []
+        for slot in self._clients:
+            if slot.client is not None:
+                clients.append(slot.client)
+                slot.client = None
+        await asyncio.gather(*(_close_quietly(client) for client in clients))
+
+    async def __aenter__(self) -> AsyncReplicaPool:
+        await self._resolve_hostname()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"<AsyncReplicaPool {self._balancer.settings.load_balancing.value} over "
+            f"{', '.join(self._balancer.addresses)}{' (closed)' if self._closed else ''}>"
+        )
+
+
+async def _close_quietly(client: AsyncClient) -> None:
+    try:
+        await client.close()
+    except Exception:  # closing must not fail the caller
+        logger.debug("closing a replica client failed", exc_info=True)
+
+
+class AsyncPinnedSession(AsyncClientAPI):
+    """A client pinned to one replica of an async pool (``pool.session()``).
+
+    Statements run on that replica only. A replica failure counts an error against it (as in
+    the pool) and raises :class:`~clickhouse_lb.errors.SessionLostError`; query failures and
+    cancellation pass through unchanged.
+    """
+
+    def __init__(self, pool: AsyncReplicaPool, index: int, client: AsyncClient) -> None:
+        self._pool = pool
+        self._index = index
+        self.client = client
+        self.address = pool.balancer.addresses[index]
+        self.session_id: str | None = client.get_client_setting("session_id")
+
+    async def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        call = prepare_call(method, args, kwargs, _SETTINGS_POSITION.get(method), auto_token=False)
+        try:
+            return await getattr(self.client, method)(*call.args, **call.kwargs)
+        except Exception as exc:
+            failure = classify(exc)
+            if not failure.replica:
+                raise
+            self._pool.balancer.record_failure(self._index, failure)
+            raise SessionLostError(self.address, exc) from exc
+
+    async def ping(self, timeout: float | None = None) -> bool:
+        return bool(await (self.client.ping(timeout) if timeout else self.client.ping()))
+
+    async def close(self) -> None:
+        await _close_quietly(self.client)
+
+    async def __aenter__(self) -> AsyncPinnedSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<AsyncPinnedSession on {self.address}>"
+
+
+def get_async_pool(
+    hosts: str | Replica | Iterable[str | Replica] | None = None,
+    *,
+    dsn: str | None = None,
+    listeners: Iterable[object] = (),
+    **options: Any,
+) -> AsyncReplicaPool:
+    """An :class:`AsyncReplicaPool`: the same arguments as :func:`clickhouse_lb.get_pool`
+    (hosts or a DSN, ClickHouse's balancing settings, ``listeners``), and every other keyword
+    goes to each replica's ``clickhouse_connect.get_async_client`` (``username``,
+    ``password``, ``database``, ``send_receive_timeout``, ``connector_limit_per_host``, ...).
+
+    A plain function: building the pool does no I/O (clients connect on first use), so it may
+    be called outside a running loop. Bad names and values raise
+    :class:`~clickhouse_lb.errors.ConfigurationError` here.
+
+    >>> pool = get_async_pool(["ch-1:8123", "ch-2:8123"], load_balancing="in_order")
+    >>> pool.plan()
+    ['ch-1:8123', 'ch-2:8123']
+    """
+    balancing = {name: options.pop(name) for name in BALANCING_SETTING_NAMES if name in options}
+    config = resolve_pool_config(
+        hosts,
+        dsn=dsn,
+        balancing=balancing,
+        client_options=options,
+        valid_client_options=async_client_option_names(),
+    )
+    return AsyncReplicaPool(config, listeners=listeners)
+
+
+# help() and IDEs show get_pool's parameters, which get_async_pool takes one for one.
+get_async_pool.__signature__ = inspect.signature(get_pool).replace(  # type: ignore[attr-defined]
+    return_annotation="AsyncReplicaPool"
+)
