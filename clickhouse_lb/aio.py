@@ -201,7 +201,7 @@ class AsyncReplicaPool(AsyncClientAPI):
 
     async def _new_client(self, index: int, **extra: Any) -> AsyncClient:
         replica = self.config.replicas[index]
-        return await self._factory(host=replica.host, port=replica.port, **self._options, **extra)
+        return await self._factory(host=replica.host, port=replica.port, **{**self._options, **extra})
 
     async def _client(self, index: int) -> AsyncClient:
         slot = self._clients[index]
@@ -373,6 +373,13 @@ class AsyncPinnedSession(AsyncClientAPI):
 
     async def close(self) -> None:
         await _close_quietly(self.client)
+
+    def __getattr__(self, name: str) -> Any:
+        # Everything that is not a statement (server_tz, create_query_context, ...) is the
+        # pinned client's own: there is only one replica to ask.
+        if name.startswith("__") or name == "client":
+            raise AttributeError(name)
+        return getattr(self.client, name)
 
     async def __aenter__(self) -> AsyncPinnedSession:
         return self

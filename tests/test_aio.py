@@ -507,6 +507,15 @@ async def test_session_pins_one_replica_and_reports_loss(abc: AsyncFakeCluster) 
     assert session.client.closed
 
 
+async def test_session_options_override_the_pools(abc: AsyncFakeCluster) -> None:
+    pool = make_pool(abc, load_balancing="in_order", autogenerate_session_id=True)
+    async with pool.session() as session:
+        assert session.client.options["session_id"] == session.session_id
+        assert session.get_client_setting("session_id") == session.session_id  # the client's own
+    await pool.query("SELECT 1")
+    assert abc.clients[-1].options["autogenerate_session_id"] is False  # pooled clients: never
+
+
 async def test_sessions_get_their_own_clients_and_ids(abc: AsyncFakeCluster) -> None:
     pool = make_pool(abc, load_balancing="round_robin")
     async with pool.session() as one, pool.session() as two:
