@@ -21,7 +21,6 @@ asyncio specifics:
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -30,33 +29,25 @@ from typing import Any
 
 import clickhouse_connect
 from clickhouse_connect.driver.asyncclient import AsyncClient
-from clickhouse_connect.driver.exceptions import OperationalError, ProgrammingError
+from clickhouse_connect.driver.exceptions import ProgrammingError
 
 from ._async_client_api import ASYNC_METHODS, AsyncClientAPI
 from ._calls import prepare_call, settings_positions
-from .balancer import Balancer, ReplicaStatus
-from .classify import classify, error_code
-from .config import _POOL_OWNED, PoolConfig, _parameter_names, resolve_pool_config
-from .errors import SessionLostError
+from ._pool_base import PoolBase
+from .balancer import Balancer
+from .classify import classify
+from .config import PoolConfig, async_client_option_names, resolve_pool_config
+from .errors import ReplicaConnectError, SessionLostError
 from .events import logger
 from .failover import StatementAttempts, run_async
-from .pool import client_options_for, get_pool
-from .settings import BALANCING_SETTING_NAMES, NO_OVERRIDES, Replica, StatementOverrides, split_statement_settings
+from .pool import client_options_for, connect_failure, get_pool
+from .settings import BALANCING_SETTING_NAMES, NO_OVERRIDES, Replica, StatementOverrides
 
-__all__ = ["AsyncPinnedSession", "AsyncReplicaPool", "ReplicaConnectError", "get_async_pool"]
+__all__ = ["AsyncPinnedSession", "AsyncReplicaPool", "get_async_pool"]
 
 AsyncClientFactory = Callable[..., Awaitable[AsyncClient]]
 
 _SETTINGS_POSITION = settings_positions(AsyncClient, ASYNC_METHODS)
-
-
-@functools.cache
-def async_client_option_names() -> frozenset[str]:
-    """Every option ``clickhouse_connect.get_async_client`` understands (its own and
-    AsyncClient's), less those the pool decides per replica."""
-    from clickhouse_connect.driver import create_async_client
-
-    return _parameter_names(create_async_client, AsyncClient.__init__) - set(_POOL_OWNED)
 
 
 def async_client_options_for(config: PoolConfig) -> dict[str, Any]:
@@ -69,17 +60,6 @@ def async_client_options_for(config: PoolConfig) -> dict[str, Any]:
     return options
 
 
-class ReplicaConnectError(OperationalError):
-    """Creating a replica's client failed moments ago in another task, while this one waited
-    for it: this attempt shares that outcome (and its classification) instead of waiting out
-    the same timeout again. The original failure is ``__cause__``."""
-
-    def __init__(self, address: str, cause: BaseException) -> None:
-        self.address = address
-        self.code = error_code(cause)
-        super().__init__(f"Could not connect to replica {address}: {classify(cause).reason}")
-
-
 class _ReplicaClient:
     """A replica's shared client, created on first use, and the outcome of the last creation."""
 
@@ -87,7 +67,7 @@ class _ReplicaClient:
 
     def __init__(self) -> None:
         self.client: AsyncClient | None = None
-        self.failure: BaseException | None = None
+        self.failure: ReplicaConnectError | None = None
         self.creations = 0
         self._lock: asyncio.Lock | None = None
 
@@ -99,7 +79,7 @@ class _ReplicaClient:
         return self._lock
 
 
-class AsyncReplicaPool(AsyncClientAPI):
+class AsyncReplicaPool(AsyncClientAPI, PoolBase):
     """An AsyncClient-like pool over ClickHouse replicas with ClickHouse's load balancing and
     failover. Create it with :func:`get_async_pool`.
 
@@ -125,51 +105,6 @@ class AsyncReplicaPool(AsyncClientAPI):
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._hostname_resolved = config.settings.local_hostname is not None
-
-    # -- configuration and state -----------------------------------------------------------
-
-    @property
-    def settings(self) -> Any:
-        """The pool's :class:`~clickhouse_lb.settings.BalancingSettings`."""
-        return self._balancer.settings
-
-    @property
-    def balancer(self) -> Balancer:
-        return self._balancer
-
-    @property
-    def addresses(self) -> list[str]:
-        return list(self._balancer.addresses)
-
-    @property
-    def replicas(self) -> list[ReplicaStatus]:
-        """Per replica: host, port, errors_count, slowdowns_count, estimated_recovery_time,
-        last_error, is_up ... (named like ``system.clusters``)."""
-        return self._balancer.statuses()
-
-    def plan(self, load_balancing: str | None = None) -> list[str]:
-        """``["host:port", ...]``: the order the next statement would try the replicas.
-        A look only: it does not advance ``round_robin``. (For a hostname strategy without
-        ``local_hostname``, the first look resolves this machine's name; ``async with pool``
-        or the first statement does that in a worker thread.)"""
-        overrides, _ = split_statement_settings({"load_balancing": load_balancing} if load_balancing else None)
-        return self._balancer.plan(overrides)
-
-    def record_error(self, address: str | Replica, reason: str = "recorded by the application") -> int:
-        """Count an error against a replica, as a failed attempt would. Returns its errors_count."""
-        return self._balancer.record_error(self._balancer.index_of(address), reason)
-
-    def record_slowdown(self, address: str | Replica) -> int:
-        """Count a slowdown (hedged-read accounting; shown as slowdowns_count)."""
-        return self._balancer.record_slowdown(self._balancer.index_of(address))
-
-    def add_listener(self, listener: object) -> None:
-        """Receive failover, error-recorded and replica-recovered events (see ``PoolListener``).
-        Listeners are called on the event loop: keep them quick."""
-        self._balancer.listeners.add(listener)
-
-    def remove_listener(self, listener: object) -> None:
-        self._balancer.listeners.remove(listener)
 
     # -- loop, ordering --------------------------------------------------------------------
 
@@ -212,7 +147,7 @@ class AsyncReplicaPool(AsyncClientAPI):
             self._check_open()
             if slot.client is None:
                 if slot.creations != seen and slot.failure is not None:
-                    raise ReplicaConnectError(self._balancer.addresses[index], slot.failure) from slot.failure
+                    raise slot.failure
                 slot.client = await self._create_shared(slot, index)
             return slot.client
 
@@ -222,9 +157,10 @@ class AsyncReplicaPool(AsyncClientAPI):
         try:
             client = await self._new_client(index, autogenerate_session_id=False)
         except Exception as exc:
-            if classify(exc).replica:
-                slot.failure = exc
-            raise
+            slot.failure = connect_failure(self._balancer.addresses[index], exc)
+            if slot.failure is None:
+                raise
+            raise slot.failure from exc
         finally:
             slot.creations += 1  # counted when done: the tasks that waited on it know it ended
         if self._closed:  # closed while the client was being created
@@ -366,7 +302,7 @@ class AsyncPinnedSession(AsyncClientAPI):
             if not failure.replica:
                 raise
             self._pool.balancer.record_failure(self._index, failure)
-            raise SessionLostError(self.address, exc) from exc
+            raise SessionLostError(self.address, failure.reason) from exc
 
     async def ping(self, timeout: float | None = None) -> bool:
         return bool(await (self.client.ping(timeout) if timeout else self.client.ping()))

@@ -16,6 +16,8 @@ failure                                             sent   examples
 ==================================================  =====  ==========================================
 connection refused, DNS failure, connect timeout    no     urllib3 NewConnectionError, aiohttp
                                                            ClientConnectorError, ConnectionTimeoutError
+any replica failure while creating its client       no     ReplicaConnectError (the statement was
+                                                           not sent: the client talks at creation)
 socket timeout before a response, reset, cut short  yes    ReadTimeoutError, ProtocolError,
                                                            IncompleteRead, ServerDisconnectedError
 HTTP 429/502/503/504 from something in between      yes    a proxy or load balancer answering
@@ -30,6 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ._redact import redact
+from .errors import ReplicaConnectError
 
 __all__ = ["REPLICA_ERROR_CODES", "Failure", "classify", "error_code"]
 
@@ -143,6 +146,8 @@ def _describe(exc: BaseException) -> str:
 
 def classify(exc: BaseException) -> Failure:
     """Replica failure or query failure, and whether the request may have been sent."""
+    if isinstance(exc, ReplicaConnectError):
+        return Failure(replica=True, sent=False, code=None, reason=exc.reason)
     reason = _describe(exc)
     names: set[str] = set()
     for cause in _causes(exc):

@@ -23,7 +23,7 @@ from .settings import (
     unknown_name_error,
 )
 
-__all__ = ["PoolConfig", "resolve_pool_config", "sync_client_option_names"]
+__all__ = ["PoolConfig", "async_client_option_names", "resolve_pool_config", "sync_client_option_names"]
 
 #: Options the pool decides per replica; a user may not pass them through.
 _POOL_OWNED = {
@@ -59,6 +59,21 @@ def sync_client_option_names() -> frozenset[str]:
 
         _SYNC_NAMES = _parameter_names(create_client, HttpClient.__init__) - set(_POOL_OWNED)
     return _SYNC_NAMES
+
+
+_ASYNC_NAMES: frozenset[str] | None = None
+
+
+def async_client_option_names() -> frozenset[str]:
+    """Every option ``clickhouse_connect.get_async_client`` understands (its own and
+    AsyncClient's), less those the pool decides per replica. Imports aiohttp."""
+    global _ASYNC_NAMES
+    if _ASYNC_NAMES is None:
+        from clickhouse_connect.driver import create_async_client
+        from clickhouse_connect.driver.asyncclient import AsyncClient
+
+        _ASYNC_NAMES = _parameter_names(create_async_client, AsyncClient.__init__) - set(_POOL_OWNED)
+    return _ASYNC_NAMES
 
 
 @dataclass(frozen=True)

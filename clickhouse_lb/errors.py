@@ -18,6 +18,7 @@ __all__ = [
     "AllReplicasUnavailableError",
     "AttemptFailure",
     "ConfigurationError",
+    "ReplicaConnectError",
     "SessionLostError",
 ]
 
@@ -69,11 +70,26 @@ class SessionLostError(OperationalError):
 
     Raised instead of moving the session to another replica, where its temporary tables and
     ``SET`` settings would silently be missing. Open a new ``pool.session()`` to continue.
+    ``reason`` is the failure, already redacted; the original exception is ``__cause__``.
     """
 
-    def __init__(self, address: str, cause: BaseException) -> None:
+    def __init__(self, address: str, reason: str) -> None:
         self.address = address
+        self.reason = reason
         super().__init__(
-            f"Session lost: replica {address} failed during a pinned session ({cause}); "
+            f"Session lost: replica {address} failed during a pinned session ({reason}); "
             "its temporary tables and SET settings are gone. Open a new pool.session() to continue."
         )
+
+
+class ReplicaConnectError(OperationalError):
+    """Creating a replica's client failed with a replica failure (the client talks to the
+    server while it is created), so the statement was never sent there: failover treats it as
+    safe to retry, even for a write. Threads or tasks that waited for that same creation share
+    this outcome instead of each waiting out the same timeout again. ``__cause__`` is the
+    original failure; ``reason`` its redacted description."""
+
+    def __init__(self, address: str, reason: str) -> None:
+        self.address = address
+        self.reason = reason
+        super().__init__(f"Could not connect to replica {address}: {reason}")

@@ -24,13 +24,14 @@ from clickhouse_connect.driver.exceptions import ProgrammingError
 
 from ._calls import prepare_call, settings_positions
 from ._client_api import SYNC_METHODS, SyncClientAPI
-from .balancer import Balancer, ReplicaStatus
+from ._pool_base import PoolBase
+from .balancer import Balancer
 from .classify import classify
 from .config import PoolConfig, connect_timeout_argument, resolve_pool_config, sync_client_option_names
-from .errors import AllReplicasUnavailableError, AttemptFailure, SessionLostError
+from .errors import ReplicaConnectError, SessionLostError
 from .events import logger
 from .failover import StatementAttempts, run_sync
-from .settings import LoadBalancing, Replica, StatementOverrides, split_statement_settings
+from .settings import LoadBalancing, Replica, StatementOverrides
 
 __all__ = ["PinnedSession", "ReplicaPool", "get_pool"]
 
@@ -66,16 +67,28 @@ def set_connect_timeout(client: Any, seconds: float | None) -> None:
 
 
 class _ReplicaClient:
-    """A replica's shared client, created on first use."""
+    """A replica's shared client, created on first use, and the outcome of the last creation."""
 
-    __slots__ = ("client", "lock")
+    __slots__ = ("client", "creations", "failure", "lock")
 
     def __init__(self) -> None:
         self.client: Client | None = None
+        self.failure: ReplicaConnectError | None = None
+        self.creations = 0
         self.lock = threading.Lock()
 
 
-class ReplicaPool(SyncClientAPI):
+def connect_failure(address: str, exc: Exception) -> ReplicaConnectError | None:
+    """A client creation that failed on a replica failure, as the error attempts share."""
+    failure = classify(exc)
+    if not failure.replica:
+        return None
+    error = ReplicaConnectError(address, failure.reason)
+    error.__cause__ = exc
+    return error
+
+
+class ReplicaPool(SyncClientAPI, PoolBase):
     """A Client-like pool over ClickHouse replicas with ClickHouse's load balancing and failover.
 
     Create it with :func:`get_pool`. Statements (``query``, ``command``, ``insert``, ``query_df``,
@@ -98,49 +111,6 @@ class ReplicaPool(SyncClientAPI):
         self._clients = [_ReplicaClient() for _ in config.replicas]
         self._closed = False
 
-    # -- configuration and state -----------------------------------------------------------
-
-    @property
-    def settings(self) -> Any:
-        """The pool's :class:`~clickhouse_lb.settings.BalancingSettings`."""
-        return self._balancer.settings
-
-    @property
-    def balancer(self) -> Balancer:
-        return self._balancer
-
-    @property
-    def addresses(self) -> list[str]:
-        return list(self._balancer.addresses)
-
-    @property
-    def replicas(self) -> list[ReplicaStatus]:
-        """Per replica: host, port, errors_count, slowdowns_count, estimated_recovery_time,
-        last_error, is_up ... (named like ``system.clusters``)."""
-        return self._balancer.statuses()
-
-    def plan(self, load_balancing: str | None = None) -> list[str]:
-        """``["host:port", ...]``: the order the next statement would try the replicas.
-        A look only: it does not advance ``round_robin``."""
-        overrides, _ = split_statement_settings({"load_balancing": load_balancing} if load_balancing else None)
-        return self._balancer.plan(overrides)
-
-    def record_error(self, address: str | Replica, reason: str = "recorded by the application") -> int:
-        """Count an error against a replica, as a failed attempt would (for application-level
-        checks such as stale data). Returns the replica's new errors_count."""
-        return self._balancer.record_error(self._balancer.index_of(address), reason)
-
-    def record_slowdown(self, address: str | Replica) -> int:
-        """Count a slowdown (hedged-read accounting; shown as slowdowns_count)."""
-        return self._balancer.record_slowdown(self._balancer.index_of(address))
-
-    def add_listener(self, listener: object) -> None:
-        """Receive failover, error-recorded and replica-recovered events (see ``PoolListener``)."""
-        self._balancer.listeners.add(listener)
-
-    def remove_listener(self, listener: object) -> None:
-        self._balancer.listeners.remove(listener)
-
     # -- clients ---------------------------------------------------------------------------
 
     def _new_client(self, index: int, **extra: Any) -> Client:
@@ -152,15 +122,29 @@ class ReplicaPool(SyncClientAPI):
     def _client(self, index: int) -> Client:
         slot = self._clients[index]
         client = slot.client
-        if client is None:
-            with slot.lock:
-                if self._closed:
-                    raise ProgrammingError("This ReplicaPool is closed")
-                client = slot.client
-                if client is None:
-                    client = self._new_client(index, autogenerate_session_id=False)
-                    slot.client = client
-        return client
+        if client is not None:
+            return client
+        seen = slot.creations
+        with slot.lock:
+            if self._closed:
+                raise ProgrammingError("This ReplicaPool is closed")
+            if slot.client is not None:
+                return slot.client
+            if slot.creations != seen and slot.failure is not None:
+                # Another thread's attempt failed while this one waited: share its outcome
+                # rather than wait out the same timeout again.
+                raise slot.failure
+            try:
+                slot.client = self._new_client(index, autogenerate_session_id=False)
+                slot.failure = None
+            except Exception as exc:
+                slot.failure = connect_failure(self._balancer.addresses[index], exc)
+                if slot.failure is None:
+                    raise
+                raise slot.failure from exc
+            finally:
+                slot.creations += 1
+            return slot.client
 
     def client(self, address: str | Replica) -> Client:
         """The shared clickhouse-connect client of one replica (no balancing, no failover)."""
@@ -217,27 +201,16 @@ class ReplicaPool(SyncClientAPI):
         (temporary tables, SET). Close it when done; :meth:`session` does that for you."""
         if self._closed:
             raise ProgrammingError("This ReplicaPool is closed")
-        order = self._balancer.plan_indices()
-        failures: list[AttemptFailure] = []
-        last: dict[str, str | None] = dict.fromkeys(self._balancer.addresses)
-        for number, index in enumerate(order, 1):
-            address = self._balancer.addresses[index]
-            try:
-                extra: dict[str, Any] = (
-                    {"session_id": str(uuid.uuid4())} if session else {"autogenerate_session_id": False}
-                )
-                client = self._new_client(index, **extra)
-            except Exception as exc:
-                failure = classify(exc)
-                if not failure.replica:
-                    raise
-                self._balancer.record_failure(index, failure)
-                failures.append(AttemptFailure(address, number, failure.reason))
-                last[address] = failure.reason
-                continue
-            self._balancer.record_success(index)
-            return PinnedSession(self, index, client)
-        raise AllReplicasUnavailableError(failures, last)
+        extra: dict[str, Any] = {"session_id": str(uuid.uuid4())} if session else {"autogenerate_session_id": False}
+        attempts = StatementAttempts(
+            self._balancer, self._balancer.plan_indices(), operation="session", retry_after_send=True
+        )
+
+        def connect(index: int) -> tuple[int, Client]:
+            return index, self._new_client(index, **extra)
+
+        index, client = run_sync(attempts, connect)
+        return PinnedSession(self, index, client)
 
     @contextmanager
     def session(self) -> Iterator[PinnedSession]:
@@ -303,7 +276,7 @@ class PinnedSession(SyncClientAPI):
             if not failure.replica:
                 raise
             self._pool.balancer.record_failure(self._index, failure)
-            raise SessionLostError(self.address, exc) from exc
+            raise SessionLostError(self.address, failure.reason) from exc
 
     def ping(self, timeout: float | None = None) -> bool:
         return bool(self.client.ping(timeout) if timeout else self.client.ping())

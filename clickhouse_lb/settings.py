@@ -89,7 +89,8 @@ class Replica:
 
     def __post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host or any(c in self.host for c in " /@?#,"):
-            raise ConfigurationError(f"Bad replica host {self.host!r}: expected a host name or IP address")
+            shown = mask_credentials(self.host) if isinstance(self.host, str) else self.host
+            raise ConfigurationError(f"Bad replica host {shown!r}: expected a host name or IP address")
         port = self.port
         if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
             raise ConfigurationError(f"Bad port {port!r} for replica {self.host!r}: expected 1..65535")
@@ -104,6 +105,16 @@ class Replica:
 
     def __str__(self) -> str:
         return self.address
+
+
+def mask_credentials(text: str) -> str:
+    """``user:secret@host`` -> ``***@host`` (also inside URLs), for messages."""
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "", text
+    if "@" in rest:
+        rest = "***@" + rest.rpartition("@")[2]
+    return f"{scheme}{sep}{rest}"
 
 
 def _parse_port(text: str, original: str) -> int:
@@ -121,6 +132,11 @@ def parse_host(text: str, default_port: int = DEFAULT_HTTP_PORT, priority: int =
     text = text.strip()
     if not text:
         raise ConfigurationError(f"Bad host {original!r}: empty")
+    if "@" in text or "://" in text:
+        raise ConfigurationError(
+            f"Bad host {mask_credentials(text)!r}: a host is 'host:port'; give credentials as "
+            "username=/password=, or the whole URL as dsn="
+        )
     if text.startswith("["):
         host, sep, rest = text[1:].partition("]")
         if not sep or (rest and not rest.startswith(":")):

@@ -18,6 +18,7 @@ from clickhouse_connect.driver.exceptions import DatabaseError
 
 import clickhouse_lb
 from clickhouse_lb import AllReplicasUnavailableError, ReplicaPool, SessionLostError
+from clickhouse_lb.classify import error_code
 from clickhouse_lb.testing import ClusterBase
 
 WHO = "SELECT getMacro('replica')"
@@ -189,7 +190,7 @@ def test_query_failures_are_not_retried_nor_counted(cluster: ClusterBase) -> Non
     with make_pool(cluster, load_balancing="in_order") as pool:
         with pytest.raises(DatabaseError) as caught:
             pool.query("SELECT * FROM no_such_table")
-        assert getattr(caught.value, "code", None) == 60
+        assert error_code(caught.value) == 60
         with pytest.raises(DatabaseError):
             pool.query("SELECT throwIf(1)")
         assert [r.errors_count for r in pool.replicas] == [0, 0, 0]

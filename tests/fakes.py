@@ -52,11 +52,13 @@ def read_timeout() -> OperationalError:
 
 
 def server_error(code: int, name: str) -> DatabaseError:
-    return DatabaseError(
-        f"Received ClickHouse exception, code: {code}, server response: Code: {code}. DB::Exception: boom ({name})",
-        code=code,
-        name=name,
+    """A server error as clickhouse-connect raises it (``.code`` is set from 1.x on; older
+    versions carry the code in the message only, which is what classification falls back to)."""
+    error = DatabaseError(
+        f"Received ClickHouse exception, code: {code}, server response: Code: {code}. DB::Exception: boom ({name})"
     )
+    error.code = code
+    return error
 
 
 class FakeReplica:
@@ -68,6 +70,7 @@ class FakeReplica:
         self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
         self.created = 0
         self.fail_creation: Callable[[], BaseException] | None = None
+        self.creation_gate: threading.Event | None = None  # creation waits for it, then fails
         self.lock = threading.Lock()
 
     def next_outcome(self) -> str | Callable[[], BaseException]:
@@ -117,6 +120,8 @@ class FakeCluster:
     def factory(self, **options: Any) -> FakeClient:
         replica = self.replicas[options["host"]]
         replica.created += 1
+        if replica.creation_gate is not None:
+            replica.creation_gate.wait(timeout=30)
         if replica.fail_creation is not None:
             raise replica.fail_creation()
         client = FakeClient(replica, options)

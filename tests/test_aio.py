@@ -17,12 +17,13 @@ from clickhouse_connect.driver.common import StreamContext
 from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError, ProgrammingError
 
 import clickhouse_lb
-from clickhouse_lb.aio import AsyncReplicaPool, ReplicaConnectError, async_client_option_names
+from clickhouse_lb.aio import AsyncReplicaPool
 from clickhouse_lb.balancer import Balancer
 from clickhouse_lb.classify import classify
-from clickhouse_lb.config import resolve_pool_config
-from clickhouse_lb.errors import AllReplicasUnavailableError, ConfigurationError, SessionLostError
+from clickhouse_lb.config import async_client_option_names, resolve_pool_config
+from clickhouse_lb.errors import AllReplicasUnavailableError, ConfigurationError, ReplicaConnectError, SessionLostError
 from clickhouse_lb.events import FailoverEvent
+from clickhouse_lb.pool import connect_failure
 from clickhouse_lb.settings import BALANCING_SETTING_NAMES
 
 from .conftest import FakeClock
@@ -426,12 +427,15 @@ async def test_tasks_waiting_on_a_failing_creation_fail_over_at_once(abc: AsyncF
     assert errors(pool) == [10, 0, 0]  # every statement's attempt on a failed
 
 
-def test_shared_creation_failure_keeps_its_classification() -> None:
+def test_a_failed_client_creation_is_a_replica_failure_before_sending() -> None:
     for cause in (refused(), read_timeout(), server_error(210, "NETWORK_ERROR")):
-        shared = ReplicaConnectError("a:8123", cause)
-        shared.__cause__ = cause
-        original, wrapped = classify(cause), classify(shared)
-        assert (wrapped.replica, wrapped.sent, wrapped.code) == (original.replica, original.sent, original.code)
+        error = connect_failure("a:8123", cause)
+        assert isinstance(error, ReplicaConnectError)
+        assert error.__cause__ is cause
+        failure = classify(error)
+        assert (failure.replica, failure.sent) == (True, False)  # the statement never left
+        assert classify(cause).reason in str(error)
+    assert connect_failure("a:8123", server_error(516, "AUTHENTICATION_FAILED")) is None  # a query failure
 
 
 # -- writes ----------------------------------------------------------------------------------

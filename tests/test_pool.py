@@ -3,6 +3,11 @@ writes, sessions, configuration errors. (Against real servers: integration/.)"""
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError, ProgrammingError
 
@@ -293,3 +298,32 @@ def test_session_options_may_override_the_pools(abc: FakeCluster) -> None:
     assert pinned.client.options["autogenerate_session_id"] is False
     assert pinned.get_client_setting("autogenerate_session_id") is False  # falls through to the client
     pinned.close()
+
+
+def test_write_is_retried_when_the_replica_failed_while_its_client_was_created(abc: FakeCluster) -> None:
+    abc["a"].fail_creation = read_timeout  # the client talks to the server at creation
+    pool = make_pool(abc, load_balancing="in_order")
+    assert pool.command("ALTER TABLE t DELETE WHERE 1") == "command@b"  # never sent to a
+    assert pool.replicas[0].errors_count == 1
+
+
+def _threads_blocked_in(function: str) -> int:
+    """Threads whose innermost Python frame is ``function`` (blocked there on a C-level lock)."""
+    return sum(1 for frame in sys._current_frames().values() if frame.f_code.co_name == function)
+
+
+def test_threads_waiting_on_a_failing_client_creation_share_its_failure(abc: FakeCluster) -> None:
+    abc["a"].fail_creation = read_timeout
+    abc["a"].creation_gate = gate = threading.Event()
+    pool = make_pool(abc, load_balancing="in_order")
+    with ThreadPoolExecutor(8) as executor:
+        futures = [executor.submit(pool.query, "SELECT 1") for _ in range(8)]
+        deadline = time.monotonic() + 10
+        # one thread creates the client (held at the gate), seven wait for the slot's lock
+        while not (abc["a"].created == 1 and _threads_blocked_in("_client") == 7):
+            assert time.monotonic() < deadline, "the threads never lined up"
+            time.sleep(0.001)
+        gate.set()  # ...and the creation times out
+        assert [f.result(timeout=10) for f in futures] == ["query@b"] * 8
+    assert abc["a"].created == 1  # the other seven did not each wait out their own timeout
+    assert pool.replicas[0].errors_count == 8  # every statement's attempt on a failed
