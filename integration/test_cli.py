@@ -1,0 +1,166 @@
+"""The ``clickhouse-lb`` command against real replicas.
+
+``status`` runs in-process against the session's cluster with one replica killed; ``demo`` runs
+end to end as a subprocess (its own local cluster), once to completion and once interrupted
+with SIGINT, and must leave no replica process behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from clickhouse_lb.cli import main
+from clickhouse_lb.testing import ClusterBase
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
+
+REPLICA_MODULE = "clickhouse_lb.testing.replica"
+DEMO = [sys.executable, "-m", "clickhouse_lb", "demo"]
+
+
+@pytest.fixture
+def cluster(healthy_clickhouse_cluster: ClusterBase) -> ClusterBase:
+    return healthy_clickhouse_cluster
+
+
+def test_status_with_one_replica_killed(cluster: ClusterBase, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster.kill(1)
+    assert main(["status", *cluster.hosts, "--json", "--min-healthy", "3", "--timeout", "2"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert (report["healthy"], report["total"], report["ok"]) == (2, 3, False)
+    rows = {r["address"]: r for r in report["replicas"]}
+    killed = rows[cluster.hosts[1]]
+    assert killed["up"] is False
+    assert killed["errors_count"] == 1
+    assert killed["estimated_recovery_time"] > 0
+    for i in (0, 2):
+        live = rows[cluster.hosts[i]]
+        assert live["up"] is True
+        assert live["version"]  # SELECT version() answered
+        assert live["latency_ms"] is not None
+        assert live["errors_count"] == 0
+    # The same check as a table, satisfied with two healthy replicas (one host list argument).
+    assert main(["status", ",".join(cluster.hosts), "--min-healthy", "2", "--timeout", "2"]) == 0
+    table = capsys.readouterr().out
+    assert "2/3 replicas answered (min 2): OK" in table
+    assert "connection refused" in table
+
+
+def replica_processes(parent: int) -> list[str]:
+    """Live (not zombie) replica processes that ``parent`` started (they carry --parent-pid)."""
+    # -ww: full command lines whatever COLUMNS says (pytest sets it).
+    ps = ["ps", "-ww", "-eo", "pid=,stat=,args="]
+    listing = subprocess.run(ps, capture_output=True, text=True, check=True).stdout
+    found = []
+    for line in listing.splitlines():
+        pid, stat, args = line.strip().split(None, 2)
+        if REPLICA_MODULE in args and f"--parent-pid {parent}" in args and not stat.startswith("Z"):
+            found.append(f"{pid} {args}")
+    return found
+
+
+def read_lines(stream: object) -> queue.Queue[str | None]:
+    """Lines of a pipe, as a queue (None at the end), so that the reader can poll with a deadline."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        for line in stream:  # type: ignore[attr-defined]
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return lines
+
+
+def wait_for_line(lines: queue.Queue[str | None], needle: str, timeout: float) -> list[str]:
+    """Lines read until one contains ``needle``; fails at the deadline or at the end of output."""
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise AssertionError(f"no line with {needle!r} within {timeout}s; got:\n{''.join(seen)}")
+        try:
+            line = lines.get(timeout=remaining)
+        except queue.Empty:
+            continue
+        if line is None:
+            raise AssertionError(f"output ended before a line with {needle!r}:\n{''.join(seen)}")
+        seen.append(line)
+        if needle in line:
+            return seen
+
+
+@pytest.fixture
+def demo_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("CLICKHOUSE_LB_CLUSTER", None)
+    env["NO_COLOR"] = "1"
+    return env
+
+
+def rest_of(lines: queue.Queue[str | None], timeout: float) -> str:
+    """Everything left in ``lines`` up to the end of the output."""
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    while (line := lines.get(timeout=max(0.01, deadline - time.monotonic()))) is not None:
+        seen.append(line)
+    return "".join(seen)
+
+
+def test_demo_end_to_end(demo_env: dict[str, str]) -> None:
+    started = time.monotonic()
+    proc = subprocess.Popen([*DEMO, "--duration", "8"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=demo_env)
+    try:
+        lines = read_lines(proc.stdout)
+        head = "".join(wait_for_line(lines, "cluster up", timeout=45))
+        assert len(replica_processes(proc.pid)) == 3, head
+        assert proc.wait(timeout=60) == 0, head + rest_of(lines, 5) + proc.stderr.read()  # type: ignore[union-attr]
+        out = head + rest_of(lines, 5)
+        err = proc.stderr.read()  # type: ignore[union-attr]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    elapsed = time.monotonic() - started
+    assert "\x1b[" not in out  # plain output on a pipe
+    assert "killed r" in out
+    assert "failover:" in out
+    assert "restarted r" in out
+    assert "served a statement again" in out
+    assert "failed 0" in out
+    assert "[yes] no statement failed" in out
+    assert "[NO" not in out
+    for strategy in ("round_robin", "in_order", "random", "nearest_hostname", "first_or_random"):
+        assert f"\n  {strategy} " in out
+    assert err == ""  # the library's logs stay quiet without -v
+    assert replica_processes(proc.pid) == []
+    assert elapsed < 60
+
+
+def test_demo_interrupted_cleans_up(demo_env: dict[str, str]) -> None:
+    proc = subprocess.Popen([*DEMO, "--duration", "30", "--strategy", "in_order"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=demo_env)
+    try:
+        lines = read_lines(proc.stdout)
+        head = wait_for_line(lines, "1. The strategies", timeout=45)
+        assert len(replica_processes(proc.pid)) == 3, "".join(head)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 130
+        rest = wait_for_line(lines, "interrupted", timeout=5)
+        assert "Traceback" not in "".join(rest)
+        assert replica_processes(proc.pid) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
