@@ -314,11 +314,6 @@ def test_no_secret_in_configuration_errors() -> None:
         assert_no_secret(str(caught.value), repr(caught.value))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core leak: settings.Replica/parse_host echo a host string holding credentials "
-    "(e.g. a DSN given as hosts=) in ConfigurationError; see the CLI report",
-)
 @pytest.mark.parametrize("hosts", [f"clickhouse://default:{SECRET}@a:8123", f"default:{SECRET}@a:8123"])
 def test_no_secret_when_credentials_are_given_as_a_host(hosts: str) -> None:
     with pytest.raises(ConfigurationError) as caught:
