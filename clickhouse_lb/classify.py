@@ -149,14 +149,16 @@ def classify(exc: BaseException) -> Failure:
     if isinstance(exc, ReplicaConnectError):
         return Failure(replica=True, sent=False, code=None, reason=exc.reason)
     reason = _describe(exc)
+    code = error_code(exc)
+    if code is not None:
+        # The server answered with an error, so the request reached it, whatever transport
+        # trouble the client had handled before (an implicit __context__ is not the cause).
+        return Failure(replica=code in REPLICA_ERROR_CODES, sent=True, code=code, reason=reason)
     names: set[str] = set()
     for cause in _causes(exc):
         names.update(cls.__name__ for cls in type(cause).__mro__)
     if names & _NOT_SENT:
         return Failure(replica=True, sent=False, code=None, reason=reason)
-    code = error_code(exc)
-    if code is not None:
-        return Failure(replica=code in REPLICA_ERROR_CODES, sent=True, code=code, reason=reason)
     status = _HTTP_STATUS_RE.search(str(exc))
     if status and int(status.group(1)) in REPLICA_HTTP_STATUSES:
         return Failure(replica=True, sent=True, code=None, reason=reason)

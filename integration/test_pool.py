@@ -248,6 +248,7 @@ def test_non_idempotent_write_is_not_retried_after_sending(cluster: ClusterBase)
     cluster.on_all("DROP TABLE IF EXISTS lb_once")
     cluster.on_all("CREATE TABLE lb_once (id UInt32) ENGINE = MergeTree ORDER BY id")
     with make_pool(cluster, load_balancing="in_order") as pool:
+        assert who(pool, 1) == {"r1": 1}  # the replica's client exists: the next request is the write
         cluster.fail_next(0, n=1, code=210)
         with pytest.raises(DatabaseError):
             pool.command("INSERT INTO lb_once VALUES (1)")

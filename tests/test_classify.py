@@ -92,3 +92,16 @@ def test_codes_list_is_documented_with_names() -> None:
 )
 def test_read_only_statements(sql: str | bytes | None, read: bool) -> None:
     assert is_read_only(sql) is read
+
+
+def test_a_server_error_is_sent_even_with_an_earlier_transport_error_in_its_context() -> None:
+    """An error the server answered with reached the server, even when the client had handled
+    a refused connection (a stale keep-alive, a first try) just before raising it."""
+    try:
+        try:
+            raise refused()
+        except OperationalError:
+            raise server_error(210, "NETWORK_ERROR")  # noqa: B904 - the implicit context is the point
+    except DatabaseError as error:
+        failure = classify(error)
+    assert (failure.replica, failure.sent, failure.code) == (True, True, 210)
