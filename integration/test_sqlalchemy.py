@@ -16,9 +16,10 @@ from urllib.parse import quote
 import pandas as pd
 import pytest
 from clickhouse_connect.cc_sqlalchemy.ddl.tableengine import MergeTree
-from sqlalchemy import Column, Engine, MetaData, String, Table, create_engine, insert, inspect, select, text
+from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, insert, inspect, select, text
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.orm import Session, declarative_base
 
 from clickhouse_lb.errors import SessionLostError
 from clickhouse_lb.sqlalchemy import PinnedConnection, get_replica_pool
@@ -85,16 +86,16 @@ def test_core_insert_and_select(clickhouse_cluster: ClusterBase, engine: Engine,
     assert clickhouse_cluster.query(1, f"SELECT count() FROM {table_name}").strip() == "0"
 
 
-class Base(DeclarativeBase):
-    pass
+# declarative_base() rather than DeclarativeBase: the same test runs on SQLAlchemy 1.4 (Superset's) and 2.x.
+Base: Any = declarative_base()
 
 
 def test_orm_session_with_a_mapped_class(engine: Engine, table_name: str) -> None:
     class Item(Base):
         __tablename__ = table_name
         __table_args__ = (MergeTree(order_by="id"),)
-        id: Mapped[int] = mapped_column(primary_key=True)
-        name: Mapped[str]
+        id = Column(Integer, primary_key=True)
+        name = Column(String)
 
     try:
         with Session(engine) as session:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 
-from sqlalchemy import make_url
+from sqlalchemy.engine import make_url
 
 from clickhouse_lb.sqlalchemy import ClickHouseLBDialect
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 from clickhouse_connect.cc_sqlalchemy.dialect import ClickHouseDialect
-from sqlalchemy import create_engine, make_url
+from sqlalchemy import create_engine
+from sqlalchemy.engine import make_url
 
 from clickhouse_lb.errors import ConfigurationError
 from clickhouse_lb.settings import BALANCING_SETTING_NAMES, LoadBalancing, Replica
