@@ -8,7 +8,6 @@ pool, so a hostname strategy costs what ``random`` costs). Prints a markdown tab
 
 from __future__ import annotations
 
-import statistics
 import sys
 import timeit
 
@@ -25,13 +24,15 @@ def measure(n: int, strategy: str, with_errors: bool) -> float:
     if with_errors:
         balancer.state.load([i % 3 for i in range(n)])
     balancer.plan_indices()  # first use computes the static ranks
-    number = 20000 if n <= 10 else 2000
-    runs = timeit.repeat(balancer.plan_indices, number=number, repeat=15)
+    # Many short runs, keep the fastest: on a shared machine the minimum is the run that was
+    # not interrupted, which is what the code costs.
+    number = 2000 if n <= 10 else 200
+    runs = timeit.repeat(balancer.plan_indices, number=number, repeat=60)
     return min(runs) / number * 1e6
 
 
 def main() -> int:
-    print("| replicas | strategy | errors | plan() us (best of 15) |")
+    print("| replicas | strategy | errors | plan() us (best of 60 runs) |")
     print("|---:|---|---|---:|")
     worst = {}
     for n in (3, 100):
@@ -45,7 +46,7 @@ def main() -> int:
     print()
     print(f"worst: 3 replicas {worst[3]:.2f} us (target 5), 100 replicas {worst[100]:.2f} us (target 50): "
           f"{'within target' if verdict else 'OVER TARGET'}")
-    print(f"python {sys.version.split()[0]}; median of targets met: {statistics.median([1.0])}")
+    print(f"python {sys.version.split()[0]}")
     return 0
 
 
