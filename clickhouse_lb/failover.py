@@ -1,4 +1,5 @@
-"""One statement's attempts over the replicas, driven by tenacity (sync and async).
+"""One statement's attempts over the replicas: the first runs directly, tenacity drives the
+failover after it (sync and async).
 
 The attempts walk the plan in passes (r1, r2, r3, r1, r2, r3, ...), each replica at most
 ``connections_with_failover_max_tries`` times. After each failed attempt:
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import random
 import re
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -30,7 +32,6 @@ from tenacity import (
     Retrying,
     retry_if_exception,
     stop_after_attempt,
-    stop_after_delay,
 )
 from tenacity.stop import stop_base
 
@@ -63,7 +64,7 @@ def is_read_only(sql: str | bytes | None) -> bool:
 class StatementAttempts:
     """The failover state of one statement: its schedule, its failures, its decisions."""
 
-    __slots__ = ("_balancer", "failures", "operation", "retry_after_send", "schedule", "size")
+    __slots__ = ("_balancer", "failures", "operation", "retry_after_send", "schedule", "size", "started")
 
     def __init__(
         self,
@@ -80,12 +81,13 @@ class StatementAttempts:
         self.operation = operation
         self.retry_after_send = retry_after_send
         self.failures: list[tuple[int, Failure]] = []
+        self.started = time.monotonic()
 
-    def begin(self, retry_state: RetryCallState) -> int:
-        """The replica index for the attempt tenacity is about to make."""
-        index = self.schedule[retry_state.attempt_number - 1]
-        logger.debug("%s: attempt %d on %s", self.operation, retry_state.attempt_number,
-                     self._balancer.addresses[index])
+    def begin(self) -> int:
+        """The replica index for the next attempt (every earlier attempt failed)."""
+        number = len(self.failures)
+        index = self.schedule[number]
+        logger.debug("%s: attempt %d on %s", self.operation, number + 1, self._balancer.addresses[index])
         return index
 
     def succeeded(self, index: int) -> None:
@@ -140,7 +142,7 @@ class StatementAttempts:
     def wait(self, retry_state: RetryCallState) -> float:
         """No pause between replicas; backoff with full jitter before each new pass."""
         base_ms = self._balancer.settings.failover_backoff_ms
-        done = retry_state.attempt_number
+        done = len(self.failures)
         if not base_ms or done % self.size:
             return 0.0
         pass_number = done // self.size
@@ -148,11 +150,16 @@ class StatementAttempts:
         return random.uniform(0.0, ceiling)
 
     def stop(self) -> stop_base:
-        stop: stop_base = stop_after_attempt(len(self.schedule))
+        """After the schedule's last attempt, or at the statement's deadline (counted from its
+        first attempt, which ran before tenacity took over)."""
+        stop: stop_base = stop_after_attempt(len(self.schedule) - len(self.failures))
         timeout = self._balancer.settings.failover_timeout
         if timeout is not None:
-            stop = stop | stop_after_delay(timeout)
+            stop = stop | _StopAtDeadline(self.started + timeout)
         return stop
+
+    def remaining(self) -> int:
+        return len(self.schedule) - len(self.failures)
 
     def tenacity_options(self) -> dict[str, Any]:
         return {
@@ -174,12 +181,41 @@ class StatementAttempts:
         return AllReplicasUnavailableError(attempts, last)
 
 
+class _StopAtDeadline(stop_base):
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        return time.monotonic() >= self.deadline
+
+
+def _first_attempt_failed(attempts: StatementAttempts, index: int, exc: Exception) -> None:
+    """Decide after a failed first attempt: raise, give up, or let tenacity go on."""
+    attempts.failed(index, exc)
+    if not attempts.should_retry(exc):
+        raise exc
+    if attempts.remaining() == 0:
+        raise attempts.exhausted() from exc
+
+
 def run_sync(attempts: StatementAttempts, call: Callable[[int], T]) -> T:
-    """Run ``call(replica_index)`` until it succeeds, per the statement's failover rules."""
+    """Run ``call(replica_index)`` until it succeeds, per the statement's failover rules.
+
+    The first attempt runs directly (the common case: it succeeds, and tenacity's per-call
+    bookkeeping would cost as much as the statement's own client work); once it fails,
+    tenacity drives the remaining attempts."""
+    index = attempts.begin()
+    try:
+        result = call(index)
+    except Exception as exc:
+        _first_attempt_failed(attempts, index, exc)
+    else:
+        attempts.succeeded(index)
+        return result
     try:
         for attempt in Retrying(**attempts.tenacity_options()):
             with attempt:
-                index = attempts.begin(attempt.retry_state)
+                index = attempts.begin()
                 try:
                     result = call(index)
                 except Exception as exc:
@@ -195,10 +231,18 @@ def run_sync(attempts: StatementAttempts, call: Callable[[int], T]) -> T:
 async def run_async(attempts: StatementAttempts, call: Callable[[int], Awaitable[T]]) -> T:
     """The asyncio twin of :func:`run_sync` (tenacity's AsyncRetrying). A cancelled attempt
     is not a replica failure: it counts nothing and cancels the statement."""
+    index = attempts.begin()
+    try:
+        result = await call(index)
+    except Exception as exc:
+        _first_attempt_failed(attempts, index, exc)
+    else:
+        attempts.succeeded(index)
+        return result
     try:
         async for attempt in AsyncRetrying(**attempts.tenacity_options()):
             with attempt:
-                index = attempts.begin(attempt.retry_state)
+                index = attempts.begin()
                 try:
                     result = await call(index)
                 except Exception as exc:
