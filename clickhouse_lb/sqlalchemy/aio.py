@@ -1,0 +1,224 @@
+"""``clickhousedb+lb_async``: clickhouse-connect's asyncio SQLAlchemy dialect with load balancing.
+
+The asyncio twin of ``clickhousedb+lb`` (:mod:`clickhouse_lb.sqlalchemy.dialect`), for
+``create_async_engine``::
+
+    from sqlalchemy.ext.asyncio import create_async_engine
+    engine = create_async_engine("clickhousedb+lb_async://user:pw@ch-1,ch-2,ch-3:8123/db?load_balancing=in_order")
+
+Everything SQL (types, compiler, DDL, reflection) and the asyncio plumbing (greenlet adaptation,
+execute mutex, its connection pool) is clickhouse-connect's own
+:class:`~clickhouse_connect.cc_sqlalchemy.asyncio.ClickHouseAsyncDialect` (``clickhousedb+async``);
+this subclass changes only where connections come from, as the sync dialect does:
+
+- one balancing state (one :class:`~clickhouse_lb.AsyncReplicaPool`'s balancer) per engine, so
+  the error counts are shared by all of the engine's connections;
+- each DB-API connection wraps an :class:`~clickhouse_lb.AsyncPinnedSession`, pinned by
+  :meth:`AsyncReplicaPool.pin() <clickhouse_lb.AsyncReplicaPool.pin>` to the replica the
+  strategy picks when the connection is created; it is handed to clickhouse-connect's DB-API
+  through its ``async_creator_fn`` hook, in place of a plain ``AsyncClient``;
+- a replica failure on a connection is a disconnect (:meth:`ClickHouseLBAsyncDialect.is_disconnect`).
+
+The URL is read by the sync dialect's :func:`~clickhouse_lb.sqlalchemy.url.engine_args_from_url`
+(same forms, same parameters, same errors); only the client options differ, because the async
+client takes a few of its own (``connector_limit``, ``connector_limit_per_host``,
+``keepalive_timeout``) and not the sync one's ``pool_mgr``.
+
+Requires clickhouse-connect's async dialect: SQLAlchemy >= 2.0.44 and ``greenlet``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+from clickhouse_connect.common import get_setting
+
+from clickhouse_lb.classify import classify
+from clickhouse_lb.config import async_client_option_names, resolve_pool_config, sync_client_option_names
+from clickhouse_lb.errors import AllReplicasUnavailableError, ConfigurationError, SessionLostError
+
+from .url import EngineArgs, engine_args_from_url
+
+try:
+    from clickhouse_connect.cc_sqlalchemy.asyncio import ClickHouseAsyncDialect
+
+    from clickhouse_lb.aio import AsyncPinnedSession, AsyncReplicaPool
+except ImportError as exc:  # greenlet or aiohttp missing, SQLAlchemy too old
+    raise ImportError(
+        "clickhousedb+lb_async is built on clickhouse-connect's async SQLAlchemy dialect and "
+        f"clickhouse_lb's async pool, which cannot be imported here: {exc} (they need SQLAlchemy >= 2.0.44, "
+        'greenlet and aiohttp: pip install "clickhouse-lb[sqlalchemy,async]")'
+    ) from exc
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
+    from sqlalchemy.engine.interfaces import ConnectArgsType, DBAPIConnection, DBAPIModule
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+__all__ = ["ClickHouseLBAsyncDialect", "get_async_replica_pool", "pinned_session"]
+
+_ARGS = "clickhouse_lb_engine_args"
+_ASYNC_OPTIONS = "clickhouse_lb_async_options"
+
+
+def _async_only_option_names() -> frozenset[str]:
+    """Client options only the async client takes: the URL reader would otherwise send them to
+    the server as settings."""
+    return async_client_option_names() - sync_client_option_names()
+
+
+def _split_async_only(parameters: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(the rest, the async-only client options)``."""
+    names = _async_only_option_names()
+    rest = {name: value for name, value in parameters.items() if name not in names}
+    return rest, {name: value for name, value in parameters.items() if name in names}
+
+
+def _engine_args(url: URL, default_session: bool) -> tuple[EngineArgs, dict[str, Any]]:
+    """The URL as the sync dialect reads it, with the async-only client options taken out first;
+    then every client option checked against the async client's names."""
+    names = _async_only_option_names()
+    async_only: dict[str, Any] = {}
+    for name in names & set(url.query):
+        value = url.query[name]
+        if isinstance(value, tuple):
+            raise ConfigurationError(
+                f"URL parameter {name!r} is given {len(value)} times ({list(value)}): give it once"
+            )
+        async_only[name] = value
+    args = engine_args_from_url(url.difference_update_query(names), default_session=default_session)
+    _check_async_options(args, async_only)
+    return args, async_only
+
+
+def _check_async_options(args: EngineArgs, async_only: Mapping[str, Any]) -> None:
+    """Validate the engine's client options against ``get_async_client``'s (a sync-only option
+    such as ``pool_mgr`` is refused here, naming the valid ones)."""
+    resolve_pool_config(
+        args.config.replicas,
+        dsn=None,
+        balancing=args.balancing,
+        client_options={**args.client_options, **async_only},
+        valid_client_options=async_client_option_names(),
+    )
+
+
+class ClickHouseLBAsyncDialect(ClickHouseAsyncDialect):
+    """The ``clickhousedb+lb_async://`` dialect (see :mod:`clickhouse_lb.sqlalchemy.aio`)."""
+
+    driver = "lb_async"
+    # Set on this class too: SQLAlchemy warns about a dialect class that does not say.
+    supports_statement_cache = False
+
+    @classmethod
+    def import_dbapi(cls) -> DBAPIModule:
+        """clickhouse-connect's async DB-API adapter (its exception classes, and the connection
+        adapter :meth:`connect` hands each pinned session to). Defined on this class: SQLAlchemy
+        looks for ``import_dbapi`` in the dialect class's own namespace and otherwise falls back
+        to the inherited legacy ``dbapi()``, which is clickhouse-connect's *sync* DB-API."""
+        return ClickHouseAsyncDialect.import_dbapi()
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # One balancing state per engine; one AsyncReplicaPool over it per event loop (a pool
+        # belongs to the loop it is first used on, and an engine may outlive a loop).
+        self._replica_pool: AsyncReplicaPool | None = None
+        self._pool_loop: asyncio.AbstractEventLoop | None = None
+        self._pool_lock = threading.Lock()
+        self._session: bool | None = None
+
+    # -- connecting ------------------------------------------------------------------------
+
+    def create_connect_args(self, url: URL) -> ConnectArgsType:
+        """Validate the URL (at ``create_async_engine``, before any I/O): a bad host, port,
+        strategy, balancing parameter or client option raises
+        :class:`~clickhouse_lb.errors.ConfigurationError`."""
+        args, async_only = _engine_args(url, default_session=bool(get_setting("autogenerate_session_id")))
+        return [], {_ARGS: args, _ASYNC_OPTIONS: async_only}
+
+    def connect(self, *cargs: Any, **cparams: Any) -> DBAPIConnection:
+        """A DB-API connection pinned to the replica the strategy picks now (the next ones in
+        plan order while a replica cannot be reached). Runs inside SQLAlchemy's greenlet, on
+        the engine's event loop."""
+        args: EngineArgs = cparams.pop(_ARGS)
+        async_only: dict[str, Any] = cparams.pop(_ASYNC_OPTIONS)
+        pool = self._pool_for(args, async_only, cparams)
+        session = self._session
+        assert session is not None
+
+        async def pinned() -> AsyncPinnedSession:
+            return await pool.pin(session=session)
+
+        # clickhouse-connect's DB-API adapts the awaited client (its execute mutex, cursors,
+        # greenlet bridge, terminate); here that client is the pinned session.
+        connection = self.loaded_dbapi.connect(async_creator_fn=pinned)
+        return cast("DBAPIConnection", connection)
+
+    def _pool_for(self, args: EngineArgs, async_only: dict[str, Any], connect_args: dict[str, Any]) -> AsyncReplicaPool:
+        """The engine's pool for the running loop, made on the engine's first connection from
+        the URL and ``connect_args`` (SQLAlchemy passes the same ones on every call)."""
+        loop = asyncio.get_running_loop()
+        with self._pool_lock:
+            pool = self._replica_pool
+            if pool is not None and self._pool_loop is loop:
+                return pool
+            if pool is None:
+                rest, extra = _split_async_only(connect_args)
+                merged = args.with_connect_args(rest)
+                options = {**async_only, **extra}
+                _check_async_options(merged, options)
+                self._session = merged.session
+                config = merged.config
+                if options:
+                    config = type(config)(config.replicas, config.settings, {**config.client_options, **options})
+                pool = AsyncReplicaPool(config)
+            else:
+                # Another event loop: a new pool over the same balancer (the same error counts).
+                pool = AsyncReplicaPool(pool.config, balancer=pool.balancer)
+            self._replica_pool, self._pool_loop = pool, loop
+            return pool
+
+    @property
+    def replica_pool(self) -> AsyncReplicaPool | None:
+        """The engine's :class:`~clickhouse_lb.AsyncReplicaPool` (``plan()``, ``replicas``,
+        listeners); ``None`` until the engine's first connection. See :func:`get_async_replica_pool`."""
+        return self._replica_pool
+
+    # -- failures --------------------------------------------------------------------------
+
+    def is_disconnect(self, e: Exception, connection: Any, cursor: Any) -> bool:
+        """A replica failure means this connection's replica is gone (with its session):
+        SQLAlchemy then invalidates the connection instead of returning it to its pool. A
+        closed client is one too, as in clickhouse-connect's dialect."""
+        if isinstance(e, (SessionLostError, AllReplicasUnavailableError)) or classify(e).replica:
+            return True
+        return bool(super().is_disconnect(cast(Any, e), connection, cursor))
+
+
+def pinned_session(dbapi_connection: Any) -> AsyncPinnedSession:
+    """The :class:`~clickhouse_lb.AsyncPinnedSession` behind a ``clickhousedb+lb_async`` DB-API
+    connection (``address``, ``session_id``), e.g. from
+    ``(await conn.get_raw_connection()).driver_connection`` or ``conn.connection.dbapi_connection``
+    inside ``run_sync``."""
+    driver = getattr(dbapi_connection, "driver_connection", None)
+    if not isinstance(driver, AsyncPinnedSession):
+        raise TypeError(f"{dbapi_connection!r} is not a clickhousedb+lb_async connection")
+    return driver
+
+
+async def get_async_replica_pool(engine: AsyncEngine) -> AsyncReplicaPool:
+    """The balancing state behind a ``clickhousedb+lb_async`` engine: ``pool.replicas`` (error
+    counts per replica), ``pool.plan()``, ``pool.add_listener(...)``. Opens the engine's first
+    connection if none was made yet (or none on this event loop)."""
+    dialect = engine.sync_engine.dialect
+    if not isinstance(dialect, ClickHouseLBAsyncDialect):
+        raise TypeError(f"{engine!r} does not use the clickhousedb+lb_async dialect")
+    if dialect.replica_pool is None or dialect._pool_loop is not asyncio.get_running_loop():
+        async with engine.connect():
+            pass
+    pool = dialect.replica_pool
+    assert pool is not None
+    return pool
