@@ -11,9 +11,11 @@ from typing import Any
 
 import clickhouse_connect
 import pytest
+import sqlalchemy.exc
+from clickhouse_connect.driver import exceptions as driver_exceptions
 from sqlalchemy import create_engine
 
-from clickhouse_lb.errors import AllReplicasUnavailableError, AttemptFailure, SessionLostError
+from clickhouse_lb.errors import AllReplicasUnavailableError, AttemptFailure, ConfigurationError, SessionLostError
 from clickhouse_lb.pool import ReplicaPool
 from clickhouse_lb.sqlalchemy import ClickHouseLBDialect, EngineArgs, PinnedConnection, get_replica_pool
 
@@ -188,6 +190,26 @@ def test_connect_args_reach_the_pool(stubs: StubCluster) -> None:
 )
 def test_is_disconnect(error: Exception, expected: bool) -> None:
     assert ClickHouseLBDialect().is_disconnect(error, None, None) is expected
+
+
+def test_the_dbapi_modules_errors_are_those_clickhouse_connect_and_clickhouse_lb_raise() -> None:
+    """SQLAlchemy wraps, and asks is_disconnect about, instances of the DB-API module's Error
+    only. clickhouse-connect 0.x's own dbapi module declares an unrelated Error: the dialect's
+    module must be the one SQLAlchemy uses, on 1.4 (which calls the class's dbapi()) as on 2.x."""
+    dialect = create_engine(URL).dialect
+    module = dialect.dbapi
+    assert module is ClickHouseLBDialect.import_dbapi()
+    assert module.paramstyle == dialect.paramstyle == "pyformat"
+    assert module.Error is driver_exceptions.Error
+    assert module.OperationalError is driver_exceptions.OperationalError
+    lost = SessionLostError("a:8123", "refused")
+    for error in (lost, refused(), server_error(60, "UNKNOWN_TABLE"), ConfigurationError("bad")):
+        assert isinstance(error, module.Error)
+    wrapped = sqlalchemy.exc.DBAPIError.instance(
+        "SELECT 1", None, lost, module.Error, connection_invalidated=True, dialect=dialect
+    )
+    assert isinstance(wrapped, sqlalchemy.exc.OperationalError)
+    assert wrapped.orig is lost
 
 
 def test_get_replica_pool_needs_our_dialect() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from clickhouse_connect.cc_sqlalchemy.dialect import ClickHouseDialect
 from sqlalchemy import create_engine
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 
 from clickhouse_lb.errors import ConfigurationError
 from clickhouse_lb.settings import BALANCING_SETTING_NAMES, LoadBalancing, Replica
@@ -131,6 +131,20 @@ def test_user_password_and_database_are_decoded() -> None:
     got = args("clickhousedb+lb://us%40er:p%40ss%3Aw@ch-1/my%20db")
     options = got.config.client_options
     assert (options["username"], options["password"], options["database"]) == ("us@er", "p@ss:w", "my db")
+
+
+@pytest.mark.parametrize(
+    ("path", "database"), [("my%2520db", "my%20db"), ("a%2Fb%3Fc", "a/b?c"), ("100%", "100%"), ("plain", "plain")]
+)
+def test_the_database_is_decoded_exactly_once(path: str, database: str) -> None:
+    """SQLAlchemy 2.1 decodes the database itself, 1.4 and 2.0 leave it to the dialect: the
+    result is the same on every version, and never decoded twice."""
+    assert args(f"clickhousedb+lb://u@ch-1/{path}").config.client_options["database"] == database
+
+
+def test_a_url_object_keeps_its_database_as_given() -> None:
+    url = URL.create("clickhousedb+lb", username="u", host="ch-1", database="my db")
+    assert engine_args_from_url(url).config.client_options["database"] == "my db"
 
 
 # -- what is handed on to clickhouse-connect --------------------------------------------------

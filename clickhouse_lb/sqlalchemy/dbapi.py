@@ -1,4 +1,4 @@
-"""The DB-API connection of ``clickhousedb+lb``: clickhouse-connect's own, over a pinned replica.
+"""The DB-API of ``clickhousedb+lb``: clickhouse-connect's connection, over a pinned replica.
 
 clickhouse-connect's :class:`~clickhouse_connect.dbapi.connection.Connection` builds a client
 from connection arguments; here the client already exists: it is a
@@ -7,19 +7,69 @@ statement goes through that session, which counts a replica failure against the 
 the engine-wide balancing state) and raises :class:`~clickhouse_lb.errors.SessionLostError`;
 the dialect reports that as a disconnect, so SQLAlchemy invalidates the connection and the
 next checkout is pinned anew, away from the failed replica.
+
+This module is also the dialect's DB-API module (PEP 249 globals): its exception classes are
+clickhouse-connect's driver exceptions, the ones its client raises and clickhouse-lb's derive
+from. SQLAlchemy wraps (as ``sqlalchemy.exc.OperationalError`` ...) and asks ``is_disconnect``
+only about instances of the module's ``Error``; clickhouse-connect 1.x's own ``dbapi`` module
+exports these classes, but 0.x's declares an unrelated ``Error`` that nothing raises, under which
+a lost replica would never be seen as a disconnect. Connections come from the dialect's
+``connect()``, so there is no module-level ``connect``.
 """
 
 from __future__ import annotations
 
+from datetime import date, datetime, time
 from typing import Any, cast
 
 from clickhouse_connect.dbapi.connection import Connection
 from clickhouse_connect.driver.client import Client
+from clickhouse_connect.driver.exceptions import (
+    DatabaseError,
+    DataError,
+    Error,
+    IntegrityError,
+    InterfaceError,
+    InternalError,
+    NotSupportedError,
+    OperationalError,
+    ProgrammingError,
+    Warning,  # PEP 249 name: shadows the builtin in this module, as in clickhouse-connect
+)
 
 from clickhouse_lb._client_api import SYNC_METHODS
 from clickhouse_lb.pool import PinnedSession
 
-__all__ = ["PinnedConnection"]
+__all__ = [
+    "Binary",
+    "DataError",
+    "DatabaseError",
+    "Date",
+    "Error",
+    "IntegrityError",
+    "InterfaceError",
+    "InternalError",
+    "NotSupportedError",
+    "OperationalError",
+    "PinnedConnection",
+    "ProgrammingError",
+    "Time",
+    "Timestamp",
+    "Warning",
+    "apilevel",
+    "paramstyle",
+    "threadsafety",
+]
+
+# PEP 249 globals, as clickhouse-connect declares them.
+apilevel = "2.0"
+threadsafety = 2
+paramstyle = "pyformat"
+# PEP 249 type constructors (SQLAlchemy's LargeBinary binds through ``Binary``).
+Date = date
+Time = time
+Timestamp = datetime
+Binary = bytes
 
 _STATEMENTS = frozenset((*SYNC_METHODS, "ping"))
 

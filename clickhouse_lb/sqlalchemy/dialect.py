@@ -19,7 +19,6 @@ import threading
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
-from clickhouse_connect import dbapi
 from clickhouse_connect.cc_sqlalchemy.dialect import ClickHouseDialect
 from clickhouse_connect.common import get_setting
 
@@ -27,6 +26,8 @@ from clickhouse_lb.classify import classify
 from clickhouse_lb.errors import AllReplicasUnavailableError, SessionLostError
 from clickhouse_lb.pool import ReplicaPool
 
+from . import _compat
+from . import dbapi as _dbapi
 from .dbapi import PinnedConnection
 from .url import EngineArgs, engine_args_from_url
 
@@ -45,12 +46,19 @@ class ClickHouseLBDialect(ClickHouseDialect):
     driver = "lb"
     # Set on this class too: SQLAlchemy warns about a dialect class that does not say.
     supports_statement_cache = False
+    inspector = _compat.Inspector
 
     @classmethod
     def import_dbapi(cls) -> ModuleType:
-        """clickhouse-connect's DB-API module (its exception classes; connections come from
-        :meth:`connect`)."""
-        return dbapi
+        """The DB-API module, :mod:`clickhouse_lb.sqlalchemy.dbapi`: clickhouse-connect's
+        exception classes (connections come from :meth:`connect`)."""
+        return _dbapi
+
+    # SQLAlchemy 1.4 asks the dialect class for ``dbapi()`` (2.x for ``import_dbapi()``, and then
+    # sets ``dbapi`` on the instance): without this, 1.4 would take clickhouse-connect's module.
+    @classmethod
+    def dbapi(cls) -> ModuleType:  # type: ignore[override]
+        return cls.import_dbapi()
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

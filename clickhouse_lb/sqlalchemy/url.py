@@ -1,8 +1,9 @@
 """From a ``clickhousedb+lb://`` SQLAlchemy URL to one validated pool configuration.
 
-The URL is read through SQLAlchemy's own :class:`~sqlalchemy.engine.URL` (user, password and
-database come decoded; repeated query parameters come as tuples); the replicas, balancing
-settings and client options are then validated by the same code as ``get_pool``
+The URL is read through SQLAlchemy's own :class:`~sqlalchemy.engine.URL` (user and password
+come decoded, the database too, decoded here where SQLAlchemy < 2.1 does not; repeated query
+parameters come as tuples); the replicas, balancing settings and client options are then
+validated by the same code as ``get_pool``
 (:func:`clickhouse_lb.config.resolve_pool_config`), so the dialect accepts the same names and
 fails the same way. Accepted forms::
 
@@ -39,6 +40,8 @@ from clickhouse_lb.settings import (
     Replica,
     parse_replicas,
 )
+
+from ._compat import url_database
 
 __all__ = ["DIALECT_PARAMETERS", "EngineArgs", "engine_args_from_url"]
 
@@ -221,7 +224,7 @@ def engine_args_from_url(url: URL, default_session: bool = True) -> EngineArgs:
         else:
             _check_not_a_typo(name)
             settings[name] = str(value)
-    for name, given in (("username", url.username), ("password", url.password), ("database", url.database)):
+    for name, given in (("username", url.username), ("password", url.password), ("database", url_database(url))):
         if given:
             options[name] = given
     if secure:
