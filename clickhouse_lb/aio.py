@@ -37,7 +37,7 @@ from ._pool_base import PoolBase
 from .balancer import Balancer
 from .classify import classify
 from .config import PoolConfig, async_client_option_names, resolve_pool_config
-from .errors import ReplicaConnectError, SessionLostError
+from .errors import ConfigurationError, ReplicaConnectError, SessionLostError
 from .events import logger
 from .failover import StatementAttempts, run_async
 from .pool import client_options_for, connect_failure, get_pool
@@ -46,6 +46,25 @@ from .settings import BALANCING_SETTING_NAMES, NO_OVERRIDES, Replica, StatementO
 __all__ = ["AsyncPinnedSession", "AsyncReplicaPool", "get_async_pool"]
 
 AsyncClientFactory = Callable[..., Awaitable[AsyncClient]]
+
+#: The first clickhouse-connect whose AsyncClient is native (aiohttp) rather than a sync client
+#: in a thread pool; the async pool is built on that client's options and behaviour.
+MIN_CLICKHOUSE_CONNECT = (1, 10)
+
+
+def require_native_async_client(installed: str | None = None) -> None:
+    """Refuse, with the fix, a clickhouse-connect too old for the async pool (e.g. the 0.x
+    line that Apache Superset pins), instead of failing later in an obscure way."""
+    from clickhouse_connect.common import version
+
+    text = installed if installed is not None else version()
+    parts = tuple(int(p) for p in text.split(".")[:2] if p.isdigit())
+    if parts < MIN_CLICKHOUSE_CONNECT:
+        needed = ".".join(map(str, MIN_CLICKHOUSE_CONNECT))
+        raise ConfigurationError(
+            f"The async pool needs clickhouse-connect >= {needed} (its native async client); "
+            f"{text} is installed: pip install 'clickhouse-lb[async]'"
+        )
 
 _SETTINGS_POSITION = settings_positions(AsyncClient, ASYNC_METHODS)
 
@@ -347,6 +366,7 @@ def get_async_pool(
     >>> pool.plan()
     ['ch-1:8123', 'ch-2:8123']
     """
+    require_native_async_client()
     balancing = {name: options.pop(name) for name in BALANCING_SETTING_NAMES if name in options}
     config = resolve_pool_config(
         hosts,

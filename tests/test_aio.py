@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import random
+import re
 import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -566,3 +567,13 @@ def test_a_pool_belongs_to_one_event_loop(abc: AsyncFakeCluster) -> None:
     assert asyncio.run(pool.query("SELECT 1")).startswith("query@")
     with pytest.raises(ProgrammingError, match="event loop"):
         asyncio.run(pool.query("SELECT 1"))
+
+
+@pytest.mark.parametrize("installed", ["0.15.1", "1.9.0", "0.13.0"])
+def test_a_clickhouse_connect_without_the_native_async_client_is_refused_with_the_fix(installed: str) -> None:
+    from clickhouse_lb.aio import require_native_async_client
+
+    with pytest.raises(ConfigurationError, match=rf">= 1\.10 .*{re.escape(installed)} is installed.*\[async\]"):
+        require_native_async_client(installed)
+    require_native_async_client("1.10.0")
+    require_native_async_client("2.0")
