@@ -31,14 +31,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from clickhouse_connect.common import get_setting
 
 from clickhouse_lb.classify import classify
-from clickhouse_lb.config import async_client_option_names, resolve_pool_config, sync_client_option_names
-from clickhouse_lb.errors import AllReplicasUnavailableError, ConfigurationError, SessionLostError
+from clickhouse_lb.config import async_client_option_names, sync_client_option_names
+from clickhouse_lb.errors import AllReplicasUnavailableError, SessionLostError
 
 from .url import EngineArgs, engine_args_from_url
 
@@ -61,49 +60,6 @@ if TYPE_CHECKING:
 __all__ = ["ClickHouseLBAsyncDialect", "get_async_replica_pool", "pinned_session"]
 
 _ARGS = "clickhouse_lb_engine_args"
-_ASYNC_OPTIONS = "clickhouse_lb_async_options"
-
-
-def _async_only_option_names() -> frozenset[str]:
-    """Client options only the async client takes: the URL reader would otherwise send them to
-    the server as settings."""
-    return async_client_option_names() - sync_client_option_names()
-
-
-def _split_async_only(parameters: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(the rest, the async-only client options)``."""
-    names = _async_only_option_names()
-    rest = {name: value for name, value in parameters.items() if name not in names}
-    return rest, {name: value for name, value in parameters.items() if name in names}
-
-
-def _engine_args(url: URL, default_session: bool) -> tuple[EngineArgs, dict[str, Any]]:
-    """The URL as the sync dialect reads it, with the async-only client options taken out first;
-    then every client option checked against the async client's names."""
-    names = _async_only_option_names()
-    async_only: dict[str, Any] = {}
-    for name in names & set(url.query):
-        value = url.query[name]
-        if isinstance(value, tuple):
-            raise ConfigurationError(
-                f"URL parameter {name!r} is given {len(value)} times ({list(value)}): give it once"
-            )
-        async_only[name] = value
-    args = engine_args_from_url(url.difference_update_query(names), default_session=default_session)
-    _check_async_options(args, async_only)
-    return args, async_only
-
-
-def _check_async_options(args: EngineArgs, async_only: Mapping[str, Any]) -> None:
-    """Validate the engine's client options against ``get_async_client``'s (a sync-only option
-    such as ``pool_mgr`` is refused here, naming the valid ones)."""
-    resolve_pool_config(
-        args.config.replicas,
-        dsn=None,
-        balancing=args.balancing,
-        client_options={**args.client_options, **async_only},
-        valid_client_options=async_client_option_names(),
-    )
 
 
 class ClickHouseLBAsyncDialect(ClickHouseAsyncDialect):
@@ -136,16 +92,21 @@ class ClickHouseLBAsyncDialect(ClickHouseAsyncDialect):
         """Validate the URL (at ``create_async_engine``, before any I/O): a bad host, port,
         strategy, balancing parameter or client option raises
         :class:`~clickhouse_lb.errors.ConfigurationError`."""
-        args, async_only = _engine_args(url, default_session=bool(get_setting("autogenerate_session_id")))
-        return [], {_ARGS: args, _ASYNC_OPTIONS: async_only}
+        args = engine_args_from_url(
+            url,
+            default_session=bool(get_setting("autogenerate_session_id")),
+            client_option_names=async_client_option_names(),
+            other_client_option_names=sync_client_option_names(),
+            scheme="clickhousedb+lb_async",
+        )
+        return [], {_ARGS: args}
 
     def connect(self, *cargs: Any, **cparams: Any) -> DBAPIConnection:
         """A DB-API connection pinned to the replica the strategy picks now (the next ones in
         plan order while a replica cannot be reached). Runs inside SQLAlchemy's greenlet, on
         the engine's event loop."""
         args: EngineArgs = cparams.pop(_ARGS)
-        async_only: dict[str, Any] = cparams.pop(_ASYNC_OPTIONS)
-        pool = self._pool_for(args, async_only, cparams)
+        pool = self._pool_for(args, cparams)
         session = self._session
         assert session is not None
 
@@ -157,7 +118,7 @@ class ClickHouseLBAsyncDialect(ClickHouseAsyncDialect):
         connection = self.loaded_dbapi.connect(async_creator_fn=pinned)
         return cast("DBAPIConnection", connection)
 
-    def _pool_for(self, args: EngineArgs, async_only: dict[str, Any], connect_args: dict[str, Any]) -> AsyncReplicaPool:
+    def _pool_for(self, args: EngineArgs, connect_args: dict[str, Any]) -> AsyncReplicaPool:
         """The engine's pool for the running loop, made on the engine's first connection from
         the URL and ``connect_args`` (SQLAlchemy passes the same ones on every call)."""
         loop = asyncio.get_running_loop()
@@ -166,15 +127,9 @@ class ClickHouseLBAsyncDialect(ClickHouseAsyncDialect):
             if pool is not None and self._pool_loop is loop:
                 return pool
             if pool is None:
-                rest, extra = _split_async_only(connect_args)
-                merged = args.with_connect_args(rest)
-                options = {**async_only, **extra}
-                _check_async_options(merged, options)
+                merged = args.with_connect_args(connect_args)
                 self._session = merged.session
-                config = merged.config
-                if options:
-                    config = type(config)(config.replicas, config.settings, {**config.client_options, **options})
-                pool = AsyncReplicaPool(config)
+                pool = AsyncReplicaPool(merged.config)
             else:
                 # Another event loop: a new pool over the same balancer (the same error counts).
                 pool = AsyncReplicaPool(pool.config, balancer=pool.balancer)

@@ -68,6 +68,8 @@ class EngineArgs:
     #: The URL's balancing settings and client options, kept to merge ``connect_args`` into.
     balancing: dict[str, Any] = field(default_factory=dict, repr=False)
     client_options: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: The options the connections' client takes (the sync or the async client's).
+    client_option_names: frozenset[str] = field(default_factory=frozenset, repr=False)
 
     def with_connect_args(self, connect_args: Mapping[str, Any]) -> EngineArgs:
         """The same engine with ``create_engine(connect_args=...)`` applied: balancing settings by
@@ -87,7 +89,7 @@ class EngineArgs:
                 options["settings"] = {**(options.get("settings") or {}), **value}
             else:
                 options[name] = value
-        return _resolve(self.config.replicas, balancing, options, session)
+        return _resolve(self.config.replicas, balancing, options, session, self.client_option_names)
 
 
 def _values(query: Mapping[str, str | tuple[str, ...]], name: str) -> list[str]:
@@ -157,7 +159,13 @@ def _priorities(text: str | None) -> list[int] | None:
     return priorities
 
 
-def _resolve(replicas: list[Replica], balancing: dict[str, Any], options: dict[str, Any], session: bool) -> EngineArgs:
+def _resolve(
+    replicas: list[Replica],
+    balancing: dict[str, Any],
+    options: dict[str, Any],
+    session: bool,
+    client_option_names: frozenset[str],
+) -> EngineArgs:
     for name in _REFUSED:
         if name in options:
             raise ConfigurationError(
@@ -169,14 +177,26 @@ def _resolve(replicas: list[Replica], balancing: dict[str, Any], options: dict[s
         dsn=None,
         balancing=balancing,
         client_options=options,
-        valid_client_options=sync_client_option_names(),
+        valid_client_options=client_option_names,
     )
-    return EngineArgs(config, session, balancing, options)
+    return EngineArgs(config, session, balancing, options, client_option_names)
 
 
-def engine_args_from_url(url: URL, default_session: bool = True) -> EngineArgs:
+def engine_args_from_url(
+    url: URL,
+    default_session: bool = True,
+    *,
+    client_option_names: frozenset[str] | None = None,
+    other_client_option_names: frozenset[str] = frozenset(),
+    scheme: str = "clickhousedb+lb",
+) -> EngineArgs:
     """Validate an engine URL; raises :class:`~clickhouse_lb.errors.ConfigurationError` naming
-    the bad value (and the valid choices, where there is a closed set)."""
+    the bad value (and the valid choices, where there is a closed set). ``client_option_names``:
+    the options the connections' client takes (default: the sync client's);
+    ``other_client_option_names``: options of the other clickhouse-connect client, refused here
+    rather than sent to the server as settings; ``scheme`` names the dialect in messages."""
+    if client_option_names is None:
+        client_option_names = sync_client_option_names()
     query = url.query
     hosts = _authority_hosts(url)
     for name in ("host", "alt_hosts"):
@@ -184,8 +204,8 @@ def engine_args_from_url(url: URL, default_session: bool = True) -> EngineArgs:
     if not hosts:
         shown = url.render_as_string(hide_password=True)
         raise ConfigurationError(
-            f"No hosts in URL {shown!r}: expected clickhousedb+lb://user:pw@ch-1,ch-2:8123/db "
-            "or clickhousedb+lb://user:pw@/db?host=ch-1:8123&host=ch-2:8123"
+            f"No hosts in URL {shown!r}: expected {scheme}://user:pw@ch-1,ch-2:8123/db "
+            f"or {scheme}://user:pw@/db?host=ch-1:8123&host=ch-2:8123"
         )
     secure = False
     for name in ("secure", "https"):
@@ -206,7 +226,6 @@ def engine_args_from_url(url: URL, default_session: bool = True) -> EngineArgs:
     balancing: dict[str, Any] = {}
     options: dict[str, Any] = {}
     settings: dict[str, str] = {}
-    client_option_names = sync_client_option_names()
     for name in query:
         if name in DIALECT_PARAMETERS:
             continue
@@ -217,8 +236,8 @@ def engine_args_from_url(url: URL, default_session: bool = True) -> EngineArgs:
             options[name] = value  # refused by _resolve, with the reason
         elif name.startswith("ch_"):
             settings[name[3:]] = str(value)
-        elif name in client_option_names:
-            options[name] = value
+        elif name in client_option_names or name in other_client_option_names:
+            options[name] = value  # the other client's options are refused by _resolve, naming the valid ones
         elif name == "compression":  # clickhouse-connect's URL spelling of `compress`
             options.setdefault("compress", value)
         else:
@@ -231,4 +250,4 @@ def engine_args_from_url(url: URL, default_session: bool = True) -> EngineArgs:
         options["secure"] = True
     if settings:
         options["settings"] = settings
-    return _resolve(replicas, balancing, options, session)
+    return _resolve(replicas, balancing, options, session, client_option_names)
