@@ -4,6 +4,8 @@ into the other (the async one imports aiohttp, the sync one must not)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from .balancer import Balancer, ReplicaStatus
 from .config import PoolConfig
 from .settings import BalancingSettings, Replica, split_statement_settings
@@ -14,8 +16,12 @@ __all__ = ["PoolBase"]
 class PoolBase:
     """The balancing side of a pool; subclasses add the clients and the statements."""
 
-    config: PoolConfig
-    _balancer: Balancer
+    def __init__(
+        self, config: PoolConfig, *, listeners: Iterable[object] = (), balancer: Balancer | None = None
+    ) -> None:
+        self.config = config
+        self._balancer = balancer or Balancer(config.replicas, config.settings, listeners=listeners)
+        self._closed = False
 
     @property
     def settings(self) -> BalancingSettings:

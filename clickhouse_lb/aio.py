@@ -116,12 +116,10 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         client_factory: AsyncClientFactory | None = None,
         balancer: Balancer | None = None,
     ) -> None:
-        self.config = config
-        self._balancer = balancer or Balancer(config.replicas, config.settings, listeners=listeners)
+        super().__init__(config, listeners=listeners, balancer=balancer)
         self._factory: AsyncClientFactory = client_factory or clickhouse_connect.get_async_client
         self._options = async_client_options_for(config)
         self._clients = [_ReplicaClient() for _ in config.replicas]
-        self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._hostname_resolved = config.settings.local_hostname is not None
 

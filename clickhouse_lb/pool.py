@@ -104,12 +104,10 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         client_factory: ClientFactory | None = None,
         balancer: Balancer | None = None,
     ) -> None:
-        self.config = config
-        self._balancer = balancer or Balancer(config.replicas, config.settings, listeners=listeners)
+        super().__init__(config, listeners=listeners, balancer=balancer)
         self._factory: ClientFactory = client_factory or clickhouse_connect.get_client
         self._options = client_options_for(config)
         self._clients = [_ReplicaClient() for _ in config.replicas]
-        self._closed = False
 
     # -- clients ---------------------------------------------------------------------------
 
