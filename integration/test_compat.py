@@ -237,3 +237,29 @@ def test_get_is_readonly_and_ping(healthy_clickhouse_cluster: ClusterBase) -> No
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(f"http://{host}/?query={sql}", timeout=10)
     assert info.value.headers["X-ClickHouse-Exception-Code"] == "164"
+
+
+def test_get_connections_stay_readonly_and_posts_stay_writable(healthy_clickhouse_cluster: ClusterBase) -> None:
+    """GETs reuse read-only engine connections (readonly = 2: settings allowed, writes refused);
+    POSTs never get one of them."""
+    host = healthy_clickhouse_cluster.hosts[0]
+
+    def get(sql: str, **params: str) -> bytes:
+        query = urllib.parse.urlencode({"query": sql, **params})
+        with urllib.request.urlopen(f"http://{host}/?{query}", timeout=10) as resp:
+            return bytes(resp.read())
+
+    for _ in range(3):  # the same pooled connection, again and again
+        assert get("SELECT getSetting('max_threads')", max_threads="3") == b"3\n"
+        assert get("SELECT getSetting('readonly')") == b"2\n"
+        assert get("SELECT getSetting('max_threads')") != b"3\n"  # the previous GET's setting is gone
+    create = urllib.request.Request(
+        f"http://{host}/", data=b"CREATE TABLE IF NOT EXISTS compat_rw (x UInt8) ENGINE = Memory", method="POST"
+    )
+    with urllib.request.urlopen(create, timeout=10) as resp:
+        assert resp.status == 200
+    assert get("SELECT getSetting('readonly')", readonly="1") == b"1\n"  # stricter than a GET's 2
+    with pytest.raises(urllib.error.HTTPError) as info:
+        get("INSERT INTO compat_rw VALUES (1)")
+    assert info.value.headers["X-ClickHouse-Exception-Code"] == "164"
+    urllib.request.urlopen(urllib.request.Request(f"http://{host}/", data=b"DROP TABLE compat_rw"), timeout=10)

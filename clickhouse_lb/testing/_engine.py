@@ -300,11 +300,16 @@ class EngineConn:
 
 
 class ConnPool:
-    """Idle engine connections for sessionless requests (created on demand, kept up to ``idle``)."""
+    """Idle engine connections for sessionless requests (created on demand, kept up to ``idle``).
 
-    def __init__(self, path: str, idle: int = 8) -> None:
+    ``readonly``: every connection of this pool runs with that ``readonly`` level, set once when
+    it is made (``readonly = 2``, what a GET request gets, still allows per-request settings;
+    a connection cannot leave readonly mode, hence a pool of its own)."""
+
+    def __init__(self, path: str, idle: int = 8, readonly: int = 0) -> None:
         self._path = path
         self._idle_max = idle
+        self._readonly = readonly
         self._idle: list[EngineConn] = []
         self._lock = threading.Lock()
 
@@ -312,7 +317,10 @@ class ConnPool:
         with self._lock:
             if self._idle:
                 return self._idle.pop()
-        return EngineConn(self._path)
+        conn = EngineConn(self._path)
+        if self._readonly:
+            conn.execute(f"SET readonly = {self._readonly}")
+        return conn
 
     def put(self, conn: EngineConn, discard: bool = False) -> None:
         if not discard and not conn.closed:

@@ -269,6 +269,7 @@ class ReplicaServer:
         self.timezone = self._anchor.scalar("SELECT timezone()")
         self._load_error_names()
         self._pool = ConnPool(self._path)
+        self._get_pool = ConnPool(self._path, readonly=2)  # GET requests: readonly = 2
         self._sessions: dict[str, _Session] = {}
         self._sessions_lock = threading.Lock()
         self._running_ids: set[str] = set()
@@ -309,6 +310,7 @@ class ReplicaServer:
         for session in sessions:
             session.conn.close()
         self._pool.close()
+        self._get_pool.close()
         self._anchor.close()
 
     def _reap_sessions(self) -> None:
@@ -478,7 +480,9 @@ class ReplicaServer:
                 settings[key] = value
         readonly = 2 if request.method in ("GET", "HEAD") else 0
         if "readonly" in settings:
-            readonly = max(readonly, int(settings.pop("readonly") or 0))
+            asked = int(settings.pop("readonly") or 0)
+            if asked:  # a GET cannot lift readonly; 1 (no settings changes) is stricter than 2
+                readonly = min(readonly, asked) if readonly else asked
         default_format = params.get("default_format") or "TabSeparated"
         fmt = default_format
         if statement.insert_stmt is None:
@@ -542,15 +546,18 @@ class ReplicaServer:
 
     def _run_sessionless(self, plan: _Plan) -> Result:
         statement, readonly = plan.statement, plan.readonly
-        conn = self._pool.get()
+        # readonly = 2 (GET) has pooled connections of its own; readonly = 1 (asked for by
+        # parameter) forbids even the SETs that restore a connection, so it gets a fresh one.
+        pool = self._get_pool if readonly == 2 else self._pool
+        conn = pool.get()
         keyword = _first_keyword(statement.sql)
         # Anything that changes the connection beyond settings/database: use it once, then drop it.
-        discard = bool(readonly) or keyword in _STATE_KEYWORDS or bool(_TEMPORARY.search(statement.sql))
+        discard = readonly == 1 or keyword in _STATE_KEYWORDS or bool(_TEMPORARY.search(statement.sql))
         try:
             conn.use(plan.database or "default")
             conn.apply_settings(plan.settings)
-            if readonly:
-                conn.execute(f"SET readonly = {readonly}")
+            if readonly == 1:
+                conn.execute("SET readonly = 1")
             return self._execute(conn, plan)
         except ClickHouseError:
             raise
@@ -558,7 +565,7 @@ class ReplicaServer:
             discard = True
             raise
         finally:
-            self._pool.put(conn, discard=discard)
+            pool.put(conn, discard=discard)
 
     @contextmanager
     def _session(self, session_id: str, params: dict[str, str]) -> Iterator[_Session]:
