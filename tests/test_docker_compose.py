@@ -1,0 +1,102 @@
+"""docker-compose.yml describes the cluster the integration suite expects.
+
+No Docker engine runs here, so the file is checked as data: three clickhouse-server replicas and
+one Keeper of one pinned release, HTTP on loopback, healthchecks, and configuration files whose
+names agree (hostnames, macros, the remote_servers cluster, the Keeper address). Where a compose
+CLI is installed, its own validation (``config``) must pass as well.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE = ROOT / "docker-compose.yml"
+REPLICAS = ["r1", "r2", "r3"]
+
+
+def compose() -> dict[str, Any]:
+    document = yaml.safe_load(COMPOSE.read_text())
+    assert isinstance(document, dict)
+    return document
+
+
+def services() -> dict[str, Any]:
+    result = compose()["services"]
+    assert isinstance(result, dict)
+    return result
+
+
+def servers() -> dict[str, dict[str, Any]]:
+    return {name: spec for name, spec in services().items() if name.startswith("clickhouse-")}
+
+
+def mounted(spec: dict[str, Any], target_suffix: str) -> Path:
+    for volume in spec["volumes"]:
+        source, target = volume.split(":")[:2]
+        if target.endswith(target_suffix):
+            return (ROOT / source).resolve()
+    raise AssertionError(f"no volume mounted at *{target_suffix}: {spec['volumes']}")
+
+
+def test_three_replicas_and_a_keeper_of_one_pinned_release() -> None:
+    names = set(services())
+    assert names == {"keeper", "clickhouse-r1", "clickhouse-r2", "clickhouse-r3"}
+    images = {name: spec["image"] for name, spec in services().items()}
+    tags = {image.rpartition(":")[2] for image in images.values()}
+    assert len(tags) == 1, images  # one release for the servers and Keeper
+    (tag,) = tags
+    assert tag not in ("", "latest"), images
+    assert images["keeper"].startswith("clickhouse/clickhouse-keeper:")
+    for name, spec in servers().items():
+        assert spec["image"].startswith("clickhouse/clickhouse-server:"), name
+
+
+def test_http_ports_are_published_on_loopback_and_healthchecked() -> None:
+    published = []
+    for name, spec in servers().items():
+        (port,) = spec["ports"]
+        host_ip, host_port, container_port = str(port).split(":")
+        assert (host_ip, container_port) == ("127.0.0.1", "8123"), name
+        published.append(int(host_port))
+        assert "/ping" in " ".join(spec["healthcheck"]["test"]), name
+        assert spec["depends_on"]["keeper"]["condition"] == "service_healthy", name
+    assert sorted(published) == [8123, 8124, 8125]
+    assert services()["keeper"]["healthcheck"]["test"]
+
+
+def test_configuration_files_exist_and_agree() -> None:
+    keeper_host = services()["keeper"]["hostname"]
+    hostnames = sorted(spec["hostname"] for spec in servers().values())
+    for index, (name, spec) in enumerate(sorted(servers().items())):
+        replica = ET.parse(mounted(spec, "/replica.xml")).getroot()
+        assert replica.findtext("macros/replica") == REPLICAS[index], name
+        assert replica.findtext("display_name") == REPLICAS[index], name
+        assert replica.findtext("macros/shard")
+        cluster = ET.parse(mounted(spec, "/cluster.xml")).getroot()
+        assert cluster.findtext("zookeeper/node/host") == keeper_host
+        (shard,) = cluster.findall("remote_servers/*/shard")
+        assert sorted(r.findtext("host") or "" for r in shard.findall("replica")) == hostnames
+    keeper = mounted(services()["keeper"], "/keeper_config.xml")
+    assert ET.parse(keeper).getroot().find(".//keeper_server") is not None
+
+
+def test_compose_cli_accepts_the_file_where_one_is_installed() -> None:
+    """Runs ``docker compose config`` or ``docker-compose config`` when either exists (neither
+    needs a running engine for this); the checks above hold either way."""
+    for command in (["docker", "compose"], ["docker-compose"]):
+        if shutil.which(command[0]) is None:
+            continue
+        probe = subprocess.run([*command, "version"], capture_output=True, text=True, timeout=60, check=False)
+        if probe.returncode != 0:
+            continue  # e.g. a docker client without the compose plugin
+        result = subprocess.run(
+            [*command, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert result.returncode == 0, result.stderr
