@@ -35,7 +35,6 @@ from ._async_client_api import ASYNC_METHODS, AsyncClientAPI
 from ._calls import prepare_call, settings_positions
 from ._pool_base import PoolBase
 from .balancer import Balancer
-from .classify import classify
 from .config import PoolConfig, async_client_option_names, resolve_pool_config
 from .errors import ConfigurationError, ReplicaConnectError, SessionLostError
 from .events import logger
@@ -221,15 +220,11 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
                 client = await self._client(index)
                 answered = await (client.ping(timeout) if timeout else client.ping())
             except Exception as exc:
-                failure = classify(exc)
-                if not failure.replica:
+                if self._balancer.replica_failure(index, exc) is None:
                     raise
-                self._balancer.record_failure(index, failure)
                 continue
-            if answered:
-                self._balancer.record_success(index)
+            if self._balancer.ping_answered(index, answered):
                 return True
-            self._balancer.record_error(index, "ping failed")
         return False
 
     # -- sessions --------------------------------------------------------------------------
@@ -315,10 +310,9 @@ class AsyncPinnedSession(AsyncClientAPI):
         try:
             return await getattr(self.client, method)(*call.args, **call.kwargs)
         except Exception as exc:
-            failure = classify(exc)
-            if not failure.replica:
+            failure = self._pool.balancer.replica_failure(self._index, exc)
+            if failure is None:
                 raise
-            self._pool.balancer.record_failure(self._index, failure)
             raise SessionLostError(self.address, failure.reason) from exc
 
     async def ping(self, timeout: float | None = None) -> bool:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from ._redact import redact
-from .classify import Failure
+from .classify import Failure, classify
 from .errors import ConfigurationError
 from .events import ErrorRecordedEvent, ListenerSet, ReplicaRecoveredEvent, logger
 from .ordering import plan_order, round_robin_order, static_ranks
@@ -149,6 +149,23 @@ class Balancer:
 
     def record_failure(self, index: int, failure: Failure) -> int:
         return self.record_error(index, failure.reason)
+
+    def replica_failure(self, index: int, exc: BaseException) -> Failure | None:
+        """Classify a failed call on replica ``index``: a replica failure is counted and
+        returned; a query failure gives None (the caller raises it unchanged)."""
+        failure = classify(exc)
+        if not failure.replica:
+            return None
+        self.record_failure(index, failure)
+        return failure
+
+    def ping_answered(self, index: int, answered: bool) -> bool:
+        """Count a ping's outcome like an attempt's; returns ``answered``."""
+        if answered:
+            self.record_success(index)
+        else:
+            self.record_error(index, "ping failed")
+        return answered
 
     def record_error(self, index: int, reason: str) -> int:
         reason = redact(reason)

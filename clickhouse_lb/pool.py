@@ -180,15 +180,11 @@ class ReplicaPool(SyncClientAPI, PoolBase):
             try:
                 answered = self._client(index).ping(timeout) if timeout else self._client(index).ping()
             except Exception as exc:
-                failure = classify(exc)
-                if not failure.replica:
+                if self._balancer.replica_failure(index, exc) is None:
                     raise
-                self._balancer.record_failure(index, failure)
                 continue
-            if answered:
-                self._balancer.record_success(index)
+            if self._balancer.ping_answered(index, answered):
                 return True
-            self._balancer.record_error(index, "ping failed")
         return False
 
     # -- sessions --------------------------------------------------------------------------
@@ -270,10 +266,9 @@ class PinnedSession(SyncClientAPI):
         try:
             return getattr(self.client, method)(*call.args, **call.kwargs)
         except Exception as exc:
-            failure = classify(exc)
-            if not failure.replica:
+            failure = self._pool.balancer.replica_failure(self._index, exc)
+            if failure is None:
                 raise
-            self._pool.balancer.record_failure(self._index, failure)
             raise SessionLostError(self.address, failure.reason) from exc
 
     def ping(self, timeout: float | None = None) -> bool:
