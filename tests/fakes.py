@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 from urllib3.exceptions import NewConnectionError, ProtocolError, ReadTimeoutError
 
 from clickhouse_lb.balancer import Balancer
-from clickhouse_lb.config import resolve_pool_config, sync_client_option_names
+from clickhouse_lb.config import PoolConfig, resolve_pool_config, sync_client_option_names
 from clickhouse_lb.pool import ReplicaPool
 from clickhouse_lb.settings import BALANCING_SETTING_NAMES
 
@@ -133,18 +133,34 @@ class FakeCluster:
         return [h for h, r in self.replicas.items() for _ in r.calls]
 
 
-def make_pool(
-    cluster: FakeCluster, *, clock: FakeClock | None = None, seed: int = 7, **options: Any
-) -> ReplicaPool:
+def pool_parts(
+    hosts: Iterable[str],
+    options: dict[str, Any],
+    valid_client_options: frozenset[str],
+    *,
+    clock: FakeClock | None = None,
+    seed: int = 7,
+) -> tuple[PoolConfig, Balancer]:
+    """A pool's configuration and a balancer on a test clock and seeded random, for fake replicas
+    ``host:8123``. ``options`` mixes balancing settings, ``listeners`` and client options."""
     balancing = {k: options.pop(k) for k in list(options) if k in BALANCING_SETTING_NAMES}
+    listeners = options.pop("listeners", ())
     config = resolve_pool_config(
-        [f"{h}:8123" for h in cluster.replicas],
+        [f"{h}:8123" for h in hosts],
         dsn=None,
         balancing=balancing,
         client_options=options,
-        valid_client_options=sync_client_option_names(),
+        valid_client_options=valid_client_options,
     )
     balancer = Balancer(
-        config.replicas, config.settings, clock=clock or FakeClock(), random=random.Random(seed).random
+        config.replicas, config.settings, clock=clock or FakeClock(), random=random.Random(seed).random,
+        listeners=listeners,
     )
+    return config, balancer
+
+
+def make_pool(
+    cluster: FakeCluster, *, clock: FakeClock | None = None, seed: int = 7, **options: Any
+) -> ReplicaPool:
+    config, balancer = pool_parts(cluster.replicas, options, sync_client_option_names(), clock=clock, seed=seed)
     return ReplicaPool(config, client_factory=cluster.factory, balancer=balancer)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import random
 import re
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -19,16 +18,14 @@ from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 
 import clickhouse_lb
 from clickhouse_lb.aio import AsyncReplicaPool
-from clickhouse_lb.balancer import Balancer
 from clickhouse_lb.classify import classify
-from clickhouse_lb.config import async_client_option_names, resolve_pool_config
+from clickhouse_lb.config import async_client_option_names
 from clickhouse_lb.errors import AllReplicasUnavailableError, ConfigurationError, ReplicaConnectError, SessionLostError
 from clickhouse_lb.events import FailoverEvent
 from clickhouse_lb.pool import connect_failure
-from clickhouse_lb.settings import BALANCING_SETTING_NAMES
 
 from .conftest import FakeClock
-from .fakes import FakeClient, FakeReplica, server_error
+from .fakes import FakeClient, FakeReplica, pool_parts, server_error
 
 # -- what clickhouse-connect's AsyncClient raises (aiohttp errors wrapped in OperationalError) --
 
@@ -141,19 +138,7 @@ class AsyncFakeCluster:
 def make_pool(
     cluster: AsyncFakeCluster, *, clock: FakeClock | None = None, seed: int = 7, **options: Any
 ) -> AsyncReplicaPool:
-    balancing = {k: options.pop(k) for k in list(options) if k in BALANCING_SETTING_NAMES}
-    listeners = options.pop("listeners", ())
-    config = resolve_pool_config(
-        [f"{h}:8123" for h in cluster.replicas],
-        dsn=None,
-        balancing=balancing,
-        client_options=options,
-        valid_client_options=async_client_option_names(),
-    )
-    balancer = Balancer(
-        config.replicas, config.settings, clock=clock or FakeClock(), random=random.Random(seed).random,
-        listeners=listeners,
-    )
+    config, balancer = pool_parts(cluster.replicas, options, async_client_option_names(), clock=clock, seed=seed)
     return AsyncReplicaPool(config, client_factory=cluster.factory, balancer=balancer)
 
 
