@@ -21,9 +21,12 @@ import signal
 import socket
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from clickhouse_lb.testing._http import HttpServer
+
+if TYPE_CHECKING:
+    from clickhouse_lb.testing.server import ReplicaServer
 
 STATE_FILE = "blackhole.state"
 ENTER_SIGNAL = signal.SIGUSR1
@@ -58,7 +61,7 @@ class BlackHole:
 
 
 class _Control:
-    def __init__(self, server: Any) -> None:
+    def __init__(self, server: ReplicaServer) -> None:
         self.server = server
         self.want_hole = False
         self.stopping = False
@@ -73,6 +76,13 @@ class _Control:
         self.want_hole = False
         self.changed.set()
 
+    def is_stopping(self) -> bool:
+        return self.stopping
+
+    def holding(self) -> bool:
+        """Whether the black hole is to stay."""
+        return self.want_hole and not self.stopping
+
     def stop(self) -> None:
         self.stopping = True
         self.changed.set()
@@ -85,7 +95,7 @@ def _write_state(data_dir: Path, state: str) -> None:
     os.replace(tmp, data_dir / STATE_FILE)
 
 
-def serve(server: Any, host: str, data_dir: Path) -> _Control:
+def serve(server: ReplicaServer, host: str, data_dir: Path) -> _Control:
     """Prepare ``server`` (a ReplicaServer) for black-holing; return the control to serve with."""
     control = _Control(server)
     signal.signal(ENTER_SIGNAL, control.enter)
@@ -103,17 +113,15 @@ def serve_forever(control: _Control, host: str, data_dir: Path) -> None:
         if control.stopping or not control.want_hole:
             return
         server.http.server_close()
-        server._unblackholed.clear()
-        server.blackholed.set()
+        server.set_blackholed(True)
         hole = BlackHole(host, port)
         _write_state(data_dir, "on")
-        while control.want_hole and not control.stopping:
+        while control.holding():
             control.changed.wait(0.5)
             control.changed.clear()
         hole.close()
-        if control.stopping:
+        if control.is_stopping():
             return
         server.http = HttpServer((host, port), server.handle)
-        server.blackholed.clear()
-        server._unblackholed.set()
+        server.set_blackholed(False)
         _write_state(data_dir, "off")

@@ -72,7 +72,6 @@ _SYSTEM_TABLE_HINT = re.compile(r"system[`\"]?\s*\.\s*[`\"]?(?:clusters|replicas
 _REPLICATED_DATABASE = re.compile(r"\bENGINE\s*=\s*Replicated\b", re.I)
 
 
-
 class RunStatement:
     """Runs a (possibly rewritten) statement the way the request asked (its connection, its
     insert data and format, its query parameters); ``data``/``format`` are the insert's."""
@@ -276,12 +275,13 @@ class Replication:
             self._save_catalog()
         return result
 
-    def _create_replicated(
-        self, conn: EngineConn, st: _sql.Statement, run: RunStatement, uuid: str | None
-    ) -> Result:
-        assert st.table is not None and st.engine is not None
+    def _create_replicated(self, conn: EngineConn, st: _sql.Statement, run: RunStatement, uuid: str | None) -> Result:
+        assert st.table is not None
+        assert st.engine is not None
         database, table = st.table.resolve(conn.database)
-        local_sql = _sql.replace_spans(st.local_sql or st.sql, [(st.engine.start, st.engine.end, st.engine.local_clause)])
+        local_sql = _sql.replace_spans(
+            st.local_sql or st.sql, [(st.engine.start, st.engine.end, st.engine.local_clause)]
+        )
         target = _sql.qualified(database, table)
         if conn.scalar(f"EXISTS TABLE {target}") == "1":
             return run(local_sql)  # IF NOT EXISTS: nothing happens; otherwise the engine's error
@@ -364,9 +364,12 @@ class Replication:
         self, conn: EngineConn, st: _sql.Statement, sql: str, settings: dict[str, str], run: RunStatement
     ) -> str | None:
         inline = _inline_settings(sql)
-        values = conn.execute(
-            "SELECT getSetting('insert_deduplicate'), getSetting('insert_deduplication_token')", "TSVRaw"
-        ).body.decode().rstrip("\n").split("\t")
+        values = (
+            conn.execute("SELECT getSetting('insert_deduplicate'), getSetting('insert_deduplication_token')", "TSVRaw")
+            .body.decode()
+            .rstrip("\n")
+            .split("\t")
+        )
         dedup = inline.get("insert_deduplicate", values[0])
         token = inline.get("insert_deduplication_token", values[1] if len(values) > 1 else "")
         if dedup.lower() in ("0", "false"):
@@ -447,7 +450,9 @@ class Replication:
         self._wake.set()
         while not all(self._is_applied(s) for s in wanted):
             if time.monotonic() > deadline:
-                raise ClickHouseError.make(159, f"SYNC REPLICA {database}.{table}: command timed out after {timeout:g} s")
+                raise ClickHouseError.make(
+                    159, f"SYNC REPLICA {database}.{table}: command timed out after {timeout:g} s"
+                )
             time.sleep(_POLL)
         return Result(b"")
 
@@ -455,9 +460,13 @@ class Replication:
     def _rewrite_system_tables(self, st: _sql.Statement) -> str:
         spans = []
         for start, end, name in st.system_tables:
-            rows, structure = (self._replicas_rows(), _REPLICAS_STRUCTURE) if name == "replicas" else (
-                self._clusters_rows(),
-                _CLUSTERS_STRUCTURE,
+            rows, structure = (
+                (self._replicas_rows(), _REPLICAS_STRUCTURE)
+                if name == "replicas"
+                else (
+                    self._clusters_rows(),
+                    _CLUSTERS_STRUCTURE,
+                )
             )
             data = "\n".join(json.dumps(r, separators=(",", ":")) for r in rows)
             spans.append((start, end, f"format(JSONEachRow, {_sql.sql_string(structure)}, {_sql.sql_string(data)})"))

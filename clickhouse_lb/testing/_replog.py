@@ -147,7 +147,7 @@ class ReplicationLog:
             finally:
                 os.close(fd)
             self.refresh()
-            return self.entries[header["seq"] - 1]
+            return self.entries[int(header["seq"]) - 1]
 
     def payload(self, entry: Entry) -> bytes:
         if not entry.payload_length:

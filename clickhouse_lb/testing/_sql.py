@@ -213,7 +213,7 @@ def _system_tables(toks: list[Token]) -> list[tuple[int, int, str]]:
     return found
 
 
-def classify(sql: str) -> Statement | None:  # noqa: C901 - one branch per statement form
+def classify(sql: str) -> Statement | None:
     """Classify ``sql`` for replication, or None when replication has nothing to do with it."""
     toks = tokens(sql)
     if not toks:
@@ -222,7 +222,7 @@ def classify(sql: str) -> Statement | None:  # noqa: C901 - one branch per state
     if head in ("SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXPLAIN", "(") or toks[0].text == "(":
         found = _system_tables(toks)
         return Statement("select", sql, system_tables=found) if found else None
-    cluster, local_sql, on_index = _strip_on_cluster(sql, toks)
+    cluster, local_sql, _on_index = _strip_on_cluster(sql, toks)
     ltoks = tokens(local_sql) if cluster is not None else toks
     st = Statement("other_ddl", sql, cluster=cluster, local_sql=local_sql)
     i = 1
@@ -316,8 +316,10 @@ def classify(sql: str) -> Statement | None:  # noqa: C901 - one branch per state
             if parsed is not None:
                 st.kind, st.table = "sync_replica", parsed[0]
                 return st
-        if len(words) >= 2 and words[0] in ("STOP", "START") and (
-            words[1] == "FETCHES" or words[1:3] == ["REPLICATION", "QUEUES"]
+        if (
+            len(words) >= 2
+            and words[0] in ("STOP", "START")
+            and (words[1] == "FETCHES" or words[1:3] == ["REPLICATION", "QUEUES"])
         ):
             st.kind, st.stop = "fetches", words[0] == "STOP"
             return st

@@ -102,7 +102,9 @@ class LocalCluster(ClusterBase):
         if port is not None and not 0 < port < 65536:
             raise ValueError(f"port must be between 1 and 65535, not {port!r}")
         if not cluster_name or not all(c.isalnum() or c in "_-" for c in cluster_name):
-            raise ValueError(f"cluster_name must be a non-empty name of letters, digits, '_' or '-', not {cluster_name!r}")
+            raise ValueError(
+                f"cluster_name must be a non-empty name of letters, digits, '_' or '-', not {cluster_name!r}"
+            )
         self._names = list(names) if names is not None else [f"r{i + 1}" for i in range(replicas)]
         self._own_dir = base_dir is None
         self._base_dir = Path(base_dir) if base_dir is not None else None

@@ -292,6 +292,15 @@ class ReplicaServer:
     def port(self) -> int:
         return self.http.port
 
+    def set_blackholed(self, on: bool) -> None:
+        """While black-holed, requests on established connections are never answered."""
+        if on:
+            self._unblackholed.clear()
+            self.blackholed.set()
+        else:
+            self.blackholed.clear()
+            self._unblackholed.set()
+
     def _start_replication(
         self,
         shard: str,
