@@ -209,7 +209,7 @@ class Replication:
             self._wake.set()
             return Result(b"")
         if st.kind == "sync_replica":
-            return self._sync_replica(conn, st, settings)
+            return self._sync_replica(conn, st, {**settings, **_inline_settings(sql)})
         if not self._concerns_replication(conn, st):
             return run(sql)
         with self.log.locked():
@@ -405,7 +405,7 @@ class Replication:
                 }
             )
             self._mark_applied(entry.seq)
-        timeout = float(settings.get("distributed_ddl_task_timeout") or 180)
+        timeout = float({**settings, **_inline_settings(st.sql)}.get("distributed_ddl_task_timeout") or 180)
         self._wait_for_active_replicas(entry.seq, timeout)
         return result
 
