@@ -209,7 +209,7 @@ class Replication:
             self._wake.set()
             return Result(b"")
         if st.kind == "sync_replica":
-            return self._sync_replica(conn, st, {**settings, **_inline_settings(sql)})
+            return self._sync_replica(conn, st, {**settings, **_sql.inline_settings(sql)})
         if not self._concerns_replication(conn, st):
             return run(sql)
         with self.log.locked():
@@ -363,7 +363,7 @@ class Replication:
     def _block_id(
         self, conn: EngineConn, st: _sql.Statement, sql: str, settings: dict[str, str], run: RunStatement
     ) -> str | None:
-        inline = _inline_settings(sql)
+        inline = _sql.inline_settings(sql)
         values = (
             conn.execute("SELECT getSetting('insert_deduplicate'), getSetting('insert_deduplication_token')", "TSVRaw")
             .body.decode()
@@ -405,7 +405,7 @@ class Replication:
                 }
             )
             self._mark_applied(entry.seq)
-        timeout = float({**settings, **_inline_settings(st.sql)}.get("distributed_ddl_task_timeout") or 180)
+        timeout = float({**settings, **_sql.inline_settings(st.sql)}.get("distributed_ddl_task_timeout") or 180)
         self._wait_for_active_replicas(entry.seq, timeout)
         return result
 
@@ -697,24 +697,6 @@ class Replication:
         finally:
             with contextlib.suppress(ClickHouseError):
                 conn.use("default")
-
-
-def _inline_settings(sql: str) -> dict[str, str]:
-    """``SETTINGS a = 1, b = 'x'`` written in an INSERT statement itself."""
-    toks = _sql.tokens(sql)
-    out: dict[str, str] = {}
-    for i, tok in enumerate(toks):
-        if tok.depth == 0 and tok.upper == "SETTINGS":
-            j = i + 1
-            while j + 2 < len(toks) + 0 and toks[j].ident and toks[j + 1].text == "=":
-                value = toks[j + 2]
-                out[toks[j].ident] = _sql.unquote_string(value.text) if value.kind == "string" else value.text
-                j += 3
-                if j < len(toks) and toks[j].text == ",":
-                    j += 1
-                else:
-                    break
-    return out
 
 
 def _read_state(path: Path) -> dict[str, Any] | None:

@@ -351,3 +351,21 @@ def replace_spans(sql: str, spans: list[tuple[int, int, str]]) -> str:
         last = end
     out.append(sql[last:])
     return "".join(out)
+
+
+def inline_settings(sql: str) -> dict[str, str]:
+    """``SETTINGS a = 1, b = 'x'`` written in an INSERT statement itself."""
+    toks = tokens(sql)
+    out: dict[str, str] = {}
+    for i, tok in enumerate(toks):
+        if tok.depth == 0 and tok.upper == "SETTINGS":
+            j = i + 1
+            while j + 2 < len(toks) and toks[j].ident and toks[j + 1].text == "=":
+                value = toks[j + 2]
+                out[toks[j].ident] = unquote_string(value.text) if value.kind == "string" else value.text
+                j += 3
+                if j < len(toks) and toks[j].text == ",":
+                    j += 1
+                else:
+                    break
+    return out
