@@ -413,31 +413,21 @@ class Demo:
         for i, status in enumerate(self._pool.replicas):
             name = self.names[i]
             alive = self.cluster.is_alive(i)
-            rows.append(
-                (
-                    name,
-                    status.address,
-                    self.screen.paint("up  ", "good") if alive else self.screen.paint("DOWN", "bad"),
-                    str(served[name]),
-                    f"{share.get(name, 0.0):4.0%}",
-                    str(status.errors_count),
-                    f"{status.estimated_recovery_time:4.1f} s" if status.estimated_recovery_time else "-",
-                    str(self._events.errors_recorded[status.address]),
-                )
-            )
+            rows.append((
+                name,
+                status.address,
+                self.screen.paint("up  ", "good") if alive else self.screen.paint("DOWN", "bad"),
+                str(served[name]),
+                f"{share.get(name, 0.0):4.0%}",
+                str(status.errors_count),
+                f"{status.estimated_recovery_time:4.1f} s" if status.estimated_recovery_time else "-",
+                str(self._events.errors_recorded[status.address]),
+            ))
         return rows
 
     def live_table(self, label: str, tally: Tally, share: Mapping[str, float]) -> list[str]:
-        header = (
-            "replica",
-            "address",
-            "process",
-            "served",
-            f"share (last {self.timing.window:.0f} s)",
-            "errors_count",
-            "recovers in",
-            "errors recorded",
-        )
+        header = ("replica", "address", "process", "served", f"share (last {self.timing.window:.0f} s)",
+                  "errors_count", "recovers in", "errors recorded")
         failed = self.screen.paint(str(tally.failed), "bad" if tally.failed else "good")
         return [
             *format_table(header, self._replica_rows(tally, share), indent="    "),
@@ -452,11 +442,8 @@ class Demo:
             "share " + " ".join(f"{n} {share.get(n, 0.0):.0%}" for n in self.names),
             "errors_count " + " ".join(f"{n}={s.errors_count}" for n, s in zip(self.names, statuses)),
         ]
-        recovering = [
-            f"{n} in {s.estimated_recovery_time:.1f} s"
-            for n, s in zip(self.names, statuses)
-            if s.estimated_recovery_time > 0
-        ]
+        recovering = [f"{n} in {s.estimated_recovery_time:.1f} s" for n, s in zip(self.names, statuses)
+                      if s.estimated_recovery_time > 0]
         if recovering:
             parts.append("recovery " + ", ".join(recovering))
         parts.append(f"statements {tally.statements}, failed {tally.failed}")
@@ -467,11 +454,9 @@ class Demo:
         name = self.name_of.get(item.address, item.address)
         if isinstance(item, FailoverEvent):
             key = ("failover", item.address)
-            text = (
-                f"failover: a {item.operation} on {name} failed ({short_error(item.error)}); it went on to "
-                f"{self.name_of.get(item.next_address, item.next_address)}, nothing failed "
-                "(further failovers are only counted)"
-            )
+            text = (f"failover: a {item.operation} on {name} failed ({short_error(item.error)}); it went on to "
+                    f"{self.name_of.get(item.next_address, item.next_address)}, nothing failed "
+                    "(further failovers are only counted)")
         elif self.claims.victim == name and self._phase == "down":
             key = ("recovered", item.address)
             text = f"{name}: its errors decayed to 0; the pool will try it again (and count another error)"
@@ -485,14 +470,8 @@ class Demo:
             self.event(text)
 
     def watch(
-        self,
-        seconds: float,
-        tally: Tally,
-        label: str,
-        *,
-        progress: bool = True,
-        until: Callable[[], bool] | None = None,
-        grace: float = 0.0,
+        self, seconds: float, tally: Tally, label: str, *,
+        progress: bool = True, until: Callable[[], bool] | None = None, grace: float = 0.0,
     ) -> bool:
         """Let the workload run for ``seconds`` (then up to ``grace`` more until ``until()``),
         refreshing the display. Returns ``until()`` (True without one)."""
@@ -529,13 +508,9 @@ class Demo:
     def tour(self) -> None:
         strategies = self.options.tour
         self.screen.line()
-        self.screen.line(
-            self.screen.paint(
-                f"1. The strategies, {self.timing.per_strategy:.1f} s each: the share of the statements each replica "
-                "served",
-                "bold",
-            )
-        )
+        self.screen.line(self.screen.paint(
+            f"1. The strategies, {self.timing.per_strategy:.1f} s each: the share of the statements each replica "
+            "served", "bold"))
         for strategy in strategies:
             tally = self._begin(strategy)
             self._phase = strategy.value
@@ -576,13 +551,9 @@ class Demo:
     def restart(self, victim: int, tally: Tally) -> None:
         name = self.names[victim]
         self.screen.line()
-        self.screen.line(
-            self.screen.paint(
-                f"3. {name} restarted: back in rotation once its errors decay "
-                f"(distributed_replica_error_half_life={self.timing.half_life:g} s)",
-                "bold",
-            )
-        )
+        self.screen.line(self.screen.paint(
+            f"3. {name} restarted: back in rotation once its errors decay "
+            f"(distributed_replica_error_half_life={self.timing.half_life:g} s)", "bold"))
         self.event(f"restarting {name} ...")
         self.cluster.restart(victim)
         self._phase = "restarted"
@@ -590,10 +561,8 @@ class Demo:
         restarted = time.monotonic()
         assert self._pool is not None
         status = self._pool.replicas[victim]
-        self.event(
-            f"restarted {name} (same address, same data); errors_count {status.errors_count}, "
-            f"recovers in {status.estimated_recovery_time:.1f} s"
-        )
+        self.event(f"restarted {name} (same address, same data); errors_count {status.errors_count}, "
+                   f"recovers in {status.estimated_recovery_time:.1f} s")
         before = tally.snapshot()[name]
         returned: list[float] = []
 
@@ -615,10 +584,8 @@ class Demo:
         self.screen.line()
         self.screen.line(self.screen.paint("Summary", "bold"))
         statements = sum(self.total.values()) + self.failed
-        rows = [
-            (n, a, str(self.total[n]), f"{self.total[n] / max(1, statements):.0%}")
-            for n, a in zip(self.names, self.addresses)
-        ]
+        rows = [(n, a, str(self.total[n]), f"{self.total[n] / max(1, statements):.0%}")
+                for n, a in zip(self.names, self.addresses)]
         for line in format_table(("replica", "address", "served", "share"), rows, indent="  "):
             self.screen.line(line)
         self.screen.line(f"  statements {statements}, failed {self.failed}, failovers {self.failovers}")

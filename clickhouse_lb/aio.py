@@ -65,7 +65,6 @@ def require_native_async_client(installed: str | None = None) -> None:
             f"{text} is installed: pip install 'clickhouse-lb[async]'"
         )
 
-
 _SETTINGS_POSITION = settings_positions(AsyncClient, ASYNC_METHODS)
 
 
@@ -195,10 +194,7 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
     async def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self._check_open()
         call = prepare_call(
-            method,
-            args,
-            kwargs,
-            _SETTINGS_POSITION.get(method),
+            method, args, kwargs, _SETTINGS_POSITION.get(method),
             auto_token=self._balancer.settings.auto_insert_deduplication_token,
         )
         attempts = StatementAttempts(
@@ -238,7 +234,9 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         does) while a replica cannot be reached. ``session``: give it a ClickHouse session id
         (temporary tables, SET). Close it when done; :meth:`session` does that for you."""
         self._check_open()
-        extra: dict[str, Any] = {"session_id": str(uuid.uuid4())} if session else {"autogenerate_session_id": False}
+        extra: dict[str, Any] = (
+            {"session_id": str(uuid.uuid4())} if session else {"autogenerate_session_id": False}
+        )
         attempts = StatementAttempts(self._balancer, await self._plan(), operation="session", retry_after_send=True)
 
         async def connect(index: int) -> tuple[int, AsyncClient]:

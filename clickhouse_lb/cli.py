@@ -274,7 +274,9 @@ def run_status(args: argparse.Namespace, out: TextIO, factory: PoolFactory = get
         raise ConfigurationError(f"Bad --min-healthy {args.min_healthy}: expected 0 or more")
     with open_status_pool(args, factory) as pool:
         if args.min_healthy > len(pool.addresses):
-            raise ConfigurationError(f"--min-healthy {args.min_healthy} but only {len(pool.addresses)} replicas given")
+            raise ConfigurationError(
+                f"--min-healthy {args.min_healthy} but only {len(pool.addresses)} replicas given"
+            )
         checks = check_replicas(pool, args.timeout)
     if args.json:
         out.write(json.dumps(status_report(checks, args.min_healthy), indent=2) + "\n")
@@ -338,10 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _verbose_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "-v",
-        "--verbose",
-        action="count",
-        default=0,
+        "-v", "--verbose", action="count", default=0,
         help="log the library's events on stderr (-v: INFO, failovers and recoveries; -vv: DEBUG, every attempt)",
     )
 
@@ -360,27 +359,16 @@ def _add_demo(commands: Any) -> None:
     choices = ", ".join(m.value for m in LoadBalancing)
     demo.add_argument("--replicas", type=_replica_count, default=3, help="number of replicas (2-9, default 3)")
     demo.add_argument(
-        "--strategy",
-        default=None,
-        metavar="NAME",
+        "--strategy", default=None, metavar="NAME",
         help=f"run only this strategy in the tour and use it for the kill and the restart ({choices}); "
         "default: a tour of five, then round_robin",
     )
     demo.add_argument(
-        "--duration",
-        type=_positive_float,
-        default=40.0,
-        metavar="SECONDS",
+        "--duration", type=_positive_float, default=40.0, metavar="SECONDS",
         help="length of the workload phases, scaled together (default 40; the cluster start comes on top)",
     )
-    demo.add_argument(
-        "--threads",
-        type=int,
-        choices=range(1, 17),
-        default=3,
-        metavar="N",
-        help="client threads running the workload (default 3)",
-    )
+    demo.add_argument("--threads", type=int, choices=range(1, 17), default=3, metavar="N",
+                      help="client threads running the workload (default 3)")
     _verbose_option(demo)
 
 
@@ -395,29 +383,17 @@ def _add_status(commands: Any) -> None:
         ),
     )
     status.add_argument(
-        "targets",
-        nargs="+",
-        metavar="DSN_OR_HOSTS",
+        "targets", nargs="+", metavar="DSN_OR_HOSTS",
         help="clickhouse://user:pw@h1:8123,h2:8123/db, or hosts: 'h1:8123,h2:8123' or h1:8123 h2:8123",
     )
     status.add_argument("--user", default=None, help="user name (default: the DSN's, else 'default')")
     status.add_argument("--password", default=None, help=f"password (default: the DSN's, else ${PASSWORD_ENV})")
     status.add_argument("--database", default=None, help="database (default: the DSN's, else 'default')")
     status.add_argument("--secure", action="store_true", help="HTTPS (default port 8443)")
-    status.add_argument(
-        "--timeout",
-        type=_positive_float,
-        default=3.0,
-        metavar="SECONDS",
-        help="connect and read timeout per request (default 3)",
-    )
-    status.add_argument(
-        "--min-healthy",
-        type=int,
-        default=1,
-        metavar="N",
-        help="exit 1 when fewer replicas than this answer (default 1)",
-    )
+    status.add_argument("--timeout", type=_positive_float, default=3.0, metavar="SECONDS",
+                        help="connect and read timeout per request (default 3)")
+    status.add_argument("--min-healthy", type=int, default=1, metavar="N",
+                        help="exit 1 when fewer replicas than this answer (default 1)")
     status.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     _verbose_option(status)
 

@@ -111,14 +111,17 @@ def resolve_pool_config(
         if name in _POOL_OWNED:
             raise ConfigurationError(f"Option {name!r} is not accepted by a pool: {_POOL_OWNED[name]}")
         if name not in valid_client_options:
-            raise unknown_name_error("option", name, set(valid_client_options) | set(BALANCING_SETTING_NAMES))
+            raise unknown_name_error(
+                "option", name, set(valid_client_options) | set(BALANCING_SETTING_NAMES)
+            )
     given = {name: value for name, value in balancing.items() if value is not None}
     replicas: list[Replica] = []
     if dsn is not None:
         parts = parse_dsn(dsn)
         replicas = parts.replicas
         merged_balancing = {**parts.balancing, **given}
-        for name, value in (("username", parts.username), ("password", parts.password), ("database", parts.database)):
+        for name, value in (("username", parts.username), ("password", parts.password),
+                            ("database", parts.database)):
             if value is not None and options.get(name) is None:
                 options[name] = value
         if parts.secure and "secure" not in options and "interface" not in options:

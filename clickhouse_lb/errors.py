@@ -55,7 +55,8 @@ class AllReplicasUnavailableError(OperationalError):
         self.failures = list(failures)
         self.last_errors = dict(last_errors)
         lines = [
-            f"  {address}: {error if error is not None else 'not tried'}" for address, error in self.last_errors.items()
+            f"  {address}: {error if error is not None else 'not tried'}"
+            for address, error in self.last_errors.items()
         ]
         tries = len(self.failures)
         super().__init__(

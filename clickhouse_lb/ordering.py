@@ -38,13 +38,16 @@ def plan_order(
     """Replica indices in the order to try them. ``slowdowns`` given: the hedged-read order."""
     n = len(errors)
     if slowdowns is not None:
-        hedged_keys = [(max(0, errors[i] - max_ignored_errors), slowdowns[i], ranks[i], random()) for i in range(n)]
+        hedged_keys = [
+            (max(0, errors[i] - max_ignored_errors), slowdowns[i], ranks[i], random()) for i in range(n)
+        ]
         return sorted(range(n), key=hedged_keys.__getitem__)
     if not any(errors):
         keys = [r + random() for r in ranks]
     elif max_ignored_errors:
         keys = [
-            (e - max_ignored_errors if e > max_ignored_errors else 0) * n + r + random() for e, r in zip(errors, ranks)
+            (e - max_ignored_errors if e > max_ignored_errors else 0) * n + r + random()
+            for e, r in zip(errors, ranks)
         ]
     else:
         keys = [e * n + r + random() for e, r in zip(errors, ranks)]
@@ -66,7 +69,9 @@ def round_robin_order(
     :func:`static_ranks`), so that one integer per replica orders like the tuple.
     """
     n = len(errors)
-    group = [(e - max_ignored_errors if e > max_ignored_errors else 0) * n + p for e, p in zip(errors, priority_ranks)]
+    group = [
+        (e - max_ignored_errors if e > max_ignored_errors else 0) * n + p for e, p in zip(errors, priority_ranks)
+    ]
     best = min(group)
     leaders = [i for i, key in enumerate(group) if key == best]
     k = len(leaders)

@@ -162,10 +162,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         if self._closed:
             raise ProgrammingError("This ReplicaPool is closed")
         call = prepare_call(
-            method,
-            args,
-            kwargs,
-            _SETTINGS_POSITION.get(method),
+            method, args, kwargs, _SETTINGS_POSITION.get(method),
             auto_token=self._balancer.settings.auto_insert_deduplication_token,
         )
         attempts = self._attempts(method, call.overrides, call.retry_after_send)
@@ -261,9 +258,8 @@ class PinnedSession(SyncClientAPI):
         self._index = index
         self.client = client
         self.address = pool.balancer.addresses[index]
-        self.session_id: str | None = (
-            client.get_client_setting("session_id") if hasattr(client, "get_client_setting") else None
-        )
+        self.session_id: str | None = client.get_client_setting("session_id") if hasattr(
+            client, "get_client_setting") else None
 
     def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call = prepare_call(method, args, kwargs, _SETTINGS_POSITION.get(method), auto_token=False)

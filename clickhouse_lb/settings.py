@@ -383,7 +383,9 @@ def parse_dsn(dsn: str) -> DsnParts:
     parts = urlsplit(dsn)
     scheme = parts.scheme.lower()
     if scheme not in _DSN_SCHEMES:
-        raise ConfigurationError(f"Bad DSN scheme {parts.scheme!r}; valid: {', '.join(sorted(_DSN_SCHEMES))}")
+        raise ConfigurationError(
+            f"Bad DSN scheme {parts.scheme!r}; valid: {', '.join(sorted(_DSN_SCHEMES))}"
+        )
     secure = _DSN_SCHEMES[scheme]
     userinfo, _, hostlist = parts.netloc.rpartition("@")
     username = password = None

@@ -119,9 +119,8 @@ def rest_of(lines: queue.Queue[str | None], timeout: float) -> str:
 
 def test_demo_end_to_end(demo_env: dict[str, str]) -> None:
     started = time.monotonic()
-    proc = subprocess.Popen(
-        [*DEMO, "--duration", "8"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=demo_env
-    )
+    proc = subprocess.Popen([*DEMO, "--duration", "8"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=demo_env)
     try:
         lines = read_lines(proc.stdout)
         head = "".join(wait_for_line(lines, "cluster up", timeout=45))
@@ -150,13 +149,8 @@ def test_demo_end_to_end(demo_env: dict[str, str]) -> None:
 
 
 def test_demo_interrupted_cleans_up(demo_env: dict[str, str]) -> None:
-    proc = subprocess.Popen(
-        [*DEMO, "--duration", "30", "--strategy", "in_order"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=demo_env,
-    )
+    proc = subprocess.Popen([*DEMO, "--duration", "30", "--strategy", "in_order"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=demo_env)
     try:
         lines = read_lines(proc.stdout)
         head = wait_for_line(lines, "1. The strategies", timeout=45)

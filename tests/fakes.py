@@ -153,15 +153,14 @@ def pool_parts(
         valid_client_options=valid_client_options,
     )
     balancer = Balancer(
-        config.replicas,
-        config.settings,
-        clock=clock or FakeClock(),
-        random=random.Random(seed).random,
+        config.replicas, config.settings, clock=clock or FakeClock(), random=random.Random(seed).random,
         listeners=listeners,
     )
     return config, balancer
 
 
-def make_pool(cluster: FakeCluster, *, clock: FakeClock | None = None, seed: int = 7, **options: Any) -> ReplicaPool:
+def make_pool(
+    cluster: FakeCluster, *, clock: FakeClock | None = None, seed: int = 7, **options: Any
+) -> ReplicaPool:
     config, balancer = pool_parts(cluster.replicas, options, sync_client_option_names(), clock=clock, seed=seed)
     return ReplicaPool(config, client_factory=cluster.factory, balancer=balancer)

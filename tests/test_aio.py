@@ -167,12 +167,8 @@ def test_get_async_pool_is_a_plain_function_with_get_pools_arguments() -> None:
     pool_params = inspect.signature(clickhouse_lb.get_pool).parameters
     assert inspect.signature(clickhouse_lb.get_async_pool).parameters.keys() == pool_params.keys()
     # No running loop, no I/O: the hosts do not even exist.
-    pool = clickhouse_lb.get_async_pool(
-        "nowhere-1:8123,nowhere-2:8123",
-        load_balancing="IN_ORDER",
-        connector_limit_per_host=50,
-        send_receive_timeout=1.5,
-    )
+    pool = clickhouse_lb.get_async_pool("nowhere-1:8123,nowhere-2:8123", load_balancing="IN_ORDER",
+                                        connector_limit_per_host=50, send_receive_timeout=1.5)
     assert isinstance(pool, clickhouse_lb.AsyncReplicaPool)
     assert pool.plan() == ["nowhere-1:8123", "nowhere-2:8123"]
     assert pool.config.client_options["connector_limit_per_host"] == 50
@@ -237,9 +233,8 @@ async def test_round_robin_gives_each_healthy_replica_an_exact_share(abc: AsyncF
 
 async def test_statement_settings_choose_the_strategy_and_do_not_reach_the_server(abc: AsyncFakeCluster) -> None:
     pool = make_pool(abc, load_balancing="in_order")
-    result = await pool.query(
-        "SELECT 1", None, {"load_balancing": "first_or_random", "load_balancing_first_offset": 1, "max_threads": 1}
-    )
+    result = await pool.query("SELECT 1", None, {"load_balancing": "first_or_random",
+                                                 "load_balancing_first_offset": 1, "max_threads": 1})
     assert result == "query@b"
     assert abc["b"].calls[0][1] == ("SELECT 1", None, {"max_threads": 1})
 
@@ -382,12 +377,8 @@ async def test_200_tasks_keep_counts_consistent(abc: AsyncFakeCluster) -> None:
     cluster = AsyncFakeCluster("a", "b", "c", "d")
     cluster["d"].outcomes = [refused]
     cluster.creation_gates = {h: asyncio.Event() for h in cluster.replicas}
-    pool = make_pool(
-        cluster,
-        load_balancing="round_robin",
-        distributed_replica_error_cap=10**9,
-        distributed_replica_error_half_life=10**9,
-    )
+    pool = make_pool(cluster, load_balancing="round_robin", distributed_replica_error_cap=10**9,
+                     distributed_replica_error_half_life=10**9)
 
     async def work(i: int) -> str:
         if i % 10 == 0:

@@ -46,12 +46,8 @@ CASES: list[tuple[str, Callable[[], BaseException], bool, bool]] = [
     ("QUOTA_EXCEEDED", lambda: server_error(201, "QUOTA_EXCEEDED"), False, True),
     ("auth failed", lambda: server_error(516, "AUTHENTICATION_FAILED"), False, True),
     ("code only in text", lambda: DatabaseError("Code: 210. DB::Exception: x (NETWORK_ERROR)"), True, True),
-    (
-        "client misuse",
-        lambda: ProgrammingError("Attempt to execute concurrent queries within the same session"),
-        False,
-        True,
-    ),
+    ("client misuse", lambda: ProgrammingError("Attempt to execute concurrent queries within the same session"),
+     False, True),
     ("type error", lambda: TypeError("bad data"), False, True),
 ]
 

@@ -58,15 +58,8 @@ def test_demo_defaults() -> None:
 
 @pytest.mark.parametrize(
     "argv",
-    [
-        ["demo", "--replicas", "1"],
-        ["demo", "--duration", "0"],
-        ["demo", "--duration", "x"],
-        ["status"],
-        ["status", "a:1", "--timeout", "-1"],
-        ["status", "a:1", "--min-healthy", "x"],
-        [],
-    ],
+    [["demo", "--replicas", "1"], ["demo", "--duration", "0"], ["demo", "--duration", "x"],
+     ["status"], ["status", "a:1", "--timeout", "-1"], ["status", "a:1", "--min-healthy", "x"], []],
 )
 def test_bad_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as caught:
@@ -83,9 +76,8 @@ def test_unknown_strategy_exits_2_listing_the_valid_ones(capsys: pytest.CaptureF
 
 
 def test_module_entry_point_and_version() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "clickhouse_lb", "--version"], capture_output=True, text=True, timeout=60, check=False
-    )
+    done = subprocess.run([sys.executable, "-m", "clickhouse_lb", "--version"], capture_output=True, text=True,
+                          timeout=60, check=False)
     assert done.returncode == 0
     assert done.stdout.startswith("clickhouse-lb ")
 
@@ -100,15 +92,8 @@ def test_status_all_up(abc: FakeCluster) -> None:
     assert seen["hosts"] == ["a:8123,b:8123", "c:8123"]
     assert seen["dsn"] is None
     lines = out.getvalue().splitlines()
-    assert lines[0].split() == [
-        "address",
-        "up",
-        "latency",
-        "version",
-        "errors_count",
-        "estimated_recovery_time",
-        "error",
-    ]
+    assert lines[0].split() == ["address", "up", "latency", "version", "errors_count",
+                                "estimated_recovery_time", "error"]
     assert [line.split()[:2] for line in lines[1:4]] == [["a:8123", "yes"], ["b:8123", "yes"], ["c:8123", "yes"]]
     assert "command@a" in lines[1]  # the answer to SELECT version()
     assert lines[-1] == "3/3 replicas answered (min 1): OK"
@@ -255,9 +240,8 @@ def test_library_logging_routes_and_restores() -> None:
 # -- demo building blocks ------------------------------------------------------------------------
 
 
-def test_demo_without_chdb_says_how_to_install(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_demo_without_chdb_says_how_to_install(monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(_demo, "chdb_available", lambda: False)
     assert main(["demo"]) == 2
     assert "pip install 'clickhouse-lb[local]'" in capsys.readouterr().err
@@ -265,7 +249,8 @@ def test_demo_without_chdb_says_how_to_install(
 
 def test_timing_scales_with_duration() -> None:
     default = _demo.Timing.scaled(40.0, len(_demo.TOUR))
-    phases = default.per_strategy * len(_demo.TOUR) + default.before_kill + default.after_kill + default.after_restart
+    phases = (default.per_strategy * len(_demo.TOUR) + default.before_kill + default.after_kill
+              + default.after_restart)
     assert 38 <= phases <= 42
     assert 2 <= default.half_life <= 4  # decay visible within the minute
     short = _demo.Timing.scaled(6.0, len(_demo.TOUR))
@@ -321,7 +306,9 @@ def test_live_screen_redraws_in_place_below_permanent_lines() -> None:
     screen.show(["t3", "t4"])
     screen.line("event")
     screen.clear()
-    assert out.getvalue() == ("t1\nt2\n\x1b[2F\x1b[Jt3\nt4\n\x1b[2F\x1b[Jevent\nt3\nt4\n\x1b[2F\x1b[J")
+    assert out.getvalue() == (
+        "t1\nt2\n" "\x1b[2F\x1b[J" "t3\nt4\n" "\x1b[2F\x1b[J" "event\n" "t3\nt4\n" "\x1b[2F\x1b[J"
+    )
     assert screen.paint("up", "good") == "\x1b[32mup\x1b[0m"
 
 
@@ -341,21 +328,10 @@ def test_tally_and_claims() -> None:
     tally.failure(RuntimeError("boom http://u:pw@h/\nsecond line"))
     assert tally.statements == 2
     assert tally.last_failure == "RuntimeError: boom http://u:***@h/"
-    claims = _demo.Claims(
-        failed=0,
-        victim="r1",
-        victim_errors=3,
-        victim_served_while_down=0,
-        others_served_while_down=10,
-        returned_after=1.5,
-    )
+    claims = _demo.Claims(failed=0, victim="r1", victim_errors=3, victim_served_while_down=0,
+                          others_served_while_down=10, returned_after=1.5)
     assert claims.met
-    for change in (
-        {"failed": 1},
-        {"victim_errors": 0},
-        {"victim_served_while_down": 2},
-        {"others_served_while_down": 0},
-        {"returned_after": None},
-    ):
+    for change in ({"failed": 1}, {"victim_errors": 0}, {"victim_served_while_down": 2},
+                   {"others_served_while_down": 0}, {"returned_after": None}):
         broken = _demo.Claims(**{**claims.__dict__, **change})
         assert not broken.met, change

@@ -11,12 +11,8 @@ from .fakes import FakeCluster, make_pool, refused
 def test_threads_hammering_a_pool_keep_counts_consistent() -> None:
     cluster = FakeCluster("a", "b", "c", "d")
     cluster["d"].outcomes = [refused]  # every attempt on d fails, the others succeed
-    pool = make_pool(
-        cluster,
-        load_balancing="round_robin",
-        distributed_replica_error_cap=10**9,
-        distributed_replica_error_half_life=10**9,
-    )
+    pool = make_pool(cluster, load_balancing="round_robin", distributed_replica_error_cap=10**9,
+                     distributed_replica_error_half_life=10**9)
     threads, per_thread = 16, 250
     start = threading.Barrier(threads)
 

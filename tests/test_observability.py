@@ -60,24 +60,17 @@ def pool_with_listeners(
     """Like fakes.make_pool, with listeners given at construction (``get_pool(listeners=...)``)."""
     balancing = {k: options.pop(k) for k in list(options) if k in BALANCING_SETTING_NAMES}
     config = resolve_pool_config(
-        [f"{h}:8123" for h in cluster.replicas],
-        dsn=None,
-        balancing=balancing,
-        client_options=options,
-        valid_client_options=sync_client_option_names(),
+        [f"{h}:8123" for h in cluster.replicas], dsn=None, balancing=balancing,
+        client_options=options, valid_client_options=sync_client_option_names(),
     )
-    balancer = Balancer(
-        config.replicas,
-        config.settings,
-        clock=clock or FakeClock(),
-        random=random.Random(7).random,
-        listeners=listeners,
-    )
+    balancer = Balancer(config.replicas, config.settings, clock=clock or FakeClock(),
+                        random=random.Random(7).random, listeners=listeners)
     return ReplicaPool(config, client_factory=cluster.factory, balancer=balancer)
 
 
 def lb_records(caplog: pytest.LogCaptureFixture, level: int | None = None) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name.startswith("clickhouse_lb") and (level is None or r.levelno == level)]
+    return [r for r in caplog.records
+            if r.name.startswith("clickhouse_lb") and (level is None or r.levelno == level)]
 
 
 def leaky_error() -> OperationalError:
@@ -181,7 +174,8 @@ def test_listeners_receive_the_three_events_with_their_fields(abc: FakeCluster) 
     clock = FakeClock()
     recorder = Recorder()
     abc["a"].outcomes = [refused, "ok"]
-    pool = pool_with_listeners(abc, [recorder], clock, load_balancing="in_order", distributed_replica_error_half_life=5)
+    pool = pool_with_listeners(abc, [recorder], clock, load_balancing="in_order",
+                               distributed_replica_error_half_life=5)
     assert pool.query("SELECT 1") == "query@b"
 
     (recorded,) = recorder.of(ErrorRecordedEvent)
@@ -190,11 +184,7 @@ def test_listeners_receive_the_three_events_with_their_fields(abc: FakeCluster) 
     assert "Connection refused" in recorded.error
     (failover,) = recorder.of(FailoverEvent)
     assert (failover.operation, failover.address, failover.attempt, failover.next_address) == (
-        "query",
-        "a:8123",
-        1,
-        "b:8123",
-    )
+        "query", "a:8123", 1, "b:8123")
     assert "Connection refused" in failover.error
     assert recorder.of(ReplicaRecoveredEvent) == []
 
@@ -202,9 +192,7 @@ def test_listeners_receive_the_three_events_with_their_fields(abc: FakeCluster) 
     assert pool.query("SELECT 1") == "query@a"  # decayed, back first: then it succeeds
     # Two reasons, two events: back in the ordering (decayed), then answering again (succeeded).
     assert recorder.of(ReplicaRecoveredEvent) == [
-        ReplicaRecoveredEvent("a:8123", "decayed"),
-        ReplicaRecoveredEvent("a:8123", "succeeded"),
-    ]
+        ReplicaRecoveredEvent("a:8123", "decayed"), ReplicaRecoveredEvent("a:8123", "succeeded")]
 
 
 def test_recovered_by_success_event() -> None:
@@ -255,20 +243,15 @@ def test_a_listener_that_raises_never_breaks_a_statement(
     recorder = Recorder()
     clock = FakeClock()
     abc["a"].outcomes = [refused, "ok"]
-    pool = pool_with_listeners(
-        abc, [broken, recorder], clock, load_balancing="in_order", distributed_replica_error_half_life=1
-    )
+    pool = pool_with_listeners(abc, [broken, recorder], clock, load_balancing="in_order",
+                               distributed_replica_error_half_life=1)
     with caplog.at_level(logging.DEBUG, logger="clickhouse_lb"):
         assert pool.query("SELECT 1") == "query@b"
         clock.advance(1)
         assert pool.query("SELECT 1") == "query@a"
     # The other listener still got everything, and the failure was logged.
     assert [type(e).__name__ for e in recorder.events] == [
-        "ErrorRecordedEvent",
-        "FailoverEvent",
-        "ReplicaRecoveredEvent",
-        "ReplicaRecoveredEvent",
-    ]
+        "ErrorRecordedEvent", "FailoverEvent", "ReplicaRecoveredEvent", "ReplicaRecoveredEvent"]
     failures = [r for r in lb_records(caplog, logging.ERROR) if "listener" in r.getMessage()]
     assert failures
     assert all(method in r.getMessage() and r.exc_info for r in failures)

@@ -74,15 +74,8 @@ def test_query_failure_is_raised_unchanged_and_counts_nothing(abc: FakeCluster) 
     assert abc["b"].calls == []  # not retried elsewhere: it would only repeat
 
 
-@pytest.mark.parametrize(
-    ("code", "name"),
-    [
-        (210, "NETWORK_ERROR"),
-        (209, "SOCKET_TIMEOUT"),
-        (202, "TOO_MANY_SIMULTANEOUS_QUERIES"),
-        (999, "KEEPER_EXCEPTION"),
-    ],
-)
+@pytest.mark.parametrize(("code", "name"), [(210, "NETWORK_ERROR"), (209, "SOCKET_TIMEOUT"),
+                                            (202, "TOO_MANY_SIMULTANEOUS_QUERIES"), (999, "KEEPER_EXCEPTION")])
 def test_server_errors_that_mean_replica_unavailable_fail_over(abc: FakeCluster, code: int, name: str) -> None:
     abc["a"].outcomes = [lambda: server_error(code, name), "ok"]
     pool = make_pool(abc, load_balancing="in_order")
@@ -169,19 +162,16 @@ def test_insert_without_token_is_not_retried_after_sending(abc: FakeCluster) -> 
 
 def test_statement_settings_choose_the_strategy_and_do_not_reach_the_server(abc: FakeCluster) -> None:
     pool = make_pool(abc, load_balancing="in_order")
-    result = pool.query(
-        "SELECT 1", settings={"load_balancing": "first_or_random", "load_balancing_first_offset": 2, "max_threads": 1}
-    )
+    result = pool.query("SELECT 1", settings={"load_balancing": "first_or_random",
+                                              "load_balancing_first_offset": 2, "max_threads": 1})
     assert result == "query@c"
     assert abc["c"].calls[0][2]["settings"] == {"max_threads": 1}
 
 
 def test_statement_settings_given_positionally_are_handled_too(abc: FakeCluster) -> None:
     pool = make_pool(abc, load_balancing="in_order")
-    assert (
-        pool.query("SELECT 1", None, {"load_balancing": "first_or_random", "load_balancing_first_offset": 1})
-        == "query@b"
-    )
+    assert pool.query("SELECT 1", None, {"load_balancing": "first_or_random",
+                                         "load_balancing_first_offset": 1}) == "query@b"
     assert abc["b"].calls[0][1] == ("SELECT 1", None, {})
 
 

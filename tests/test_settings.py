@@ -36,12 +36,8 @@ def test_strategy_names_are_case_insensitive(name: str) -> None:
 
 def test_strings_are_accepted_for_numbers() -> None:
     s = parse_balancing_settings(
-        {
-            "load_balancing_first_offset": "2",
-            "distributed_replica_error_half_life": "0.5",
-            "failover_timeout": "0",
-            "auto_insert_deduplication_token": "false",
-        }
+        {"load_balancing_first_offset": "2", "distributed_replica_error_half_life": "0.5",
+         "failover_timeout": "0", "auto_insert_deduplication_token": "false"}
     )
     assert s.load_balancing_first_offset == 2
     assert s.distributed_replica_error_half_life == 0.5
@@ -59,11 +55,8 @@ def test_strings_are_accepted_for_numbers() -> None:
         ({"distributed_replica_error_half_life": -5}, r"must be >= 0"),
         ({"connect_timeout_with_failover_ms": True}, r"expected an integer"),
         ({"distributed_replica_max_ignored_errors": "1.5"}, r"'1.5': expected an integer"),
-        (
-            {"load_balancing_frist_offset": 1},
-            r"Unknown balancing setting 'load_balancing_frist_offset'.*"
-            r"Did you mean load_balancing_first_offset",
-        ),
+        ({"load_balancing_frist_offset": 1}, r"Unknown balancing setting 'load_balancing_frist_offset'.*"
+                                             r"Did you mean load_balancing_first_offset"),
         ({"local_hostname": ""}, r"local_hostname"),
     ],
 )
@@ -112,10 +105,8 @@ def test_replica_objects_and_priorities() -> None:
 
 
 def test_dsn_with_hosts_credentials_database_and_settings() -> None:
-    parts = parse_dsn(
-        "clickhouse://u%40x:p%3Aw@h1:8123,h2:8124/analytics?load_balancing=in_order&compress=0"
-        "&max_threads=2&host=h3:8125&priority=0,1,1"
-    )
+    parts = parse_dsn("clickhouse://u%40x:p%3Aw@h1:8123,h2:8124/analytics?load_balancing=in_order&compress=0"
+                      "&max_threads=2&host=h3:8125&priority=0,1,1")
     assert [r.address for r in parts.replicas] == ["h1:8123", "h2:8124", "h3:8125"]
     assert [r.priority for r in parts.replicas] == [0, 1, 1]
     assert (parts.username, parts.password, parts.database) == ("u@x", "p:w", "analytics")
@@ -126,10 +117,7 @@ def test_dsn_with_hosts_credentials_database_and_settings() -> None:
 
 def test_dsn_shared_port_and_https() -> None:
     assert [r.address for r in parse_dsn("clickhouse://ch-1,ch-2,ch-3:9123/db").replicas] == [
-        "ch-1:9123",
-        "ch-2:9123",
-        "ch-3:9123",
-    ]
+        "ch-1:9123", "ch-2:9123", "ch-3:9123"]
     parts = parse_dsn("https://ch-1,ch-2")
     assert parts.secure
     assert [r.port for r in parts.replicas] == [8443, 8443]
@@ -157,9 +145,8 @@ def test_statement_settings_split() -> None:
     overrides, rest = split_statement_settings(settings)
     assert not overrides
     assert rest is settings
-    overrides, rest = split_statement_settings(
-        {"load_balancing": "IN_ORDER", "max_threads": 1, "distributed_replica_max_ignored_errors": "2"}
-    )
+    overrides, rest = split_statement_settings({"load_balancing": "IN_ORDER", "max_threads": 1,
+                                                "distributed_replica_max_ignored_errors": "2"})
     assert overrides.load_balancing is LoadBalancing.IN_ORDER
     assert overrides.distributed_replica_max_ignored_errors == 2
     assert rest == {"max_threads": 1}
@@ -183,11 +170,8 @@ def test_get_pool_rejects_bad_configuration_before_any_io(kwargs: dict[str, Any]
 
 
 def test_get_pool_merges_dsn_and_keywords_keywords_winning() -> None:
-    pool = get_pool(
-        dsn="clickhouse://u:pw@h1,h2:9000/db?load_balancing=in_order&max_threads=2&compress=false",
-        load_balancing="round_robin",
-        username="other",
-    )
+    pool = get_pool(dsn="clickhouse://u:pw@h1,h2:9000/db?load_balancing=in_order&max_threads=2&compress=false",
+                    load_balancing="round_robin", username="other")
     assert pool.settings.load_balancing is LoadBalancing.ROUND_ROBIN
     assert pool.config.client_options["username"] == "other"
     assert pool.config.client_options["password"] == "pw"

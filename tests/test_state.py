@@ -81,10 +81,8 @@ def test_round_robin_counter_advances_only_for_statements(clock: FakeClock) -> N
     assert state.select(advance_round_robin=True)[1] == 42
 
 
-@pytest.mark.parametrize(
-    ("elapsed", "half_life", "shifts"),
-    [(0, 60, 0), (59.9, 60, 0), (60, 60, 1), (3840, 60, 64), (10**9, 60, 64), (1, 0, 64)],
-)
+@pytest.mark.parametrize(("elapsed", "half_life", "shifts"), [(0, 60, 0), (59.9, 60, 0), (60, 60, 1),
+                                                              (3840, 60, 64), (10**9, 60, 64), (1, 0, 64)])
 def test_decay_shifts(elapsed: float, half_life: float, shifts: int) -> None:
     assert decay_shifts(elapsed, half_life) == shifts
 
