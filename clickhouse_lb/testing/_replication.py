@@ -119,15 +119,11 @@ class Replication:
         *,
         cluster_name: str = "lb_cluster",
         cluster_file: Path | None = None,
-        dedup_window: int = 10000,
-        dedup_window_seconds: float = 3600.0,
     ) -> None:
         self.name = name
         self.shard = shard
         self.cluster_name = cluster_name
         self.cluster_file = cluster_file
-        self.dedup_window = dedup_window
-        self.dedup_window_seconds = dedup_window_seconds
         self.log = ReplicationLog(log_dir)
         self._states_dir = log_dir / "replicas"
         self._states_dir.mkdir(parents=True, exist_ok=True)
@@ -152,6 +148,19 @@ class Replication:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._conn = EngineConn(engine_path)
+        # The engine's own defaults for replicated tables.
+        windows = dict(
+            line.split("\t")
+            for line in self._conn.execute(
+                "SELECT name, value FROM system.merge_tree_settings WHERE name IN "
+                "('replicated_deduplication_window', 'replicated_deduplication_window_seconds')",
+                "TSVRaw",
+            )
+            .body.decode()
+            .splitlines()
+        )
+        self.dedup_window = int(windows.get("replicated_deduplication_window", 10000))
+        self.dedup_window_seconds = float(windows.get("replicated_deduplication_window_seconds", 3600))
         self._observed = 0
         self.log.refresh()
         self._observe_new()
@@ -363,7 +372,7 @@ class Replication:
     def _block_id(
         self, conn: EngineConn, st: _sql.Statement, sql: str, settings: dict[str, str], run: RunStatement
     ) -> str | None:
-        inline = _sql.inline_settings(sql)
+        inline = _sql.inline_settings(sql[:4096])  # written before the data
         values = (
             conn.execute("SELECT getSetting('insert_deduplicate'), getSetting('insert_deduplication_token')", "TSVRaw")
             .body.decode()

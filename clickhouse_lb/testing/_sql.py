@@ -133,6 +133,8 @@ class EngineSpec:
     local_clause: str  # e.g. ReplacingMergeTree(ver)
 
 
+_INSERT_HEAD = re.compile(r"^\s*INSERT\b", re.I)
+_INSERT_PREFIX = 4096
 _REPLICATED_ENGINE = re.compile(r"^Replicated(\w*MergeTree)$")
 _CLUSTER_KEYWORDS = ("ON", "CLUSTER")
 
@@ -215,6 +217,12 @@ def _system_tables(toks: list[Token]) -> list[tuple[int, int, str]]:
 
 def classify(sql: str) -> Statement | None:
     """Classify ``sql`` for replication, or None when replication has nothing to do with it."""
+    if _INSERT_HEAD.match(sql) and len(sql) > _INSERT_PREFIX:
+        # An INSERT's target is at its start: do not tokenise megabytes of VALUES.
+        st = classify(sql[:_INSERT_PREFIX])
+        if st is not None and st.kind == "insert" and st.cluster is None:
+            st.sql = st.local_sql = sql
+        return st
     toks = tokens(sql)
     if not toks:
         return None

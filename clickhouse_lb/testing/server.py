@@ -279,7 +279,16 @@ class ReplicaServer:
         self._running_ids: set[str] = set()
         self._running_lock = threading.Lock()
         self.faults = _Faults()
-        self.replication = self._start_replication(shard, cluster_name, replication_dir, cluster_file)
+        self.replication = Replication(
+            name,
+            shard,
+            self._path,
+            self.data_dir,
+            Path(replication_dir) if replication_dir is not None else self.data_dir / "replication",
+            cluster_name=cluster_name,
+            cluster_file=Path(cluster_file) if cluster_file is not None else None,
+        )
+        self.replication.start()
         #: Set while the replica is black-holed (see clickhouse_lb.testing._blackhole).
         self.blackholed = threading.Event()
         self._unblackholed = threading.Event()
@@ -300,37 +309,6 @@ class ReplicaServer:
         else:
             self.blackholed.clear()
             self._unblackholed.set()
-
-    def _start_replication(
-        self,
-        shard: str,
-        cluster_name: str,
-        replication_dir: str | os.PathLike[str] | None,
-        cluster_file: str | os.PathLike[str] | None,
-    ) -> Replication:
-        windows = dict(
-            line.split("\t")
-            for line in self._anchor.execute(
-                "SELECT name, value FROM system.merge_tree_settings WHERE name IN "
-                "('replicated_deduplication_window', 'replicated_deduplication_window_seconds')",
-                "TSVRaw",
-            )
-            .body.decode()
-            .splitlines()
-        )
-        replication = Replication(
-            self.name,
-            shard,
-            self._path,
-            self.data_dir,
-            Path(replication_dir) if replication_dir is not None else self.data_dir / "replication",
-            cluster_name=cluster_name,
-            cluster_file=Path(cluster_file) if cluster_file is not None else None,
-            dedup_window=int(windows.get("replicated_deduplication_window", 10000)),
-            dedup_window_seconds=float(windows.get("replicated_deduplication_window_seconds", 3600)),
-        )
-        replication.start()
-        return replication
 
     def _load_error_names(self) -> None:
         try:
