@@ -188,6 +188,19 @@ def test_token_deduplicates_across_replicas(cluster: ClusterBase, table: str) ->
     ] * len(cluster)
 
 
+def test_insert_select_replicates_its_rows_and_is_not_deduplicated_by_its_text(
+    cluster: ClusterBase, table: str
+) -> None:
+    for i in (0, 1):
+        cluster.query(i, f"INSERT INTO {table} SELECT 4, number FROM numbers(3)")
+    cluster.query(2, f"INSERT INTO {table} VALUES (5, 1)")
+    cluster.query(0, f"INSERT INTO {table} VALUES (5, 1)")  # the same block of VALUES: deduplicated
+    sync_all(cluster, table)
+    assert counts(cluster, f"SELECT batch, count() FROM {table} GROUP BY batch ORDER BY batch FORMAT CSV") == [
+        "4,6\n5,1"
+    ] * len(cluster)
+
+
 def test_acknowledged_insert_survives_sigkill_right_after_the_answer(cluster: ClusterBase, table: str) -> None:
     local = _local_only(cluster)
     local.query(0, f"INSERT INTO {table} VALUES (1, 1)")

@@ -386,6 +386,8 @@ class Replication:
         if token:
             return token
         assert st.table is not None
+        if run.format is None and _sql.inserts_a_select(sql[st.table.end :]):
+            return None  # the text does not identify the rows (the source may have changed)
         digest = hashlib.sha256(sql[st.table.end :].strip().encode())
         digest.update(b"\0" + str(run.format or "").encode() + b"\0")
         digest.update(run.data)

@@ -377,3 +377,13 @@ def inline_settings(sql: str) -> dict[str, str]:
                 else:
                     break
     return out
+
+
+def inserts_a_select(rest: str) -> bool:
+    """Whether an INSERT's text after the table name takes its rows from a SELECT."""
+    for tok in tokens(rest[:4096]):
+        if tok.depth == 0 and tok.upper in ("SELECT", "WITH"):
+            return True
+        if tok.depth == 0 and tok.upper in ("VALUES", "FORMAT"):
+            return False
+    return False
