@@ -485,3 +485,34 @@ def test_batches_retried_with_their_token_after_sigkills_mid_insert_are_exactly_
     sync_all(local, table)
     for i in range(len(local)):
         assert _batch_counts(local, i, table) == dict.fromkeys(range(batches), ROWS_PER_BATCH), local.names[i]
+
+
+def test_the_readme_async_example_runs_as_written_across_replicas(cluster: ClusterBase) -> None:
+    """The README's async example creates its table ON CLUSTER: with round_robin the CREATE,
+    the INSERT and the SELECT land on different replicas and still see one table."""
+    import asyncio
+    import re
+    from pathlib import Path
+
+    import clickhouse_lb
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    create = re.search(r'"(CREATE TABLE IF NOT EXISTS t ON CLUSTER[^"]*)"', readme)
+    assert create is not None, "the README's async example no longer creates t ON CLUSTER"
+    assert 'await pool.insert("t", [[1], [2]], column_names=["x"])' in readme
+    cluster.query(0, "DROP TABLE IF EXISTS t ON CLUSTER lb_cluster SYNC")
+
+    async def example() -> list[str]:
+        pool = clickhouse_lb.get_async_pool(cluster.hosts, load_balancing="round_robin", password=cluster.password)
+        async with pool:
+            await pool.command(create.group(1))
+            await pool.insert("t", [[1], [2]], column_names=["x"])
+            return [str(await pool.command("SELECT getMacro('replica')")) for _ in range(len(cluster))]
+
+    try:
+        answered = asyncio.run(example())
+        assert sorted(answered) == sorted(cluster.names)
+        sync_all(cluster, "t")
+        assert counts(cluster, "SELECT sum(x) FROM t") == ["3"] * len(cluster)
+    finally:
+        cluster.query(0, "DROP TABLE IF EXISTS t ON CLUSTER lb_cluster SYNC")

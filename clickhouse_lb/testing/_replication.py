@@ -597,12 +597,13 @@ class Replication:
         return seq <= self._pos or seq in self._extra
 
     def _mark_applied(self, seq: int) -> None:
-        self._extra.add(seq)
-        while self._pos + 1 in self._extra:
-            self._pos += 1
-            self._extra.discard(self._pos)
-        self.last_queue_update = time.time()
-        self._save_state()
+        with self._apply_lock:
+            self._extra.add(seq)
+            while self._pos + 1 in self._extra:
+                self._pos += 1
+                self._extra.discard(self._pos)
+            self.last_queue_update = time.time()
+            self._save_state()
 
     def _unapplied(self) -> list[int]:
         return [s for s in range(self._pos + 1, self.log.last_seq + 1) if s not in self._extra]
