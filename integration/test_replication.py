@@ -154,6 +154,8 @@ def test_system_clusters_describes_the_cluster(cluster: ClusterBase) -> None:
             assert {int(r[4]) for r in rows} == expected_ports
     types = cluster.query(0, "SELECT toTypeName(port), toTypeName(shard_num) FROM system.clusters LIMIT 1")
     assert types.strip() == "UInt16\tUInt32"
+    readonly = cluster.client(1).query("SELECT count() FROM system.clusters", settings={"readonly": 1})
+    assert readonly.result_rows == [(len(cluster),)]
 
 
 def test_unknown_cluster_is_refused(cluster: ClusterBase) -> None:

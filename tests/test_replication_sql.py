@@ -9,6 +9,8 @@ from clickhouse_lb.testing._sql import (
     expand_macros,
     inline_settings,
     inserts_a_select,
+    literal,
+    literal_table,
     replace_spans,
     tokens,
 )
@@ -117,3 +119,14 @@ def test_insert_select_is_told_from_values_and_formats() -> None:
     assert inserts_a_select(" WITH 1 AS x SELECT x")
     assert not inserts_a_select(" (a) VALUES ((SELECT 1))")
     assert not inserts_a_select(" (a) FORMAT Native")
+
+
+def test_literals_and_literal_tables() -> None:
+    assert [literal(v) for v in (None, True, 3, "it's")] == ["NULL", "1", "3", "'it\\'s'"]
+    assert literal({"r1": 1}) == "map('r1', 1)"
+    columns = [("name", "String"), ("n", "UInt8"), ("m", "Map(String, UInt8)")]
+    assert literal_table(columns, [{"name": "a"}]) == (
+        "(SELECT CAST('a' AS String) AS `name`, defaultValueOfTypeName('UInt8') AS `n`, "
+        "defaultValueOfTypeName('Map(String, UInt8)') AS `m`)"
+    )
+    assert literal_table(columns, []).endswith(" LIMIT 0)")

@@ -47,7 +47,6 @@ import uuid as uuid_module
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -469,18 +468,15 @@ class Replication:
 
     # -- system tables ---------------------------------------------------------------------
     def _rewrite_system_tables(self, st: _sql.Statement) -> str:
+        """``system.replicas`` / ``system.clusters`` become a subquery of literals (no table
+        function, so it also works with ``readonly = 1``)."""
         spans = []
         for start, end, name in st.system_tables:
-            rows, structure = (
-                (self._replicas_rows(), _REPLICAS_STRUCTURE)
-                if name == "replicas"
-                else (
-                    self._clusters_rows(),
-                    _CLUSTERS_STRUCTURE,
-                )
-            )
-            data = "\n".join(json.dumps(r, separators=(",", ":")) for r in rows)
-            spans.append((start, end, f"format(JSONEachRow, {_sql.sql_string(structure)}, {_sql.sql_string(data)})"))
+            if name == "replicas":
+                table = _sql.literal_table(_REPLICAS_COLUMNS, self._replicas_rows())
+            else:
+                table = _sql.literal_table(_CLUSTERS_COLUMNS, self._clusters_rows())
+            spans.append((start, end, table))
         return _sql.replace_spans(st.sql, spans)
 
     def _clusters_rows(self) -> list[dict[str, object]]:
@@ -544,15 +540,15 @@ class Replication:
                     "inserts_in_queue": len(inserts),
                     "merges_in_queue": 0,
                     "part_mutations_in_queue": len(queue) - len(inserts),
-                    "queue_oldest_time": _datetime(oldest),
-                    "inserts_oldest_time": _datetime(min((float(e.header["ts"]) for e in inserts), default=0.0)),
-                    "merges_oldest_time": _datetime(0.0),
-                    "part_mutations_oldest_time": _datetime(
+                    "queue_oldest_time": _timestamp(oldest),
+                    "inserts_oldest_time": _timestamp(min((float(e.header["ts"]) for e in inserts), default=0.0)),
+                    "merges_oldest_time": _timestamp(0.0),
+                    "part_mutations_oldest_time": _timestamp(
                         min((float(e.header["ts"]) for e in queue if e.kind == "table"), default=0.0)
                     ),
                     "log_max_index": len(view.seqs),
                     "log_pointer": sum(1 for s in view.seqs if self._is_applied(s)),
-                    "last_queue_update": _datetime(self.last_queue_update),
+                    "last_queue_update": _timestamp(self.last_queue_update),
                     "absolute_delay": int(now - oldest) if queue else 0,
                     "total_replicas": len(view.replicas),
                     "active_replicas": len(view.replicas & active) if active else len(view.replicas),
@@ -731,32 +727,74 @@ def _active_replicas(states_dir: Path) -> set[str]:
     return out
 
 
-def _datetime(ts: float) -> str:
-    if ts <= 0:
-        return "1970-01-01 00:00:00"
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+def _timestamp(ts: float) -> int:
+    return max(0, int(ts))
 
 
-_REPLICAS_STRUCTURE = (
-    "database String, table String, uuid UUID, engine String, is_leader UInt8, can_become_leader UInt8, "
-    "is_readonly UInt8, is_session_expired UInt8, future_parts UInt32, parts_to_check UInt32, "
-    "zookeeper_name String, zookeeper_path String, replica_name String, replica_path String, "
-    "columns_version Int32, queue_size UInt32, inserts_in_queue UInt32, merges_in_queue UInt32, "
-    "part_mutations_in_queue UInt32, queue_oldest_time DateTime('UTC'), inserts_oldest_time DateTime('UTC'), "
-    "merges_oldest_time DateTime('UTC'), part_mutations_oldest_time DateTime('UTC'), "
-    "oldest_part_to_get String, oldest_part_to_merge_to String, oldest_part_to_mutate_to String, "
-    "log_max_index UInt64, log_pointer UInt64, last_queue_update DateTime('UTC'), absolute_delay UInt64, "
-    "total_replicas UInt8, active_replicas UInt8, lost_part_count UInt64, last_queue_update_exception String, "
-    "zookeeper_exception String, replica_is_active Map(String, UInt8)"
-)
-_CLUSTERS_STRUCTURE = (
-    "cluster String, shard_num UInt32, shard_name String, shard_weight UInt32, internal_replication UInt8, "
-    "replica_num UInt32, host_name String, host_address String, port UInt16, is_local UInt8, user String, "
-    "default_database String, errors_count UInt32, slowdowns_count UInt32, estimated_recovery_time UInt32, "
-    "database_shard_name String, database_replica_name String, is_shared_catalog_cluster UInt8, "
-    "is_active Nullable(UInt8), unsynced_after_recovery Nullable(UInt8), replication_lag Nullable(UInt32), "
-    "recovery_time Nullable(UInt64), name String"
-)
+#: ClickHouse's columns (names and types) of the two system tables the cluster answers.
+_REPLICAS_COLUMNS: list[tuple[str, str]] = [
+    ("database", "String"),
+    ("table", "String"),
+    ("uuid", "UUID"),
+    ("engine", "String"),
+    ("is_leader", "UInt8"),
+    ("can_become_leader", "UInt8"),
+    ("is_readonly", "UInt8"),
+    ("is_session_expired", "UInt8"),
+    ("future_parts", "UInt32"),
+    ("parts_to_check", "UInt32"),
+    ("zookeeper_name", "String"),
+    ("zookeeper_path", "String"),
+    ("replica_name", "String"),
+    ("replica_path", "String"),
+    ("columns_version", "Int32"),
+    ("queue_size", "UInt32"),
+    ("inserts_in_queue", "UInt32"),
+    ("merges_in_queue", "UInt32"),
+    ("part_mutations_in_queue", "UInt32"),
+    ("queue_oldest_time", "DateTime"),
+    ("inserts_oldest_time", "DateTime"),
+    ("merges_oldest_time", "DateTime"),
+    ("part_mutations_oldest_time", "DateTime"),
+    ("oldest_part_to_get", "String"),
+    ("oldest_part_to_merge_to", "String"),
+    ("oldest_part_to_mutate_to", "String"),
+    ("log_max_index", "UInt64"),
+    ("log_pointer", "UInt64"),
+    ("last_queue_update", "DateTime"),
+    ("absolute_delay", "UInt64"),
+    ("total_replicas", "UInt8"),
+    ("active_replicas", "UInt8"),
+    ("lost_part_count", "UInt64"),
+    ("last_queue_update_exception", "String"),
+    ("zookeeper_exception", "String"),
+    ("replica_is_active", "Map(String, UInt8)"),
+]
+_CLUSTERS_COLUMNS: list[tuple[str, str]] = [
+    ("cluster", "String"),
+    ("shard_num", "UInt32"),
+    ("shard_name", "String"),
+    ("shard_weight", "UInt32"),
+    ("internal_replication", "UInt8"),
+    ("replica_num", "UInt32"),
+    ("host_name", "String"),
+    ("host_address", "String"),
+    ("port", "UInt16"),
+    ("is_local", "UInt8"),
+    ("user", "String"),
+    ("default_database", "String"),
+    ("errors_count", "UInt32"),
+    ("slowdowns_count", "UInt32"),
+    ("estimated_recovery_time", "UInt32"),
+    ("database_shard_name", "String"),
+    ("database_replica_name", "String"),
+    ("is_shared_catalog_cluster", "UInt8"),
+    ("is_active", "Nullable(UInt8)"),
+    ("unsynced_after_recovery", "Nullable(UInt8)"),
+    ("replication_lag", "Nullable(UInt32)"),
+    ("recovery_time", "Nullable(UInt64)"),
+    ("name", "String"),
+]
 
 
 def iter_states(states_dir: Path) -> Iterator[tuple[str, dict[str, Any]]]:
