@@ -10,6 +10,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError
@@ -99,6 +100,21 @@ def test_tables_with_one_keeper_path_are_replicas_and_a_late_one_clones_the_hist
     assert cluster.query(2, f"SELECT sum(x) FROM {name}").strip() == "3"
     for i in range(len(cluster)):
         cluster.query(i, f"DROP TABLE {name} SYNC")
+
+
+def test_a_replica_name_is_registered_once_per_path(cluster: ClusterBase) -> None:
+    local = _local_only(cluster)
+    name = f"rep_twice_{uuid.uuid4().hex[:8]}"
+    create = (
+        f"CREATE TABLE {name} (x UInt8) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{name}', 'same') ORDER BY x"
+    )
+    local.query(0, create)
+    with pytest.raises(ClusterError, match="REPLICA_ALREADY_EXISTS"):
+        local.query(1, create)
+    assert local.query(1, f"EXISTS TABLE {name}").strip() == "0"
+    local.query(0, f"DROP TABLE {name} SYNC")
+    local.query(1, create)  # the path's replica left: the name is free again
+    local.query(1, f"DROP TABLE {name} SYNC")
 
 
 def test_tables_with_different_uuids_do_not_replicate(cluster: ClusterBase) -> None:
@@ -398,6 +414,17 @@ def _batch_counts(cluster: ClusterBase, i: int, table: str) -> dict[int, int]:
 ROWS_PER_BATCH = 10
 
 
+class _Failovers:
+    """Records the pool's failovers of inserts (proof that the faults hit the inserts)."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def on_failover(self, event: Any) -> None:
+        if event.operation == "insert":
+            self.errors.append(event.error)
+
+
 def _batch(n: int) -> list[list[int]]:
     return [[n, n * ROWS_PER_BATCH + k] for k in range(ROWS_PER_BATCH)]
 
@@ -418,8 +445,13 @@ def test_numbered_batches_land_exactly_once_through_kills_pauses_and_restarts(cl
     }
     acknowledged: list[int] = []
     failed: list[int] = []
+    failovers = _Failovers()
     pool = clickhouse_lb.get_pool(
-        local.hosts, load_balancing="round_robin", send_receive_timeout=2, connect_timeout_with_failover_ms=300
+        local.hosts,
+        load_balancing="round_robin",
+        send_receive_timeout=2,
+        connect_timeout_with_failover_ms=300,
+        listeners=[failovers],
     )
     with pool:
         for n in range(40):
@@ -432,6 +464,8 @@ def test_numbered_batches_land_exactly_once_through_kills_pauses_and_restarts(cl
                 failed.append(n)
     local.heal()
     sync_all(local, table)
+    # Inserts sent to a paused replica timed out after sending: "may have been applied", retried.
+    assert any("timed out" in error.lower() for error in failovers.errors), failovers.errors
     assert len(acknowledged) >= 30, failed  # the pool fails over; only a few may fail
     for i in range(len(local)):
         seen = _batch_counts(local, i, table)
@@ -460,7 +494,8 @@ def test_batches_retried_with_their_token_after_sigkills_mid_insert_are_exactly_
 
     failed: list[int] = []
     batches = 60
-    pool = clickhouse_lb.get_pool(local.hosts, load_balancing="random", send_receive_timeout=5)
+    failovers = _Failovers()
+    pool = clickhouse_lb.get_pool(local.hosts, load_balancing="random", send_receive_timeout=5, listeners=[failovers])
     thread = threading.Thread(target=chaos, daemon=True)
     thread.start()
     try:
@@ -479,6 +514,7 @@ def test_batches_retried_with_their_token_after_sigkills_mid_insert_are_exactly_
         stop.set()
         thread.join(timeout=60)
     local.heal()
+    assert failovers.errors  # the kills hit inserts
     with clickhouse_lb.get_pool(local.hosts, load_balancing="random") as pool:
         for n in failed:  # the application retries what raised, with the same token
             pool.insert(
