@@ -227,7 +227,9 @@ def classify(sql: str) -> Statement | None:
     if not toks:
         return None
     head = toks[0].upper
-    if head in ("SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXPLAIN", "(") or toks[0].text == "(":
+    if head in ("SHOW", "DESCRIBE", "DESC"):
+        return None  # the engine's own system tables have the right schema
+    if head in ("SELECT", "WITH", "EXPLAIN") or toks[0].text == "(":
         found = _system_tables(toks)
         return Statement("select", sql, system_tables=found) if found else None
     cluster, local_sql, _on_index = _strip_on_cluster(sql, toks)
