@@ -102,6 +102,7 @@ class _PathView:
 
     seqs: list[int] = field(default_factory=list)  # entries of this path since it was (re)created
     replicas: set[str] = field(default_factory=set)
+    hosts: dict[str, str] = field(default_factory=dict)  # replica name -> the replica process holding it
     blocks: OrderedDict[str, float] = field(default_factory=OrderedDict)  # block id -> time
 
 
@@ -551,10 +552,10 @@ class Replication:
                     "last_queue_update": _timestamp(self.last_queue_update),
                     "absolute_delay": int(now - oldest) if queue else 0,
                     "total_replicas": len(view.replicas),
-                    "active_replicas": len(view.replicas & active) if active else len(view.replicas),
+                    "active_replicas": sum(1 for r in view.replicas if view.hosts.get(r, r) in active),
                     "lost_part_count": 0,
                     "last_queue_update_exception": self.last_exception,
-                    "replica_is_active": {r: int(r in active) for r in sorted(view.replicas)},
+                    "replica_is_active": {r: int(view.hosts.get(r, r) in active) for r in sorted(view.replicas)},
                 }
             )
         return rows
@@ -577,6 +578,7 @@ class Replication:
             view = self._paths.setdefault(str(path), _PathView())
             if entry.kind == "attach":
                 view.replicas.add(str(header["replica"]))
+                view.hosts[str(header["replica"])] = str(header.get("host", header["replica"]))
             elif entry.kind == "detach":
                 view.replicas.discard(str(header["replica"]))
                 if not view.replicas:  # the last replica left: Keeper's path is gone
