@@ -308,31 +308,30 @@ class Replication:
         result = run(local_sql)
         conn.execute(f"ALTER TABLE {target} MODIFY SETTING non_replicated_deduplication_window = {self.dedup_window}")
         info = TableInfo(database, table, st.engine.name, path, replica_name, table_uuid)
-        self.catalog[(database, table)] = info
-        self._save_catalog()
-        attach = self._append(
-            {"kind": "attach", "path": path, "replica": replica_name, "host": self.name, "ts": time.time()}
-        )
-        with self._apply_lock:
+        with self._apply_lock:  # the applier must not see the new table before its history is in
+            self.catalog[(database, table)] = info
+            self._save_catalog()
+            attach = self._append(
+                {"kind": "attach", "path": path, "replica": replica_name, "host": self.name, "ts": time.time()}
+            )
             history = [s for s in self._paths[path].seqs if s < attach.seq]
             for seq in history:  # clone: the table's history so far, in log order
                 self._apply_to(self.log.entries[seq - 1], [info])
                 self._mark_applied(seq)
-            self._mark_applied(attach.seq)
         return result
 
     def _append(self, header: dict[str, Any], payload: bytes = b"") -> Entry:
-        entry = self.log.append(header, payload)
-        self._observe_new()
+        """Log an entry this replica has already applied (atomically for its own applier)."""
+        with self._apply_lock:
+            entry = self.log.append(header, payload)
+            self._observe_new()
+            self._mark_applied(entry.seq)
         return entry
 
     def _forget(self, key: tuple[str, str]) -> None:
         info = self.catalog.pop(key)
         self._save_catalog()
-        entry = self._append(
-            {"kind": "detach", "path": info.zookeeper_path, "replica": info.replica_name, "ts": time.time()}
-        )
-        self._mark_applied(entry.seq)
+        self._append({"kind": "detach", "path": info.zookeeper_path, "replica": info.replica_name, "ts": time.time()})
 
     def _replicated_write(
         self, conn: EngineConn, st: _sql.Statement, info: TableInfo, settings: dict[str, str], run: RunStatement
@@ -365,8 +364,7 @@ class Replication:
             header["format"] = run.format
             conn.apply_settings({**settings, "insert_deduplicate": "1", "insert_deduplication_token": token})
         result = run(sql)
-        entry = self._append(header, payload)
-        self._mark_applied(entry.seq)
+        self._append(header, payload)
         return result
 
     def _block_id(
@@ -415,7 +413,6 @@ class Replication:
                     "ts": time.time(),
                 }
             )
-            self._mark_applied(entry.seq)
         timeout = float({**settings, **_sql.inline_settings(st.sql)}.get("distributed_ddl_task_timeout") or 180)
         self._wait_for_active_replicas(entry.seq, timeout)
         return result
