@@ -326,6 +326,19 @@ def test_blackhole_makes_connect_hang_and_unblackhole_restores(cluster: ClusterB
     assert local.query(1, "SELECT getMacro('replica')").strip() == "r2"
 
 
+def test_blackhole_silences_established_connections(cluster: ClusterBase) -> None:
+    local = _local_only(cluster)
+    client = local.client(2, send_receive_timeout=1)
+    assert client.command("SELECT 1") == 1  # a keep-alive connection now exists
+    local.blackhole(2)
+    started = time.monotonic()
+    with pytest.raises(Exception, match=r"(?i)timed? ?out"):
+        client.command("SELECT 1")
+    assert time.monotonic() - started >= 0.9  # no answer, no reset: only the read timeout ends it
+    local.unblackhole(2)
+    assert local.client(2).command("SELECT 2") == 2
+
+
 def test_blackholed_replica_still_replicates_and_heal_lifts_it(cluster: ClusterBase, table: str) -> None:
     local = _local_only(cluster)
     local.blackhole(2)
