@@ -567,3 +567,23 @@ def test_the_readme_async_example_runs_as_written_across_replicas(cluster: Clust
         assert counts(cluster, "SELECT sum(x) FROM t") == ["3"] * len(cluster)
     finally:
         cluster.query(0, "DROP TABLE IF EXISTS t ON CLUSTER lb_cluster SYNC")
+
+
+def test_a_shared_port_taken_before_the_replicas_bind_it_is_chosen_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from clickhouse_lb.testing import cluster as cluster_module
+
+    squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    squatter.bind(("127.0.0.12", 0))
+    squatter.listen(1)
+    taken = squatter.getsockname()[1]
+    real = cluster_module._free_common_port
+    answers = iter([taken])
+    monkeypatch.setattr(cluster_module, "_free_common_port", lambda hosts: next(answers, None) or real(hosts))
+    try:
+        with LocalCluster(replicas=2, shared_port=True) as same:
+            ports = {same.address(i)[1] for i in range(2)}
+            assert len(ports) == 1
+            assert taken not in ports
+            assert same.query(1, "SELECT 1").strip() == "1"
+    finally:
+        squatter.close()

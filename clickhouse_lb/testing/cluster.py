@@ -178,9 +178,23 @@ class LocalCluster(ClusterBase):
             self._started = True
             _LIVE.add(self)
             try:
-                for r in self._replicas:
-                    self._spawn(r)
-                self._wait_all(self._replicas)
+                for attempt in range(3):
+                    for r in self._replicas:
+                        self._spawn(r)
+                    try:
+                        self._wait_all(self._replicas)
+                        break
+                    except ClusterError as exc:
+                        # A port chosen for all addresses can be taken by another process before
+                        # the replicas bind it: choose again.
+                        chosen_here = self._shared_port and self._port is None
+                        if attempt == 2 or not chosen_here or "Address already in use" not in str(exc):
+                            raise
+                        for r in self._replicas:
+                            self._kill_proc(r)
+                        port = _free_common_port([r.host for r in self._replicas])
+                        for r in self._replicas:
+                            r.port = port
                 self._write_cluster_file()
             except BaseException:
                 self.close()
