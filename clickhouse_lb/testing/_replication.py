@@ -24,7 +24,11 @@ Keeper), so:
   not written, on whichever replica it arrives. Every replica inserts a block with its block id
   as the engine's own ``insert_deduplication_token`` (local tables carry
   ``non_replicated_deduplication_window``), so applying an entry twice (a replica killed between
-  applying and recording it) is a no-op.
+  applying and recording it) is a no-op. ``INSERT ... SELECT`` is deduplicated by token only (its
+  text does not identify its rows).
+* Replicated writes and ON CLUSTER statements hold the log's cluster-wide writer lock while they
+  run on the receiving replica: one at a time, in log order (LocalCluster.pause takes that lock
+  before SIGSTOP, so a paused replica never holds it).
 
 Faults (per replica, not persisted across a restart): ``delay`` (an entry is applied once it is
 that many seconds old) and ``stopped`` (nothing is applied; ``SYSTEM STOP FETCHES`` /
@@ -45,12 +49,12 @@ import threading
 import time
 import uuid as uuid_module
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clickhouse_lb.testing import _sql
+from clickhouse_lb.testing import _sql, _system_tables
 from clickhouse_lb.testing._engine import ClickHouseError, EngineConn, Result
 from clickhouse_lb.testing._replog import Entry, ReplicationLog
 
@@ -471,39 +475,14 @@ class Replication:
         spans = []
         for start, end, name in st.system_tables:
             if name == "replicas":
-                table = _sql.literal_table(_REPLICAS_COLUMNS, self._replicas_rows())
+                table = _sql.literal_table(_system_tables.REPLICAS_COLUMNS, self._replicas_rows())
             else:
-                table = _sql.literal_table(_CLUSTERS_COLUMNS, self._clusters_rows())
+                table = _sql.literal_table(_system_tables.CLUSTERS_COLUMNS, self._clusters_rows())
             spans.append((start, end, table))
         return _sql.replace_spans(st.sql, spans)
 
     def _clusters_rows(self) -> list[dict[str, object]]:
-        replicas: list[dict[str, Any]] = []
-        if self.cluster_file is not None and self.cluster_file.exists():
-            with contextlib.suppress(ValueError, OSError):
-                replicas = list(json.loads(self.cluster_file.read_text())["replicas"])
-        if not replicas:
-            replicas = [{"name": self.name, "host": "127.0.0.1", "port": 0}]
-        return [
-            {
-                "cluster": self.cluster_name,
-                "shard_num": 1,
-                "shard_name": self.shard,
-                "shard_weight": 1,
-                "internal_replication": 1,
-                "replica_num": n,
-                "host_name": r["host"],
-                "host_address": r["host"],
-                "port": r["port"],
-                "is_local": int(r["name"] == self.name),
-                "user": "default",
-                "errors_count": 0,
-                "slowdowns_count": 0,
-                "estimated_recovery_time": 0,
-                "name": self.cluster_name,
-            }
-            for n, r in enumerate(replicas, start=1)
-        ]
+        return _system_tables.clusters_rows(self.cluster_name, self.shard, self.name, self.cluster_file)
 
     def _replicas_rows(self) -> list[dict[str, object]]:
         self.log.refresh()
@@ -728,77 +707,3 @@ def _active_replicas(states_dir: Path) -> set[str]:
 
 def _timestamp(ts: float) -> int:
     return max(0, int(ts))
-
-
-#: ClickHouse's columns (names and types) of the two system tables the cluster answers.
-_REPLICAS_COLUMNS: list[tuple[str, str]] = [
-    ("database", "String"),
-    ("table", "String"),
-    ("uuid", "UUID"),
-    ("engine", "String"),
-    ("is_leader", "UInt8"),
-    ("can_become_leader", "UInt8"),
-    ("is_readonly", "UInt8"),
-    ("is_session_expired", "UInt8"),
-    ("future_parts", "UInt32"),
-    ("parts_to_check", "UInt32"),
-    ("zookeeper_name", "String"),
-    ("zookeeper_path", "String"),
-    ("replica_name", "String"),
-    ("replica_path", "String"),
-    ("columns_version", "Int32"),
-    ("queue_size", "UInt32"),
-    ("inserts_in_queue", "UInt32"),
-    ("merges_in_queue", "UInt32"),
-    ("part_mutations_in_queue", "UInt32"),
-    ("queue_oldest_time", "DateTime"),
-    ("inserts_oldest_time", "DateTime"),
-    ("merges_oldest_time", "DateTime"),
-    ("part_mutations_oldest_time", "DateTime"),
-    ("oldest_part_to_get", "String"),
-    ("oldest_part_to_merge_to", "String"),
-    ("oldest_part_to_mutate_to", "String"),
-    ("log_max_index", "UInt64"),
-    ("log_pointer", "UInt64"),
-    ("last_queue_update", "DateTime"),
-    ("absolute_delay", "UInt64"),
-    ("total_replicas", "UInt8"),
-    ("active_replicas", "UInt8"),
-    ("lost_part_count", "UInt64"),
-    ("last_queue_update_exception", "String"),
-    ("zookeeper_exception", "String"),
-    ("replica_is_active", "Map(String, UInt8)"),
-]
-_CLUSTERS_COLUMNS: list[tuple[str, str]] = [
-    ("cluster", "String"),
-    ("shard_num", "UInt32"),
-    ("shard_name", "String"),
-    ("shard_weight", "UInt32"),
-    ("internal_replication", "UInt8"),
-    ("replica_num", "UInt32"),
-    ("host_name", "String"),
-    ("host_address", "String"),
-    ("port", "UInt16"),
-    ("is_local", "UInt8"),
-    ("user", "String"),
-    ("default_database", "String"),
-    ("errors_count", "UInt32"),
-    ("slowdowns_count", "UInt32"),
-    ("estimated_recovery_time", "UInt32"),
-    ("database_shard_name", "String"),
-    ("database_replica_name", "String"),
-    ("is_shared_catalog_cluster", "UInt8"),
-    ("is_active", "Nullable(UInt8)"),
-    ("unsynced_after_recovery", "Nullable(UInt8)"),
-    ("replication_lag", "Nullable(UInt32)"),
-    ("recovery_time", "Nullable(UInt64)"),
-    ("name", "String"),
-]
-
-
-def iter_states(states_dir: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every replica's recorded replication state (name, state) in ``states_dir``."""
-    for path in sorted(states_dir.glob("*.json")):
-        state = _read_state(path)
-        if state is not None:
-            yield path.stem, state
