@@ -15,7 +15,8 @@ from .balancer import ReplicaStatus
 from .errors import AllReplicasUnavailableError, ConfigurationError, SessionLostError
 from .events import ErrorRecordedEvent, FailoverEvent, PoolListener, ReplicaRecoveredEvent
 from .pool import PinnedSession, ReplicaPool, get_pool
-from .settings import BalancingSettings, LoadBalancing, Replica
+from .replicas import Replica
+from .settings import BalancingSettings, LoadBalancing
 
 if TYPE_CHECKING:
     from .aio import AsyncReplicaPool, get_async_pool

@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .balancer import Balancer, ReplicaStatus
-from .config import PoolConfig
-from .settings import BalancingSettings, Replica, split_statement_settings
+from .pool_config import PoolConfig
+from .replicas import Replica
+from .settings import BalancingSettings, split_statement_settings
 
 __all__ = ["PoolBase"]
 

@@ -32,15 +32,16 @@ from clickhouse_connect.driver.asyncclient import AsyncClient
 from clickhouse_connect.driver.exceptions import ProgrammingError
 
 from ._async_client_api import ASYNC_METHODS, AsyncClientAPI
-from ._calls import prepare_call, settings_positions
 from ._pool_base import PoolBase
+from ._statements import prepare_call, settings_positions
 from .balancer import Balancer
-from .config import PoolConfig, async_client_option_names, resolve_pool_config
 from .errors import ConfigurationError, ReplicaConnectError, SessionLostError
 from .events import logger
 from .failover import StatementAttempts, run_async
 from .pool import client_options_for, connect_failure, get_pool
-from .settings import BALANCING_SETTING_NAMES, NO_OVERRIDES, Replica, StatementOverrides
+from .pool_config import PoolConfig, async_client_option_names, resolve_pool_config
+from .replicas import Replica
+from .settings import BALANCING_SETTING_NAMES, NO_OVERRIDES, StatementOverrides
 
 __all__ = ["AsyncPinnedSession", "AsyncReplicaPool", "get_async_pool"]
 
@@ -220,7 +221,7 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
                 client = await self._client(index)
                 answered = await (client.ping(timeout) if timeout else client.ping())
             except Exception as exc:
-                if self._balancer.replica_failure(index, exc) is None:
+                if not self._balancer.count_failure(index, exc).replica:
                     raise
                 continue
             if self._balancer.ping_answered(index, answered):
@@ -310,8 +311,8 @@ class AsyncPinnedSession(AsyncClientAPI):
         try:
             return await getattr(self.client, method)(*call.args, **call.kwargs)
         except Exception as exc:
-            failure = self._pool.balancer.replica_failure(self._index, exc)
-            if failure is None:
+            failure = self._pool.balancer.count_failure(self._index, exc)
+            if not failure.replica:
                 raise
             raise SessionLostError(self.address, failure.reason) from exc
 

@@ -20,7 +20,6 @@ full jitter (``failover_backoff_ms``).
 from __future__ import annotations
 
 import random
-import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -36,29 +35,15 @@ from tenacity import (
 from tenacity.stop import stop_base
 
 from .balancer import Balancer
-from .classify import Failure, classify
+from .classify import Failure
 from .errors import AllReplicasUnavailableError, AttemptFailure
 from .events import FailoverEvent, logger
 
-__all__ = ["StatementAttempts", "is_read_only", "run_async", "run_sync"]
+__all__ = ["StatementAttempts", "run_async", "run_sync"]
 
 T = TypeVar("T")
 
-_LEADING_NOISE = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|#[^\n]*(?:\n|$)|/\*.*?\*/|\()*", re.DOTALL)
-_READ_KEYWORDS = frozenset({"SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXISTS", "EXPLAIN", "VALUES"})
 _MAX_BACKOFF_SECONDS = 10.0
-
-
-def is_read_only(sql: str | bytes | None) -> bool:
-    """Whether a statement only reads (so repeating it elsewhere is harmless)."""
-    if sql is None:
-        return False
-    if isinstance(sql, (bytes, bytearray)):
-        sql = bytes(sql[:4096]).decode("utf-8", "replace")
-    start = _LEADING_NOISE.match(sql)
-    rest = sql[start.end() if start else 0 :]
-    word = rest[:8].split(None, 1)[0] if rest.strip() else ""
-    return re.sub(r"[^A-Za-z].*", "", word).upper() in _READ_KEYWORDS
 
 
 class StatementAttempts:
@@ -95,10 +80,7 @@ class StatementAttempts:
 
     def failed(self, index: int, exc: BaseException) -> None:
         """Classify a failed attempt and, for a replica failure, count it at once."""
-        failure = classify(exc)
-        self.failures.append((index, failure))
-        if failure.replica:
-            self._balancer.record_failure(index, failure)
+        self.failures.append((index, self._balancer.count_failure(index, exc)))
 
     def should_retry(self, exc: BaseException) -> bool:
         """tenacity's retry predicate: retry replica failures that are safe to repeat."""

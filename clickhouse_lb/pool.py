@@ -22,16 +22,17 @@ import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ProgrammingError
 
-from ._calls import prepare_call, settings_positions
 from ._client_api import SYNC_METHODS, SyncClientAPI
 from ._pool_base import PoolBase
+from ._statements import prepare_call, settings_positions
 from .balancer import Balancer
 from .classify import classify
-from .config import PoolConfig, connect_timeout_argument, resolve_pool_config, sync_client_option_names
 from .errors import ReplicaConnectError, SessionLostError
 from .events import logger
 from .failover import StatementAttempts, run_sync
-from .settings import LoadBalancing, Replica, StatementOverrides
+from .pool_config import PoolConfig, connect_timeout_argument, resolve_pool_config, sync_client_option_names
+from .replicas import Replica
+from .settings import LoadBalancing, StatementOverrides
 
 __all__ = ["PinnedSession", "ReplicaPool", "get_pool"]
 
@@ -180,7 +181,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
             try:
                 answered = self._client(index).ping(timeout) if timeout else self._client(index).ping()
             except Exception as exc:
-                if self._balancer.replica_failure(index, exc) is None:
+                if not self._balancer.count_failure(index, exc).replica:
                     raise
                 continue
             if self._balancer.ping_answered(index, answered):
@@ -266,8 +267,8 @@ class PinnedSession(SyncClientAPI):
         try:
             return getattr(self.client, method)(*call.args, **call.kwargs)
         except Exception as exc:
-            failure = self._pool.balancer.replica_failure(self._index, exc)
-            if failure is None:
+            failure = self._pool.balancer.count_failure(self._index, exc)
+            if not failure.replica:
                 raise
             raise SessionLostError(self.address, failure.reason) from exc
 

@@ -19,10 +19,10 @@ from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 import clickhouse_lb
 from clickhouse_lb.aio import AsyncReplicaPool
 from clickhouse_lb.classify import classify
-from clickhouse_lb.config import async_client_option_names
 from clickhouse_lb.errors import AllReplicasUnavailableError, ConfigurationError, ReplicaConnectError, SessionLostError
 from clickhouse_lb.events import FailoverEvent
 from clickhouse_lb.pool import connect_failure
+from clickhouse_lb.pool_config import async_client_option_names
 
 from .conftest import FakeClock
 from .fakes import FakeClient, FakeReplica, pool_parts, server_error

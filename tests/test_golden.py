@@ -16,7 +16,8 @@ import pytest
 from clickhouse_lb.balancer import Balancer
 from clickhouse_lb.errors import AllReplicasUnavailableError
 from clickhouse_lb.ordering import plan_order, static_ranks
-from clickhouse_lb.settings import LoadBalancing, Replica, parse_balancing_settings
+from clickhouse_lb.replicas import Replica
+from clickhouse_lb.settings import LoadBalancing, parse_balancing_settings
 from clickhouse_lb.state import ReplicaSetState
 from clickhouse_lb.strategies import hostname_scores, strategy_priorities
 
@@ -107,8 +108,7 @@ def test_decay_sequence(case: dict[str, Any]) -> None:
     seen = []
     for at in case["selection_calls_at"]:
         clock.now = float(at)
-        errors, *_ = state.select(advance_round_robin=False)
-        seen.append(errors[0])
+        seen.append(state.select(advance_round_robin=False).errors[0])
     assert seen == case["expected_errors_after_each_call"]
 
 

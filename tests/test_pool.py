@@ -190,6 +190,18 @@ def test_record_error_moves_a_replica_back(abc: FakeCluster) -> None:
         pool.record_error("zz:1")
 
 
+def test_record_slowdown_moves_a_replica_back_behind_its_peers_but_not_behind_errors(abc: FakeCluster) -> None:
+    clock = FakeClock()
+    pool = make_pool(abc, clock=clock, load_balancing="in_order", distributed_replica_error_half_life=10)
+    assert pool.record_slowdown("a:8123") == 1
+    assert pool.plan() == ["b:8123", "c:8123", "a:8123"]
+    assert pool.query("SELECT 1") == "query@b"
+    pool.record_error("c:8123")
+    assert pool.plan() == ["b:8123", "a:8123", "c:8123"]  # errors rank before slowdowns
+    clock.advance(10)  # one half-life: the counts decay to zero, the configured order is back
+    assert pool.plan() == ["a:8123", "b:8123", "c:8123"]
+
+
 def test_errors_decay_and_the_replica_returns(abc: FakeCluster) -> None:
     clock = FakeClock()
     abc["a"].outcomes = [refused, "ok"]

@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any, cast
 from clickhouse_connect.common import get_setting
 
 from clickhouse_lb.classify import classify
-from clickhouse_lb.config import async_client_option_names, sync_client_option_names
 from clickhouse_lb.errors import AllReplicasUnavailableError, SessionLostError
+from clickhouse_lb.pool_config import async_client_option_names, sync_client_option_names
 
 from .url import EngineArgs, engine_args_from_url
 

@@ -1,4 +1,8 @@
-"""From what the user wrote (keywords, a DSN) to one validated pool configuration.
+"""A pool's whole configuration: from what the user wrote (keywords, a DSN) to one validated
+:class:`PoolConfig` (replicas + balancing settings + every replica's client options).
+
+:mod:`clickhouse_lb.settings` holds the balancing settings alone; :mod:`clickhouse_lb.replicas`
+the replica list; this module puts them together with the clickhouse-connect options.
 
 Shared by :func:`clickhouse_lb.get_pool`, :func:`clickhouse_lb.get_async_pool` and the
 SQLAlchemy dialect, so that all three accept the same names and fail the same way.
@@ -13,15 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigurationError
-from .settings import (
-    BALANCING_SETTING_NAMES,
-    BalancingSettings,
-    Replica,
-    parse_balancing_settings,
-    parse_dsn,
-    parse_replicas,
-    unknown_name_error,
-)
+from .replicas import DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, Replica, parse_dsn, parse_replicas
+from .settings import BALANCING_SETTING_NAMES, BalancingSettings, parse_balancing_settings, unknown_name_error
 
 __all__ = ["PoolConfig", "async_client_option_names", "resolve_pool_config", "sync_client_option_names"]
 
@@ -139,7 +136,7 @@ def resolve_pool_config(
         given = merged_balancing
     if hosts is not None:
         secure = bool(options.get("secure")) or str(options.get("interface", "")).lower() == "https"
-        replicas = parse_replicas(hosts, default_port=8443 if secure else 8123)
+        replicas = parse_replicas(hosts, default_port=DEFAULT_HTTPS_PORT if secure else DEFAULT_HTTP_PORT)
     if not replicas:
         raise ConfigurationError(
             "No replicas given: pass hosts=['ch-1:8123', 'ch-2:8123'] or dsn='clickhouse://ch-1:8123,ch-2:8123/db'"
