@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from ._redact import redact
 from .classify import Failure, classify
 from .errors import ConfigurationError
-from .events import ErrorRecordedEvent, ListenerSet, ReplicaRecoveredEvent, logger
+from .events import ErrorRecordedEvent, Listener, ListenerSet, ReplicaRecoveredEvent, logger
 from .ordering import plan_order, round_robin_order, static_ranks
 from .replicas import Replica
 from .settings import NO_OVERRIDES, BalancingSettings, LoadBalancing, StatementOverrides
@@ -59,7 +59,7 @@ class Balancer:
         *,
         clock: Clock = time.monotonic,
         random: Callable[[], float] = _random.random,
-        listeners: Iterable[object] = (),
+        listeners: Iterable[Listener] = (),
     ) -> None:
         if not replicas:
             raise ConfigurationError("No replicas given")
@@ -178,7 +178,7 @@ class Balancer:
         address = self.addresses[index]
         logger.debug("error recorded against %s (errors_count=%d): %s", address, count, reason)
         if self.listeners:
-            self.listeners.emit("on_error_recorded", ErrorRecordedEvent(address, count, reason))
+            self.listeners.error_recorded(ErrorRecordedEvent(address, count, reason))
         return count
 
     def record_slowdown(self, index: int) -> int:
@@ -193,7 +193,7 @@ class Balancer:
             address = self.addresses[index]
             logger.info("replica %s is back in rotation (%s)", address, reason)
             if self.listeners:
-                self.listeners.emit("on_replica_recovered", ReplicaRecoveredEvent(address, reason))
+                self.listeners.replica_recovered(ReplicaRecoveredEvent(address, reason))
 
     # -- reporting -------------------------------------------------------------------------
 

@@ -20,7 +20,13 @@ from .errors import ConfigurationError
 from .replicas import DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, Replica, parse_dsn, parse_replicas
 from .settings import BALANCING_SETTING_NAMES, BalancingSettings, parse_balancing_settings, unknown_name_error
 
-__all__ = ["PoolConfig", "async_client_option_names", "resolve_pool_config", "sync_client_option_names"]
+__all__ = [
+    "PoolConfig",
+    "async_client_option_names",
+    "balancing_arguments",
+    "resolve_pool_config",
+    "sync_client_option_names",
+]
 
 #: Options the pool decides per replica; a user may not pass them through.
 _POOL_OWNED = {
@@ -92,6 +98,13 @@ class PoolConfig:
         if len(self.replicas) > 1:
             return self.settings.connect_timeout_with_failover_ms / 1000.0
         return None
+
+
+def balancing_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The balancing settings among a factory's arguments (``get_pool``'s ``locals()``): both
+    factories spell every setting out as a keyword, for ``help()`` and type checkers, and
+    hand them on through here."""
+    return {name: arguments[name] for name in BALANCING_SETTING_NAMES if name in arguments}
 
 
 def resolve_pool_config(

@@ -17,12 +17,13 @@ from clickhouse_connect.driver.common import StreamContext
 from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError, ProgrammingError
 
 import clickhouse_lb
+from clickhouse_lb._pool_base import connect_failure
 from clickhouse_lb.aio import AsyncReplicaPool
 from clickhouse_lb.classify import classify
 from clickhouse_lb.errors import AllReplicasUnavailableError, ConfigurationError, ReplicaConnectError, SessionLostError
 from clickhouse_lb.events import FailoverEvent
-from clickhouse_lb.pool import connect_failure
 from clickhouse_lb.pool_config import async_client_option_names
+from clickhouse_lb.settings import BALANCING_SETTING_NAMES
 
 from .conftest import FakeClock
 from .fakes import FakeClient, FakeReplica, pool_parts, server_error
@@ -166,6 +167,12 @@ def test_get_async_pool_is_a_plain_function_with_get_pools_arguments() -> None:
     assert not inspect.iscoroutinefunction(clickhouse_lb.get_async_pool)
     pool_params = inspect.signature(clickhouse_lb.get_pool).parameters
     assert inspect.signature(clickhouse_lb.get_async_pool).parameters.keys() == pool_params.keys()
+    # The same names, kinds, defaults and types (help() and type checkers see them all) ...
+    described = [(p.name, p.kind, p.default, p.annotation) for p in pool_params.values()]
+    async_params = inspect.signature(clickhouse_lb.get_async_pool).parameters.values()
+    assert [(p.name, p.kind, p.default, p.annotation) for p in async_params] == described
+    # ... and every balancing setting is one of them.
+    assert set(BALANCING_SETTING_NAMES) <= pool_params.keys()
     # No running loop, no I/O: the hosts do not even exist.
     pool = clickhouse_lb.get_async_pool("nowhere-1:8123,nowhere-2:8123", load_balancing="IN_ORDER",
                                         connector_limit_per_host=50, send_receive_timeout=1.5)
