@@ -20,7 +20,7 @@ import clickhouse_lb
 from clickhouse_lb._pool_base import connect_failure
 from clickhouse_lb.aio import AsyncReplicaPool
 from clickhouse_lb.classify import classify
-from clickhouse_lb.errors import AllReplicasUnavailableError, ConfigurationError, ReplicaConnectError, SessionLostError
+from clickhouse_lb.errors import ConfigurationError, ReplicaConnectError, SessionLostError
 from clickhouse_lb.events import FailoverEvent
 from clickhouse_lb.pool_config import async_client_option_names
 from clickhouse_lb.settings import BALANCING_SETTING_NAMES
@@ -294,38 +294,6 @@ async def test_replica_down_at_client_creation_is_just_a_failed_attempt(abc: Asy
     assert errors(pool) == [1, 0, 0]
 
 
-async def test_errors_decay_and_the_replica_returns(abc: AsyncFakeCluster) -> None:
-    clock = FakeClock()
-    abc["a"].outcomes = [refused, "ok"]
-    pool = make_pool(abc, clock=clock, load_balancing="in_order", distributed_replica_error_half_life=10)
-    assert await pool.query("SELECT 1") == "query@b"
-    assert pool.replicas[0].estimated_recovery_time == 10
-    clock.advance(10)
-    assert await pool.query("SELECT 1") == "query@a"
-    assert errors(pool) == [0, 0, 0]
-
-
-async def test_query_failure_is_raised_unchanged_and_counts_nothing(abc: AsyncFakeCluster) -> None:
-    error = server_error(60, "UNKNOWN_TABLE")
-    abc["a"].outcomes = [lambda: error]
-    pool = make_pool(abc, load_balancing="in_order")
-    with pytest.raises(DatabaseError) as caught:
-        await pool.query("SELECT * FROM missing")
-    assert caught.value is error
-    assert errors(pool) == [0, 0, 0]
-    assert abc["b"].calls == []
-
-
-async def test_all_replicas_down_raises_one_error_listing_every_replica(abc: AsyncFakeCluster) -> None:
-    for replica in abc.replicas.values():
-        replica.outcomes = [refused]
-    pool = make_pool(abc, load_balancing="in_order", connections_with_failover_max_tries=2)
-    with pytest.raises(AllReplicasUnavailableError) as caught:
-        await pool.query("SELECT 1")
-    assert [f.address for f in caught.value.failures] == ["a:8123", "b:8123", "c:8123"] * 2
-    assert errors(pool) == [2, 2, 2]
-
-
 async def test_ping_tries_replicas_in_order(abc: AsyncFakeCluster) -> None:
     abc["a"].fail_creation = refused
     pool = make_pool(abc, load_balancing="in_order")
@@ -434,16 +402,6 @@ def test_a_failed_client_creation_is_a_replica_failure_before_sending() -> None:
 # -- writes ----------------------------------------------------------------------------------
 
 
-async def test_write_is_not_retried_after_the_request_was_sent(abc: AsyncFakeCluster) -> None:
-    abc["a"].outcomes = [disconnected]
-    pool = make_pool(abc, load_balancing="in_order")
-    with pytest.raises(OperationalError) as caught:
-        await pool.command("ALTER TABLE t DELETE WHERE 1")
-    assert not isinstance(caught.value, AllReplicasUnavailableError)
-    assert abc["b"].calls == []
-    assert errors(pool) == [1, 0, 0]
-
-
 async def test_write_is_retried_when_it_failed_before_sending(abc: AsyncFakeCluster) -> None:
     abc["a"].outcomes = [refused]
     pool = make_pool(abc, load_balancing="in_order")
@@ -530,16 +488,6 @@ async def test_session_skips_replicas_that_cannot_be_reached(abc: AsyncFakeClust
 
 
 # -- lifecycle -------------------------------------------------------------------------------
-
-
-async def test_closed_pool_refuses_statements(abc: AsyncFakeCluster) -> None:
-    pool = make_pool(abc)
-    async with pool:
-        await pool.query("SELECT 1")
-    assert abc.clients
-    assert all(c.closed for c in abc.clients)
-    with pytest.raises(ProgrammingError, match="closed"):
-        await pool.query("SELECT 1")
 
 
 async def test_close_during_client_creation_closes_the_new_client(abc: AsyncFakeCluster) -> None:

@@ -9,11 +9,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError, ProgrammingError
+from clickhouse_connect.driver.exceptions import DatabaseError
 
 from clickhouse_lb.errors import AllReplicasUnavailableError, ConfigurationError, SessionLostError
 
-from .conftest import FakeClock
 from .fakes import FakeCluster, make_pool, read_timeout, refused, reset_after_send, server_error
 
 
@@ -63,17 +62,6 @@ def test_replica_down_at_client_creation_is_just_a_failed_attempt(abc: FakeClust
     assert pool.replicas[0].errors_count == 1
 
 
-def test_query_failure_is_raised_unchanged_and_counts_nothing(abc: FakeCluster) -> None:
-    error = server_error(60, "UNKNOWN_TABLE")
-    abc["a"].outcomes = [lambda: error]
-    pool = make_pool(abc, load_balancing="in_order")
-    with pytest.raises(DatabaseError) as caught:
-        pool.query("SELECT * FROM missing")
-    assert caught.value is error
-    assert [s.errors_count for s in pool.replicas] == [0, 0, 0]
-    assert abc["b"].calls == []  # not retried elsewhere: it would only repeat
-
-
 @pytest.mark.parametrize(("code", "name"), [(210, "NETWORK_ERROR"), (209, "SOCKET_TIMEOUT"),
                                             (202, "TOO_MANY_SIMULTANEOUS_QUERIES"), (999, "KEEPER_EXCEPTION")])
 def test_server_errors_that_mean_replica_unavailable_fail_over(abc: FakeCluster, code: int, name: str) -> None:
@@ -81,22 +69,6 @@ def test_server_errors_that_mean_replica_unavailable_fail_over(abc: FakeCluster,
     pool = make_pool(abc, load_balancing="in_order")
     assert pool.query("SELECT 1") == "query@b"
     assert pool.replicas[0].errors_count == 1
-
-
-def test_all_replicas_down_raises_one_error_listing_every_replica(abc: FakeCluster) -> None:
-    for replica in abc.replicas.values():
-        replica.outcomes = [refused]
-    pool = make_pool(abc, load_balancing="in_order", connections_with_failover_max_tries=2)
-    with pytest.raises(AllReplicasUnavailableError) as caught:
-        pool.query("SELECT 1")
-    error = caught.value
-    assert isinstance(error, OperationalError)  # existing except clauses keep working
-    assert [f.address for f in error.failures] == ["a:8123", "b:8123", "c:8123"] * 2
-    assert set(error.last_errors) == {"a:8123", "b:8123", "c:8123"}
-    for address in error.last_errors:
-        assert address in str(error)
-    assert "Connection refused" in str(error)
-    assert [s.errors_count for s in pool.replicas] == [2, 2, 2]
 
 
 def test_pool_recovers_when_replicas_come_back(abc: FakeCluster) -> None:
@@ -109,16 +81,6 @@ def test_pool_recovers_when_replicas_come_back(abc: FakeCluster) -> None:
         replica.outcomes = ["ok"]
     assert pool.query("SELECT 1").startswith("query@")
     assert any(s.is_up for s in pool.replicas)
-
-
-def test_write_is_not_retried_after_the_request_was_sent(abc: FakeCluster) -> None:
-    abc["a"].outcomes = [reset_after_send]
-    pool = make_pool(abc, load_balancing="in_order")
-    with pytest.raises(OperationalError) as caught:
-        pool.command("ALTER TABLE t DELETE WHERE 1")
-    assert not isinstance(caught.value, AllReplicasUnavailableError)
-    assert abc["b"].calls == []
-    assert pool.replicas[0].errors_count == 1  # the replica still failed
 
 
 def test_write_is_retried_when_it_failed_before_sending(abc: FakeCluster) -> None:
@@ -190,31 +152,6 @@ def test_record_error_moves_a_replica_back(abc: FakeCluster) -> None:
         pool.record_error("zz:1")
 
 
-def test_record_slowdown_moves_a_replica_back_behind_its_peers_but_not_behind_errors(abc: FakeCluster) -> None:
-    clock = FakeClock()
-    pool = make_pool(abc, clock=clock, load_balancing="in_order", distributed_replica_error_half_life=10)
-    assert pool.record_slowdown("a:8123") == 1
-    assert pool.plan() == ["b:8123", "c:8123", "a:8123"]
-    assert pool.query("SELECT 1") == "query@b"
-    pool.record_error("c:8123")
-    assert pool.plan() == ["b:8123", "a:8123", "c:8123"]  # errors rank before slowdowns
-    clock.advance(10)  # one half-life: the counts decay to zero, the configured order is back
-    assert pool.plan() == ["a:8123", "b:8123", "c:8123"]
-
-
-def test_errors_decay_and_the_replica_returns(abc: FakeCluster) -> None:
-    clock = FakeClock()
-    abc["a"].outcomes = [refused, "ok"]
-    pool = make_pool(abc, clock=clock, load_balancing="in_order", distributed_replica_error_half_life=10)
-    assert pool.query("SELECT 1") == "query@b"
-    assert pool.replicas[0].estimated_recovery_time == 10
-    clock.advance(9.5)
-    assert pool.query("SELECT 1") == "query@b"
-    clock.advance(0.5)
-    assert pool.query("SELECT 1") == "query@a"
-    assert pool.replicas[0].errors_count == 0
-
-
 def test_session_pins_one_replica_and_reports_loss(abc: FakeCluster) -> None:
     pool = make_pool(abc, load_balancing="in_order")
     with pool.session() as session:
@@ -245,16 +182,6 @@ def test_ping_tries_replicas_in_order(abc: FakeCluster) -> None:
     pool = make_pool(abc, load_balancing="in_order")
     assert pool.ping() is True
     assert pool.replicas[0].errors_count == 1
-
-
-def test_closed_pool_refuses_statements(abc: FakeCluster) -> None:
-    pool = make_pool(abc)
-    pool.query("SELECT 1")
-    with pool:
-        pass
-    assert all(c.closed for c in abc.clients)
-    with pytest.raises(ProgrammingError, match="closed"):
-        pool.query("SELECT 1")
 
 
 def test_round_robin_gives_each_healthy_replica_an_exact_share(abc: FakeCluster) -> None:
