@@ -51,8 +51,9 @@ def imports_of(module: str) -> set[str]:
                 names.append(submodule if submodule in MODULES else source)
         else:
             continue
-        for name in names:
-            # `import clickhouse_lb.testing.server` names the module itself.
+        for imported in names:
+            # The longest prefix that is one of the package's modules (`import a.b.c` names a.b.c).
+            name = imported
             while name and name not in MODULES:
                 name = name.rpartition(".")[0]
             if name.startswith(PACKAGE) and name != module:
@@ -73,7 +74,7 @@ def _cycle() -> list[str] | None:
         path.append(module)
         for target in sorted(GRAPH[module]):
             if state.get(target) == 1:
-                return path[path.index(target) :] + [target]
+                return [*path[path.index(target) :], target]
             if target not in state:
                 found = visit(target)
                 if found:
