@@ -10,6 +10,8 @@ or ``clickhouse_lb/__init__.py``, which re-exports the pool, would close a loop 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -167,3 +169,24 @@ def test_the_core_knows_no_driver(module: str) -> None:
 )
 def test_twins_and_neighbours_stay_apart(module: str, forbidden: str) -> None:
     assert forbidden not in _reachable(module)
+
+
+def test_importing_the_test_cluster_loads_nothing_of_the_pool() -> None:
+    # At run time too: importing clickhouse_lb.testing runs clickhouse_lb/__init__.py, which loads
+    # its public names lazily; a replica process must not pay for the pool and clickhouse-connect.
+    code = (
+        "import sys, clickhouse_lb.testing, clickhouse_lb.testing.replica\n"
+        "print(sorted(m for m in sys.modules if m.startswith('clickhouse_lb') "
+        "and not m.startswith('clickhouse_lb.testing')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['clickhouse_lb', 'clickhouse_lb._version']"
+
+
+def test_every_public_name_resolves() -> None:
+    import clickhouse_lb
+
+    for name in clickhouse_lb.__all__:
+        assert getattr(clickhouse_lb, name) is not None, name
+    with pytest.raises(AttributeError, match="no_such_name"):
+        _ = clickhouse_lb.no_such_name  # type: ignore[attr-defined]
