@@ -1,15 +1,18 @@
 """Keep secrets out of every log line, repr and exception message the library writes.
 
 The one place that knows what a secret looks like: in free text (:func:`redact`), in a host
-string (:func:`mask_credentials`) and in a DSN (:func:`redact_dsn`).
+string (:func:`mask_credentials`), in a DSN (:func:`redact_dsn`) and among client options
+(:func:`mask_options`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-__all__ = ["mask_credentials", "redact", "redact_dsn"]
+__all__ = ["mask_credentials", "mask_options", "redact", "redact_dsn"]
 
 _SECRET_PARAM = re.compile(
     r"(?i)\b(password|passwd|pwd|access_token|token|key|secret|insert_deduplication_token)=([^&\s'\",)]+)"
@@ -47,3 +50,12 @@ def redact_dsn(dsn: str) -> str:
         for k, v in parse_qsl(parts.query, keep_blank_values=True)
     )
     return parts._replace(netloc=netloc, query=query).geturl()
+
+
+#: clickhouse-connect options whose values are secrets (or may carry them).
+SECRET_OPTIONS = frozenset({"password", "access_token", "token_provider", "client_cert_key", "headers"})
+
+
+def mask_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Client options with every secret value shown as ``***`` (for reprs)."""
+    return {k: ("***" if k in SECRET_OPTIONS and v else v) for k, v in options.items()}

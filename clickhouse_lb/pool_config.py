@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ._redact import mask_options
 from .errors import ConfigurationError
 from .replicas import DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, Replica, parse_dsn, parse_replicas
 from .settings import BALANCING_SETTING_NAMES, BalancingSettings, parse_balancing_settings, unknown_name_error
@@ -36,9 +37,6 @@ _POOL_OWNED = {
     "generic_args": "pass options by name",
     "session_id": "use `with pool.session() as client:` for a session pinned to one replica",
 }
-
-
-_SECRET_OPTIONS = frozenset({"password", "access_token", "token_provider", "client_cert_key", "headers"})
 
 
 def _parameter_names(*callables: Any) -> frozenset[str]:
@@ -88,7 +86,7 @@ class PoolConfig:
     client_options: dict[str, Any]
 
     def __repr__(self) -> str:
-        shown = {k: ("***" if k in _SECRET_OPTIONS and v else v) for k, v in self.client_options.items()}
+        shown = mask_options(self.client_options)
         return f"PoolConfig(replicas={self.replicas!r}, settings={self.settings!r}, client_options={shown!r})"
 
     @property
