@@ -238,14 +238,6 @@ async def test_round_robin_gives_each_healthy_replica_an_exact_share(abc: AsyncF
     assert all(pool.plan() == first for _ in range(3))  # a look does not advance it
 
 
-async def test_statement_settings_choose_the_strategy_and_do_not_reach_the_server(abc: AsyncFakeCluster) -> None:
-    pool = make_pool(abc, load_balancing="in_order")
-    result = await pool.query("SELECT 1", None, {"load_balancing": "first_or_random",
-                                                 "load_balancing_first_offset": 1, "max_threads": 1})
-    assert result == "query@b"
-    assert abc["b"].calls[0][1] == ("SELECT 1", None, {"max_threads": 1})
-
-
 async def test_hostname_lookup_runs_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     threads: list[threading.Thread] = []
 
@@ -285,21 +277,6 @@ async def test_replica_failure_fails_over_and_counts_one_error(
     assert pool.replicas[0].is_up is False
     assert [(e.address, e.next_address) for e in recorder.failovers] == [("a:8123", "b:8123")]
     assert pool.plan() == ["b:8123", "c:8123", "a:8123"]  # routed away until it decays
-
-
-async def test_replica_down_at_client_creation_is_just_a_failed_attempt(abc: AsyncFakeCluster) -> None:
-    abc["a"].fail_creation = refused
-    pool = make_pool(abc, load_balancing="in_order")
-    assert await pool.query("SELECT 1") == "query@b"
-    assert errors(pool) == [1, 0, 0]
-
-
-async def test_ping_tries_replicas_in_order(abc: AsyncFakeCluster) -> None:
-    abc["a"].fail_creation = refused
-    pool = make_pool(abc, load_balancing="in_order")
-    assert await pool.ping() is True
-    assert errors(pool) == [1, 0, 0]
-    assert abc["b"].calls[0][0] == "ping"
 
 
 # -- cancellation ----------------------------------------------------------------------------
@@ -400,30 +377,6 @@ def test_a_failed_client_creation_is_a_replica_failure_before_sending() -> None:
 
 
 # -- writes ----------------------------------------------------------------------------------
-
-
-async def test_write_is_retried_when_it_failed_before_sending(abc: AsyncFakeCluster) -> None:
-    abc["a"].outcomes = [refused]
-    pool = make_pool(abc, load_balancing="in_order")
-    assert await pool.command("ALTER TABLE t DELETE WHERE 1") == "command@b"
-
-
-async def test_insert_gets_one_stable_deduplication_token_and_is_retried(abc: AsyncFakeCluster) -> None:
-    abc["a"].outcomes = [disconnected]
-    pool = make_pool(abc, load_balancing="in_order")
-    assert await pool.insert("t", [[1]], column_names=["x"]) == "insert@b"
-    first, second = abc["a"].calls[0][2], abc["b"].calls[0][2]
-    token = first["settings"]["insert_deduplication_token"]
-    assert token
-    assert second["settings"]["insert_deduplication_token"] == token
-
-
-async def test_insert_without_token_is_not_retried_after_sending(abc: AsyncFakeCluster) -> None:
-    abc["a"].outcomes = [disconnected]
-    pool = make_pool(abc, load_balancing="in_order", auto_insert_deduplication_token=False)
-    with pytest.raises(OperationalError):
-        await pool.insert("t", [[1]])
-    assert abc["b"].calls == []
 
 
 # -- streaming -------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from clickhouse_connect.driver.exceptions import DatabaseError
 
 from clickhouse_lb.errors import AllReplicasUnavailableError, ConfigurationError, SessionLostError
 
-from .fakes import FakeCluster, make_pool, read_timeout, refused, reset_after_send, server_error
+from .fakes import FakeCluster, make_pool, read_timeout, refused, server_error
 
 
 @pytest.fixture
@@ -55,13 +55,6 @@ def test_replica_failure_fails_over_and_counts_one_error(abc: FakeCluster) -> No
     assert pool.query("SELECT 1") == "query@b"
 
 
-def test_replica_down_at_client_creation_is_just_a_failed_attempt(abc: FakeCluster) -> None:
-    abc["a"].fail_creation = refused
-    pool = make_pool(abc, load_balancing="in_order")
-    assert pool.query("SELECT 1") == "query@b"
-    assert pool.replicas[0].errors_count == 1
-
-
 @pytest.mark.parametrize(("code", "name"), [(210, "NETWORK_ERROR"), (209, "SOCKET_TIMEOUT"),
                                             (202, "TOO_MANY_SIMULTANEOUS_QUERIES"), (999, "KEEPER_EXCEPTION")])
 def test_server_errors_that_mean_replica_unavailable_fail_over(abc: FakeCluster, code: int, name: str) -> None:
@@ -83,51 +76,16 @@ def test_pool_recovers_when_replicas_come_back(abc: FakeCluster) -> None:
     assert any(s.is_up for s in pool.replicas)
 
 
-def test_write_is_retried_when_it_failed_before_sending(abc: FakeCluster) -> None:
-    abc["a"].outcomes = [refused]
-    pool = make_pool(abc, load_balancing="in_order")
-    assert pool.command("ALTER TABLE t DELETE WHERE 1") == "command@b"
-
-
 def test_read_is_retried_after_a_timeout(abc: FakeCluster) -> None:
     abc["a"].outcomes = [read_timeout]
     pool = make_pool(abc, load_balancing="in_order")
     assert pool.query("  /* c */ (SELECT 1)") == "query@b"
 
 
-def test_insert_gets_one_stable_deduplication_token_and_is_retried(abc: FakeCluster) -> None:
-    abc["a"].outcomes = [reset_after_send]
-    pool = make_pool(abc, load_balancing="in_order")
-    assert pool.insert("t", [[1]], column_names=["x"]) == "insert@b"
-    (_, _, first), (_, _, second) = abc["a"].calls[0], abc["b"].calls[0]
-    token = first["settings"]["insert_deduplication_token"]
-    assert token
-    assert second["settings"]["insert_deduplication_token"] == token
-    pool.insert("t", [[2]], column_names=["x"])
-    assert abc["b"].calls[1][2]["settings"]["insert_deduplication_token"] != token  # one per logical insert
-
-
 def test_insert_keeps_the_users_settings_and_token(abc: FakeCluster) -> None:
     pool = make_pool(abc, load_balancing="in_order")
     pool.insert("t", [[1]], settings={"async_insert": 1, "insert_deduplication_token": "mine"})
     assert abc["a"].calls[0][2]["settings"] == {"async_insert": 1, "insert_deduplication_token": "mine"}
-
-
-def test_insert_without_token_is_not_retried_after_sending(abc: FakeCluster) -> None:
-    abc["a"].outcomes = [lambda: server_error(319, "UNKNOWN_STATUS_OF_INSERT")]
-    pool = make_pool(abc, load_balancing="in_order", auto_insert_deduplication_token=False)
-    with pytest.raises(DatabaseError):
-        pool.insert("t", [[1]])
-    assert abc["b"].calls == []
-    assert "settings" not in abc["a"].calls[0][2]
-
-
-def test_statement_settings_choose_the_strategy_and_do_not_reach_the_server(abc: FakeCluster) -> None:
-    pool = make_pool(abc, load_balancing="in_order")
-    result = pool.query("SELECT 1", settings={"load_balancing": "first_or_random",
-                                              "load_balancing_first_offset": 2, "max_threads": 1})
-    assert result == "query@c"
-    assert abc["c"].calls[0][2]["settings"] == {"max_threads": 1}
 
 
 def test_statement_settings_given_positionally_are_handled_too(abc: FakeCluster) -> None:
@@ -175,13 +133,6 @@ def test_session_skips_replicas_that_cannot_be_reached(abc: FakeCluster) -> None
     pool = make_pool(abc, load_balancing="in_order")
     with pool.session() as session:
         assert session.address == "b:8123"
-
-
-def test_ping_tries_replicas_in_order(abc: FakeCluster) -> None:
-    abc["a"].fail_creation = refused
-    pool = make_pool(abc, load_balancing="in_order")
-    assert pool.ping() is True
-    assert pool.replicas[0].errors_count == 1
 
 
 def test_round_robin_gives_each_healthy_replica_an_exact_share(abc: FakeCluster) -> None:

@@ -151,3 +151,70 @@ def test_a_slowed_replica_goes_behind_its_peers_until_the_count_decays(flavour: 
     assert pool.plan() == ["b:8123", "a:8123", "c:8123"]  # errors rank before slowdowns
     clock.advance(10)
     assert flavour.run(pool.query("SELECT 1")) == "query@a"
+
+
+def test_replica_down_at_client_creation_is_just_a_failed_attempt(flavour: Flavour) -> None:
+    abc = flavour.cluster("a", "b", "c")
+    abc["a"].fail_creation = flavour.refused
+    pool = flavour.make_pool(abc, load_balancing="in_order")
+    assert flavour.run(pool.query("SELECT 1")) == "query@b"
+    assert errors(pool) == [1, 0, 0]
+
+
+def test_ping_tries_replicas_in_order(flavour: Flavour) -> None:
+    abc = flavour.cluster("a", "b", "c")
+    abc["a"].fail_creation = flavour.refused
+    pool = flavour.make_pool(abc, load_balancing="in_order")
+    assert flavour.run(pool.ping()) is True
+    assert errors(pool) == [1, 0, 0]
+    assert abc["b"].calls[0][0] == "ping"
+
+
+def test_write_is_retried_when_it_failed_before_sending(flavour: Flavour) -> None:
+    abc = flavour.cluster("a", "b", "c")
+    abc["a"].outcomes = [flavour.refused]
+    pool = flavour.make_pool(abc, load_balancing="in_order")
+    assert flavour.run(pool.command("ALTER TABLE t DELETE WHERE 1")) == "command@b"
+
+
+def test_insert_gets_one_stable_deduplication_token_and_is_retried(flavour: Flavour) -> None:
+    abc = flavour.cluster("a", "b", "c")
+    abc["a"].outcomes = [flavour.dropped_after_send]
+    pool = flavour.make_pool(abc, load_balancing="in_order")
+    assert flavour.run(pool.insert("t", [[1]], column_names=["x"])) == "insert@b"
+    (_, _, first), (_, _, second) = abc["a"].calls[0], abc["b"].calls[0]
+    token = first["settings"]["insert_deduplication_token"]
+    assert token
+    assert second["settings"]["insert_deduplication_token"] == token
+    flavour.run(pool.insert("t", [[2]], column_names=["x"]))
+    assert abc["b"].calls[1][2]["settings"]["insert_deduplication_token"] != token  # one per logical insert
+
+
+@pytest.mark.parametrize("sent_failure", ["unknown_status_of_insert", "dropped_after_send"])
+def test_insert_without_token_is_not_retried_after_sending(flavour: Flavour, sent_failure: str) -> None:
+    abc = flavour.cluster("a", "b", "c")
+    failure = (
+        (lambda: fakes.server_error(319, "UNKNOWN_STATUS_OF_INSERT"))
+        if sent_failure == "unknown_status_of_insert"
+        else flavour.dropped_after_send
+    )
+    abc["a"].outcomes = [failure]
+    pool = flavour.make_pool(abc, load_balancing="in_order", auto_insert_deduplication_token=False)
+    with pytest.raises(DatabaseError):  # OperationalError is one too
+        flavour.run(pool.insert("t", [[1]]))
+    assert abc["b"].calls == []
+    assert "settings" not in abc["a"].calls[0][2]
+
+
+def test_statement_settings_choose_the_strategy_and_do_not_reach_the_server(flavour: Flavour) -> None:
+    abc = flavour.cluster("a", "b", "c")
+    pool = flavour.make_pool(abc, load_balancing="in_order")
+    result = flavour.run(pool.query("SELECT 1", settings={"load_balancing": "first_or_random",
+                                                          "load_balancing_first_offset": 2, "max_threads": 1}))
+    assert result == "query@c"
+    assert abc["c"].calls[0][2]["settings"] == {"max_threads": 1}
+    # Given positionally, too.
+    result = flavour.run(pool.query("SELECT 1", None, {"load_balancing": "first_or_random",
+                                                       "load_balancing_first_offset": 1, "max_threads": 1}))
+    assert result == "query@b"
+    assert abc["b"].calls[0][1] == ("SELECT 1", None, {"max_threads": 1})
