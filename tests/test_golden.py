@@ -97,6 +97,9 @@ def _check_hedged(case: dict[str, Any]) -> None:
     assert [hosts[i] for i in hedged] == case["expected"]
     plain = plan_order(errors, ranks, case["max_ignored_errors"], rnd)
     assert [hosts[i] for i in plain] == case["expected_non_hedged"]
+    # A pool's balancer orders with the stored slowdowns (pool.record_slowdown) as the hedged key.
+    balancer, _ = _balancer(case)
+    assert _hosts(balancer, balancer.plan_indices(advance=False)) == case["expected"]
 
 
 @pytest.mark.parametrize("case", BY_KIND["decay_sequence"], ids=lambda c: f"case{c['id']}")

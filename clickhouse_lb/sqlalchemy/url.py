@@ -4,7 +4,7 @@ The URL is read through SQLAlchemy's own :class:`~sqlalchemy.engine.URL` (user a
 come decoded, the database too, decoded here where SQLAlchemy < 2.1 does not; repeated query
 parameters come as tuples); the replicas, balancing settings and client options are then
 validated by the same code as ``get_pool``
-(:func:`clickhouse_lb.config.resolve_pool_config`), so the dialect accepts the same names and
+(:func:`clickhouse_lb.pool_config.resolve_pool_config`), so the dialect accepts the same names and
 fails the same way. Accepted forms::
 
     clickhousedb+lb://user:pw@/db?host=ch-1:8123&host=ch-2:8123      repeated host=
