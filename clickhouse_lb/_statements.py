@@ -81,8 +81,11 @@ def prepare_call(
     new_token: Callable[[], str] = lambda: uuid.uuid4().hex,
 ) -> PreparedCall:
     in_kwargs = "settings" in kwargs
-    positional = settings_position is not None and len(args) > settings_position
-    settings = kwargs["settings"] if in_kwargs else args[settings_position] if positional else None  # type: ignore[index]
+    # Where ``settings`` was given positionally (None: by keyword, or not at all).
+    at = settings_position
+    if at is None or len(args) <= at or in_kwargs:
+        at = None
+    settings = kwargs["settings"] if in_kwargs else args[at] if at is not None else None
     overrides, rest = split_statement_settings(settings) if settings else (NO_OVERRIDES, settings)
     if method in INSERT_METHODS:
         context = kwargs.get("context") or (args[0] if method == "data_insert" and args else None)
@@ -96,8 +99,8 @@ def prepare_call(
     else:
         retry_after_send = is_read_only(_statement_text(args, kwargs)) or bool(rest and _TOKEN in rest)
     if rest is not settings:
-        if positional and not in_kwargs:
-            args = (*args[:settings_position], rest, *args[settings_position + 1 :])  # type: ignore[operator]
+        if at is not None:
+            args = (*args[:at], rest, *args[at + 1 :])
         else:
             kwargs = {**kwargs, "settings": rest}
     return PreparedCall(args, kwargs, overrides, retry_after_send)
