@@ -4,11 +4,12 @@ into the other (the async one imports aiohttp, the sync one must not)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from .balancer import Balancer, ReplicaStatus
+from .balancer import Balancer, ReplicaStatus, new_replica_set_state
 from .config import PoolConfig
 from .settings import BalancingSettings, Replica, split_statement_settings
+from .shared_state import acquire_state
 
 __all__ = ["PoolBase"]
 
@@ -20,7 +21,22 @@ class PoolBase:
         self, config: PoolConfig, *, listeners: Iterable[object] = (), balancer: Balancer | None = None
     ) -> None:
         self.config = config
-        self._balancer = balancer or Balancer(config.replicas, config.settings, listeners=listeners)
+        # -- shared balancing state (clickhouse_lb.shared_state) --------------------------------
+        # A pool given no balancer shares its counts with the other pools and engines of the
+        # process over the same replica set (unless share_state=False); the hold is given back
+        # on close() or when the balancer is garbage-collected.
+        self._release_state: Callable[[], object] | None = None
+        if balancer is None:
+            state = None
+            if config.share_state:
+                size, settings = len(config.replicas), config.settings
+                lease = acquire_state(config, lambda: new_replica_set_state(size, settings))
+                state = lease.value
+            balancer = Balancer(config.replicas, config.settings, listeners=listeners, state=state)
+            if state is not None:
+                self._release_state = lease.release_with(balancer)
+        # -------------------------------------------------------------------------------------
+        self._balancer = balancer
         self._closed = False
 
     @property
@@ -57,6 +73,11 @@ class PoolBase:
     def record_slowdown(self, address: str | Replica) -> int:
         """Count a slowdown (hedged-read accounting; shown as slowdowns_count)."""
         return self._balancer.record_slowdown(self._balancer.index_of(address))
+
+    def _release_shared_state(self) -> None:
+        """Give back this pool's hold on the shared balancing state (on close)."""
+        if self._release_state is not None:
+            self._release_state()
 
     def add_listener(self, listener: object) -> None:
         """Receive failover, error-recorded and replica-recovered events (see ``PoolListener``).

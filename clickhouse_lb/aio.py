@@ -262,6 +262,7 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
     async def close(self) -> None:
         """Close every replica client. Statements after this raise ProgrammingError."""
         self._closed = True
+        self._release_shared_state()
         clients = []
         for slot in self._clients:
             if slot.client is not None:
@@ -366,6 +367,7 @@ def get_async_pool(
         balancing=balancing,
         client_options=options,
         valid_client_options=async_client_option_names(),
+        share_state=options.pop("share_state", None),
     )
     return AsyncReplicaPool(config, listeners=listeners)
 

@@ -22,6 +22,7 @@ from .settings import (
     parse_replicas,
     unknown_name_error,
 )
+from .shared_state import SHARE_STATE, parse_share_state
 
 __all__ = ["PoolConfig", "async_client_option_names", "resolve_pool_config", "sync_client_option_names"]
 
@@ -83,10 +84,16 @@ class PoolConfig:
     replicas: list[Replica]
     settings: BalancingSettings
     client_options: dict[str, Any]
+    #: Share the balancing state with the process's other pools over the same replica set
+    #: (clickhouse_lb.shared_state); False: a state of this pool's own.
+    share_state: bool = True
 
     def __repr__(self) -> str:
         shown = {k: ("***" if k in _SECRET_OPTIONS and v else v) for k, v in self.client_options.items()}
-        return f"PoolConfig(replicas={self.replicas!r}, settings={self.settings!r}, client_options={shown!r})"
+        return (
+            f"PoolConfig(replicas={self.replicas!r}, settings={self.settings!r}, client_options={shown!r}, "
+            f"share_state={self.share_state!r})"
+        )
 
     @property
     def connect_timeout_seconds(self) -> float | None:
@@ -104,15 +111,17 @@ def resolve_pool_config(
     balancing: Mapping[str, Any],
     client_options: Mapping[str, Any],
     valid_client_options: frozenset[str],
+    share_state: bool | str | int | None = None,
 ) -> PoolConfig:
-    """Merge a DSN and keyword arguments (keywords win), validate every name and value."""
+    """Merge a DSN and keyword arguments (keywords win), validate every name and value.
+    ``share_state``: None takes the DSN's ``share_state=``, or True."""
     options = dict(client_options)
     for name in options:
         if name in _POOL_OWNED:
             raise ConfigurationError(f"Option {name!r} is not accepted by a pool: {_POOL_OWNED[name]}")
         if name not in valid_client_options:
             raise unknown_name_error(
-                "option", name, set(valid_client_options) | set(BALANCING_SETTING_NAMES)
+                "option", name, set(valid_client_options) | set(BALANCING_SETTING_NAMES) | {SHARE_STATE}
             )
     given = {name: value for name, value in balancing.items() if value is not None}
     replicas: list[Replica] = []
@@ -127,7 +136,12 @@ def resolve_pool_config(
         if parts.secure and "secure" not in options and "interface" not in options:
             options["secure"] = True
         server_settings = dict(options.get("settings") or {})
+        dsn_share_state = parts.options.get(SHARE_STATE)
+        if share_state is None and dsn_share_state is not None:
+            share_state = dsn_share_state
         for name, value in parts.options.items():
+            if name == SHARE_STATE:
+                continue
             if name in _POOL_OWNED:
                 raise ConfigurationError(f"DSN option {name!r} is not accepted by a pool: {_POOL_OWNED[name]}")
             if name in valid_client_options:
@@ -145,7 +159,8 @@ def resolve_pool_config(
             "No replicas given: pass hosts=['ch-1:8123', 'ch-2:8123'] or dsn='clickhouse://ch-1:8123,ch-2:8123/db'"
         )
     settings = parse_balancing_settings(given)
-    return PoolConfig(replicas, settings, options)
+    share = True if share_state is None else parse_share_state(share_state)
+    return PoolConfig(replicas, settings, options, share_state=share)
 
 
 def connect_timeout_argument(seconds: float) -> int:
