@@ -93,7 +93,9 @@ class EngineArgs:
                 options["settings"] = {**(options.get("settings") or {}), **value}
             else:
                 options[name] = value
-        return _resolve(self.config.replicas, balancing, options, session, self.client_option_names, share_state=share_state)
+        return _resolve(
+            self.config.replicas, balancing, options, session, self.client_option_names, share_state=share_state
+        )
 
 
 def _values(query: Mapping[str, str | tuple[str, ...]], name: str) -> list[str]:
