@@ -33,6 +33,11 @@ def check_round_robin(served: list[Served], names: list[str]) -> None:
     assert len(served) == 30
     assert set(counts) == set(names), counts
     assert all(9 <= counts[name] <= 11 for name in names), counts
+    # And they took turns: one shared counter, one step per engine (engines starting each at a
+    # random position would give 10 +- 1 by luck about one time in seven, and never this).
+    sequence = [s.replica for s in served]
+    assert all(sequence[i] != sequence[i - 1] for i in range(1, 30)), sequence
+    assert all(sequence[i] == sequence[i - 3] for i in range(3, 30)), sequence
 
 
 @dataclass
