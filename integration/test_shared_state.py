@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from shared_state_scenarios import HALF_LIFE, Served, check_in_order, check_round_robin, in_order_after_kill
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
@@ -23,8 +24,6 @@ from clickhouse_lb.shared_state import state_key
 from clickhouse_lb.sqlalchemy import get_replica_pool
 from clickhouse_lb.sqlalchemy.url import engine_args_from_url
 from clickhouse_lb.testing import ClusterBase
-
-from shared_state_scenarios import HALF_LIFE, Served, check_in_order, check_round_robin, in_order_after_kill
 
 pytestmark = pytest.mark.integration
 
