@@ -37,6 +37,9 @@ time (at the registry's next use), and at most :attr:`StateRegistry.max_idle` id
 kept (the oldest go first), so an application that builds pools over ever-new replica sets
 holds a bounded amount of memory. ``idle_ttl = 0`` frees a state as soon as nobody uses it.
 
+Other per-replica-set state meant to be shared the same way (probes, health) can use the same
+registry under its own key, e.g. ``registry.acquire(("probes", state_key(config)), factory)``.
+
 Opting out: ``share_state=False`` (``get_pool``, ``get_async_pool``), ``share_state=0`` in a
 DSN or a ``clickhousedb+lb`` URL: the pool gets a state of its own.
 """
