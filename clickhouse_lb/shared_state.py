@@ -158,9 +158,7 @@ class StateLease(Generic[V]):
         self.value = value
 
     def release(self) -> None:
-        if not self._released:
-            self._released = True
-            self._registry._release(self.key, self._entry)
+        self._registry._release(self)
 
     def release_with(self, owner: object) -> Callable[[], object]:
         """Release when ``owner`` is garbage-collected (or when the returned finalizer is
@@ -199,8 +197,12 @@ class StateRegistry:
             value: V = entry.value  # type: ignore[assignment]
         return StateLease(self, key, entry, value)
 
-    def _release(self, key: Hashable, entry: _Entry) -> None:
+    def _release(self, lease: StateLease[Any]) -> None:
         with self._lock:
+            if lease._released:
+                return
+            lease._released = True
+            key, entry = lease.key, lease._entry
             if self._entries.get(key) is not entry:  # cleared meanwhile: another pool may own the key now
                 return
             entry.users -= 1

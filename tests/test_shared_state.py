@@ -306,3 +306,12 @@ def test_pools_made_and_closed_on_many_threads_count_every_error_and_step() -> N
     # Every statement took its own round-robin step, whatever the interleaving: ch-1 and ch-2
     # alternated over 800 consecutive steps.
     assert first_choices == {0: threads * rounds // 2, 1: threads * rounds // 2}
+
+
+def test_a_lease_released_twice_counts_once(clock: FakeClock) -> None:
+    registry = StateRegistry(idle_ttl=600, clock=clock)
+    first = registry.acquire("k", state_factory)
+    registry.acquire("k", state_factory)
+    first.release()
+    first.release()
+    assert registry.users("k") == 1
