@@ -27,13 +27,12 @@ class PoolBase:
         # on close() or when the balancer is garbage-collected.
         self._release_state: Callable[[], object] | None = None
         if balancer is None:
-            state = None
-            if config.share_state:
-                size, settings = len(config.replicas), config.settings
-                lease = acquire_state(config, lambda: new_replica_set_state(size, settings))
-                state = lease.value
-            balancer = Balancer(config.replicas, config.settings, listeners=listeners, state=state)
-            if state is not None:
+            size, settings = len(config.replicas), config.settings
+            lease = acquire_state(config, lambda: new_replica_set_state(size, settings)) if config.share_state else None
+            balancer = Balancer(
+                config.replicas, settings, listeners=listeners, state=lease.value if lease is not None else None
+            )
+            if lease is not None:
                 self._release_state = lease.release_with(balancer)
         # -------------------------------------------------------------------------------------
         self._balancer = balancer
