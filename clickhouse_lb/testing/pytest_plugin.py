@@ -7,7 +7,9 @@ Enable with ``pytest_plugins = ["clickhouse_lb.testing.pytest_plugin"]`` in a co
   default, Docker with ``CLICKHOUSE_LB_CLUSTER=docker`` (the tests are skipped, with the reason,
   when no Docker engine answers).
 * ``healthy_clickhouse_cluster`` (function scope): the same cluster, healed (killed replicas
-  restarted, paused ones resumed, delays and injected failures cleared) before and after the test.
+  restarted, paused ones resumed, delays and injected failures cleared) before and after the test;
+  the process's shared balancing state (:mod:`clickhouse_lb.shared_state`) is forgotten with it,
+  so that pools made in the test do not inherit error counts from faults a previous test injected.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from clickhouse_lb import shared_state
 from clickhouse_lb.testing import ENV_VAR, ClusterBase, DockerCluster, cluster_from_env
 
 
@@ -34,7 +37,10 @@ def clickhouse_cluster() -> Iterator[ClusterBase]:
 
 @pytest.fixture
 def healthy_clickhouse_cluster(clickhouse_cluster: ClusterBase) -> Iterator[ClusterBase]:
-    """The session cluster, healed before and after the test."""
+    """The session cluster, healed before and after the test (and the shared balancing state
+    forgotten: it describes faults that heal() has just undone)."""
     clickhouse_cluster.heal()
+    shared_state.registry.clear()
     yield clickhouse_cluster
     clickhouse_cluster.heal()
+    shared_state.registry.clear()
