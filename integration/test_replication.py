@@ -359,7 +359,9 @@ def test_same_port_replicas_take_the_shared_port_url_forms() -> None:
         port = ports.pop()
         hosts = [h.rpartition(":")[0] for h in same.hosts]
         assert hosts == ["127.0.0.11", "127.0.0.12", "127.0.0.13"]
-        pool = clickhouse_lb.get_pool(dsn=f"clickhouse://{','.join(hosts)}:{port}/default?load_balancing=in_order")
+        pool = clickhouse_lb.get_pool(
+            dsn=f"clickhouse://{','.join(hosts)}:{port}/default?load_balancing=in_order&share_state=0"
+        )
         with pool:
             assert pool.command("SELECT getMacro('replica')") == "r1"
             same.kill(0)
@@ -368,7 +370,9 @@ def test_same_port_replicas_take_the_shared_port_url_forms() -> None:
             assert same.hosts[0] == f"127.0.0.11:{port}"
         from sqlalchemy import create_engine, text
 
-        engine = create_engine(f"clickhousedb+lb://default:@{','.join(hosts)}:{port}/default?load_balancing=in_order")
+        engine = create_engine(
+            f"clickhousedb+lb://default:@{','.join(hosts)}:{port}/default?load_balancing=in_order&share_state=0"
+        )
         with engine.connect() as conn:
             assert conn.execute(text("SELECT getMacro('replica')")).scalar() == "r1"
         engine.dispose()
@@ -390,7 +394,11 @@ def _first_statement_time(local: LocalCluster, timeout_ms: int) -> float:
     import clickhouse_lb
 
     pool = clickhouse_lb.get_pool(
-        local.hosts, load_balancing="in_order", connect_timeout_with_failover_ms=timeout_ms, send_receive_timeout=10
+        local.hosts,
+        load_balancing="in_order",
+        connect_timeout_with_failover_ms=timeout_ms,
+        send_receive_timeout=10,
+        share_state=False,  # no error count from an earlier pool: r1 is tried first
     )
     with pool:
         started = time.monotonic()
@@ -465,6 +473,7 @@ def test_numbered_batches_land_exactly_once_through_kills_pauses_and_restarts(cl
         send_receive_timeout=2,
         connect_timeout_with_failover_ms=300,
         listeners=[failovers],
+        share_state=False,
     )
     with pool:
         for n in range(40):
@@ -508,7 +517,9 @@ def test_batches_retried_with_their_token_after_sigkills_mid_insert_are_exactly_
     failed: list[int] = []
     batches = 60
     failovers = _Failovers()
-    pool = clickhouse_lb.get_pool(local.hosts, load_balancing="random", send_receive_timeout=5, listeners=[failovers])
+    pool = clickhouse_lb.get_pool(
+        local.hosts, load_balancing="random", send_receive_timeout=5, listeners=[failovers], share_state=False
+    )
     thread = threading.Thread(target=chaos, daemon=True)
     thread.start()
     try:
