@@ -18,7 +18,7 @@ from __future__ import annotations
 import random as _random
 from collections.abc import Callable, Sequence
 
-__all__ = ["plan_order", "round_robin_order", "static_ranks"]
+__all__ = ["least_loaded_order", "plan_order", "round_robin_order", "static_ranks"]
 
 
 def static_ranks(priorities: Sequence[int], strategy_priorities: Sequence[int]) -> list[int]:
@@ -82,3 +82,38 @@ def round_robin_order(
     shift = counter % n
     rest = sorted((i for i in range(n) if group[i] != best), key=lambda i: group[i] * n + (i - shift) % n)
     return head + rest
+
+
+def least_loaded_order(
+    errors: Sequence[int],
+    priority_ranks: Sequence[int],
+    max_ignored_errors: int,
+    scores: Sequence[float],
+    random: Callable[[], float] = _random.random,
+) -> list[int]:
+    """``least_loaded`` (an extension, not one of ClickHouse's strategies): power of two choices.
+
+    Errors and configured priority come first, exactly as for the other strategies: only the
+    replicas sharing the best ``(effective errors, priority)`` rank compete. Two of them are
+    drawn at random and the one with the lower load ``scores`` entry goes first (an exact tie:
+    the first drawn, itself random). The others follow as failover candidates: the rest of the
+    best rank, then the other ranks, each by load score, ties in random order.
+    ``priority_ranks``: as for :func:`round_robin_order`.
+    """
+    n = len(errors)
+    group = [
+        (e - max_ignored_errors if e > max_ignored_errors else 0) * n + p for e, p in zip(errors, priority_ranks)
+    ]
+    best = min(group)
+    leaders = [i for i, key in enumerate(group) if key == best]
+    k = len(leaders)
+    if k == 1:
+        first = leaders[0]
+    else:
+        a = int(random() * k)
+        b = (a + 1 + int(random() * (k - 1))) % k  # a second, distinct draw
+        first = leaders[a] if scores[leaders[a]] <= scores[leaders[b]] else leaders[b]
+    if n == 1:
+        return [first]
+    keys = [(group[i], scores[i], random()) for i in range(n)]
+    return [first, *sorted((i for i in range(n) if i != first), key=keys.__getitem__)]

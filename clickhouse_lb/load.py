@@ -1,0 +1,136 @@
+"""Per-replica load for ``least_loaded``: statements in flight and a peak-EWMA of latency.
+
+Every attempt the pool makes (any strategy) is counted here, so that a statement may switch to
+``least_loaded`` for itself and ``pool.replicas`` always shows the load. The average is
+Finagle's *peak EWMA*: a sample above the current average replaces it at once (a replica that
+turns slow is avoided from its first slow answer), a lower one is blended in with weight
+``1 - exp(-dt / decay_time)``, and between samples the average decays toward zero with the
+same time constant. The decay is what lets a replica that was slow be tried again: left idle,
+its average halves every ``decay_time * ln 2`` seconds until it looks cheap enough to be picked,
+and its next answer sets the average to what it costs now.
+
+The load score of a replica is ``average * (in_flight + 1)``: the latency a new statement
+should expect to queue behind there. A replica that never answered has no average: with nothing
+in flight it scores 0 (so it is tried at once), with statements in flight it is priced at the
+mean average of the others (so a cold replica is not flooded before its first answer, and the
+others are not starved meanwhile). With no history anywhere, every average is 1 and the score is
+plain least-in-flight.
+
+Reads (:meth:`ReplicaLoad.scores`, :meth:`ReplicaLoad.snapshot`) never change the state.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+__all__ = ["DEFAULT_DECAY_TIME", "LoadSnapshot", "ReplicaLoad", "decayed", "load_scores", "peak_ewma"]
+
+Clock = Callable[[], float]
+
+#: Seconds: the time constant of the latency average (Finagle's and Linkerd's default).
+DEFAULT_DECAY_TIME = 10.0
+
+
+def decayed(average: float, elapsed: float, decay_time: float) -> float:
+    """``average`` after ``elapsed`` seconds without a sample (toward zero)."""
+    if elapsed <= 0:
+        return average
+    return average * math.exp(-elapsed / decay_time)
+
+
+def peak_ewma(average: float | None, sample: float, elapsed: float, decay_time: float) -> float:
+    """The average after a ``sample`` taken ``elapsed`` seconds after the previous one.
+
+    No history: the sample. Above the average: the sample (the peak). Otherwise the sample
+    blended in, the older the average the more weight the sample gets."""
+    if average is None or sample >= average:
+        return sample
+    weight = math.exp(-elapsed / decay_time) if elapsed > 0 else 1.0
+    return average * weight + sample * (1.0 - weight)
+
+
+def load_scores(in_flight: list[int], averages: list[float | None]) -> list[float]:
+    """Each replica's load score ``average * (in_flight + 1)`` (see the module documentation
+    for replicas without an average)."""
+    known = [a for a in averages if a is not None]
+    if not known:
+        return [float(k) for k in in_flight]
+    default = sum(known) / len(known)
+    scores = []
+    for k, average in zip(in_flight, averages):
+        if average is None:
+            scores.append(0.0 if k == 0 else default * (k + 1))
+        else:
+            scores.append(average * (k + 1))
+    return scores
+
+
+class LoadSnapshot(NamedTuple):
+    """One replica's load as of now: statements in flight, the decayed average (None: no answer yet)."""
+
+    in_flight: int
+    latency_ewma: float | None
+
+
+class ReplicaLoad:
+    """In-flight counts and latency averages of one replica set (thread-safe; one short lock,
+    never held during I/O). Shared like the rest of the balancing state."""
+
+    __slots__ = ("_averages", "_clock", "_in_flight", "_lock", "_stamps", "decay_time", "size")
+
+    def __init__(self, size: int, *, decay_time: float = DEFAULT_DECAY_TIME, clock: Clock = time.monotonic) -> None:
+        if not decay_time > 0:
+            raise ValueError(f"decay_time must be > 0, not {decay_time!r}")
+        self.size = size
+        self.decay_time = decay_time
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._in_flight = [0] * size
+        self._averages: list[float | None] = [None] * size
+        self._stamps = [0.0] * size  # clock time of each average's last sample
+
+    def start(self, index: int) -> float:
+        """An attempt on replica ``index`` begins; returns its start time (for :meth:`finish`)."""
+        now = self._clock()
+        with self._lock:
+            self._in_flight[index] += 1
+        return now
+
+    def finish(self, index: int, started: float) -> None:
+        """The attempt that :meth:`start` returned ``started`` for ended (answered, failed or
+        was cancelled): it leaves the in-flight count, and its duration is a latency sample."""
+        now = self._clock()
+        sample = max(0.0, now - started)
+        with self._lock:
+            if self._in_flight[index] > 0:
+                self._in_flight[index] -= 1
+            average = self._averages[index]
+            elapsed = now - self._stamps[index]
+            if average is not None:
+                average = decayed(average, elapsed, self.decay_time)
+            self._averages[index] = peak_ewma(average, sample, elapsed, self.decay_time)
+            self._stamps[index] = now
+
+    def _averages_at(self, now: float) -> list[float | None]:
+        decay_time = self.decay_time
+        return [
+            None if a is None else decayed(a, now - stamp, decay_time) for a, stamp in zip(self._averages, self._stamps)
+        ]
+
+    def scores(self) -> list[float]:
+        """Every replica's load score now (a read: changes nothing)."""
+        now = self._clock()
+        with self._lock:
+            in_flight = self._in_flight[:]
+            averages = self._averages_at(now)
+        return load_scores(in_flight, averages)
+
+    def snapshot(self) -> list[LoadSnapshot]:
+        """Every replica's in-flight count and decayed average now (a read: changes nothing)."""
+        now = self._clock()
+        with self._lock:
+            return [LoadSnapshot(k, a) for k, a in zip(self._in_flight, self._averages_at(now))]
