@@ -104,21 +104,27 @@ class ReplicaLoad:
         """The attempt that :meth:`start` returned ``started`` for ended (answered, failed or
         was cancelled): it leaves the in-flight count, and its duration is a latency sample."""
         now = self._clock()
-        sample = max(0.0, now - started)
+        sample = now - started if now > started else 0.0
         with self._lock:
             if self._in_flight[index] > 0:
                 self._in_flight[index] -= 1
             average = self._averages[index]
-            elapsed = now - self._stamps[index]
-            if average is not None:
-                average = decayed(average, elapsed, self.decay_time)
-            self._averages[index] = peak_ewma(average, sample, elapsed, self.decay_time)
+            if average is None:
+                self._averages[index] = sample
+            else:
+                # decayed() then peak_ewma(), inlined (one exp; this runs twice per statement).
+                elapsed = now - self._stamps[index]
+                weight = math.exp(-elapsed / self.decay_time) if elapsed > 0 else 1.0
+                average *= weight
+                self._averages[index] = sample if sample >= average else average * weight + sample * (1.0 - weight)
             self._stamps[index] = now
 
     def _averages_at(self, now: float) -> list[float | None]:
         decay_time = self.decay_time
+        exp = math.exp
         return [
-            None if a is None else decayed(a, now - stamp, decay_time) for a, stamp in zip(self._averages, self._stamps)
+            None if a is None else (a * exp((stamp - now) / decay_time) if now > stamp else a)
+            for a, stamp in zip(self._averages, self._stamps)
         ]
 
     def scores(self) -> list[float]:
