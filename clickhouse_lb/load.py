@@ -25,7 +25,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 __all__ = ["DEFAULT_DECAY_TIME", "LoadSnapshot", "ReplicaLoad", "decayed", "load_scores", "peak_ewma"]
 
@@ -119,24 +119,35 @@ class ReplicaLoad:
                 self._averages[index] = sample if sample >= average else average * weight + sample * (1.0 - weight)
             self._stamps[index] = now
 
-    def _averages_at(self, now: float) -> list[float | None]:
+    def _decayed(self, averages: list[float | None], stamps: list[float], now: float) -> list[float | None]:
         decay_time = self.decay_time
         exp = math.exp
         return [
             None if a is None else (a * exp((stamp - now) / decay_time) if now > stamp else a)
-            for a, stamp in zip(self._averages, self._stamps)
+            for a, stamp in zip(averages, stamps)
         ]
 
     def scores(self) -> list[float]:
-        """Every replica's load score now (a read: changes nothing)."""
+        """Every replica's load score now (a read: changes nothing). Once per statement under
+        ``least_loaded``: :func:`load_scores` over the decayed averages, in one pass."""
         now = self._clock()
         with self._lock:
             in_flight = self._in_flight[:]
-            averages = self._averages_at(now)
-        return load_scores(in_flight, averages)
+            averages = self._averages[:]
+            stamps = self._stamps[:]
+        if None in averages:
+            return load_scores(in_flight, self._decayed(averages, stamps, now))
+        known = cast("list[float]", averages)
+        exp = math.exp
+        decay_time = self.decay_time
+        return [
+            (a * exp((stamp - now) / decay_time) if now > stamp else a) * (k + 1)
+            for a, stamp, k in zip(known, stamps, in_flight)
+        ]
 
     def snapshot(self) -> list[LoadSnapshot]:
         """Every replica's in-flight count and decayed average now (a read: changes nothing)."""
         now = self._clock()
         with self._lock:
-            return [LoadSnapshot(k, a) for k, a in zip(self._in_flight, self._averages_at(now))]
+            averages = self._decayed(self._averages, self._stamps, now)
+            return [LoadSnapshot(k, a) for k, a in zip(self._in_flight, averages)]

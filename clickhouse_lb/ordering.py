@@ -97,23 +97,37 @@ def least_loaded_order(
     replicas sharing the best ``(effective errors, priority)`` rank compete. Two of them are
     drawn at random and the one with the lower load ``scores`` entry goes first (an exact tie:
     the first drawn, itself random). The others follow as failover candidates: the rest of the
-    best rank, then the other ranks, each by load score, ties in random order.
+    best rank, then the other ranks, each by load score (ties in a rotation from a random start).
     ``priority_ranks``: as for :func:`round_robin_order`.
     """
     n = len(errors)
-    group = [
-        (e - max_ignored_errors if e > max_ignored_errors else 0) * n + p for e, p in zip(errors, priority_ranks)
-    ]
-    best = min(group)
-    leaders = [i for i, key in enumerate(group) if key == best]
+    if n == 1:
+        return [0]
+    if any(errors) or any(priority_ranks):
+        group = [
+            (e - max_ignored_errors if e > max_ignored_errors else 0) * n + p for e, p in zip(errors, priority_ranks)
+        ]
+        best = min(group)
+        leaders = [i for i, key in enumerate(group) if key == best]
+    else:  # the usual case: every replica healthy, equal priorities
+        group = None
+        leaders = list(range(n))
     k = len(leaders)
+    # One draw gives both choices: its integer part picks the first, its fraction the second.
+    x = random() * k
+    a = int(x)
     if k == 1:
         first = leaders[0]
     else:
-        a = int(random() * k)
-        b = (a + 1 + int(random() * (k - 1))) % k  # a second, distinct draw
+        b = (a + 1 + int((x - a) * (k - 1))) % k  # a second, distinct replica
         first = leaders[a] if scores[leaders[a]] <= scores[leaders[b]] else leaders[b]
-    if n == 1:
-        return [first]
-    keys = [(group[i], scores[i], random()) for i in range(n)]
-    return [first, *sorted((i for i in range(n) if i != first), key=keys.__getitem__)]
+    # Failover candidates: a stable sort from a random starting point, so that equal scores
+    # (an idle cold start) do not always fail over to the same replica first.
+    rest = [*range(a, n), *range(a)]
+    rest.remove(first)
+    if group is None:
+        rest.sort(key=scores.__getitem__)
+    else:
+        keyed = group
+        rest.sort(key=lambda i: (keyed[i], scores[i]))
+    return [first, *rest]
