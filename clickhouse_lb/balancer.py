@@ -146,7 +146,7 @@ class Balancer:
         if round_robin:
             return round_robin_order(snapshot.errors, self._priority_ranks, max_ignored, snapshot.round_robin)
         if strategy is LoadBalancing.LEAST_LOADED:
-            scores = self.state.replica_load.scores()
+            scores = self.state.replica_load.order_keys()
             return least_loaded_order(snapshot.errors, self._priority_ranks, max_ignored, scores, self._random)
         ranks = self._default_ranks if strategy is settings.load_balancing else None
         if ranks is None or first_offset != settings.load_balancing_first_offset:

@@ -25,7 +25,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
 __all__ = ["DEFAULT_DECAY_TIME", "LoadSnapshot", "ReplicaLoad", "decayed", "load_scores", "peak_ewma"]
 
@@ -80,7 +80,7 @@ class ReplicaLoad:
     """In-flight counts and latency averages of one replica set (thread-safe; one short lock,
     never held during I/O). Shared like the rest of the balancing state."""
 
-    __slots__ = ("_averages", "_clock", "_in_flight", "_lock", "_stamps", "decay_time", "size")
+    __slots__ = ("_averages", "_clock", "_cold", "_in_flight", "_keys", "_lock", "_stamps", "decay_time", "size")
 
     def __init__(self, size: int, *, decay_time: float = DEFAULT_DECAY_TIME, clock: Clock = time.monotonic) -> None:
         if not decay_time > 0:
@@ -92,6 +92,11 @@ class ReplicaLoad:
         self._in_flight = [0] * size
         self._averages: list[float | None] = [None] * size
         self._stamps = [0.0] * size  # clock time of each average's last sample
+        # ln(average) + stamp / decay_time: the log of the average decayed to any time t, plus
+        # t / decay_time, which is the same for every replica at one t. So the order of the
+        # decayed scores needs no exp per replica per statement (see order_keys).
+        self._keys = [-math.inf] * size
+        self._cold = size  # replicas without an average yet
 
     def start(self, index: int) -> float:
         """An attempt on replica ``index`` begins; returns its start time (for :meth:`finish`)."""
@@ -110,14 +115,17 @@ class ReplicaLoad:
                 self._in_flight[index] -= 1
             average = self._averages[index]
             if average is None:
-                self._averages[index] = sample
+                self._cold -= 1
+                average = sample
             else:
-                # decayed() then peak_ewma(), inlined (one exp; this runs twice per statement).
+                # decayed() then peak_ewma(), inlined (one exp: this runs for every attempt).
                 elapsed = now - self._stamps[index]
                 weight = math.exp(-elapsed / self.decay_time) if elapsed > 0 else 1.0
                 average *= weight
-                self._averages[index] = sample if sample >= average else average * weight + sample * (1.0 - weight)
+                average = sample if sample >= average else average * weight + sample * (1.0 - weight)
+            self._averages[index] = average
             self._stamps[index] = now
+            self._keys[index] = (math.log(average) if average > 0 else -math.inf) + now / self.decay_time
 
     def _decayed(self, averages: list[float | None], stamps: list[float], now: float) -> list[float | None]:
         decay_time = self.decay_time
@@ -128,22 +136,25 @@ class ReplicaLoad:
         ]
 
     def scores(self) -> list[float]:
-        """Every replica's load score now (a read: changes nothing). Once per statement under
-        ``least_loaded``: :func:`load_scores` over the decayed averages, in one pass."""
+        """Every replica's load score now (a read: changes nothing)."""
         now = self._clock()
         with self._lock:
+            return self._scores_locked(now)
+
+    def _scores_locked(self, now: float) -> list[float]:
+        return load_scores(self._in_flight, self._decayed(self._averages, self._stamps, now))
+
+    def order_keys(self) -> list[float]:
+        """Keys that order the replicas exactly like :meth:`scores` (an increasing function of
+        them), for ``least_loaded``'s once-per-statement plan: ``ln(score) + now/decay_time``,
+        which needs no exp per replica. While some replica has no average yet: the scores."""
+        with self._lock:
+            if self._cold:
+                return self._scores_locked(self._clock())
+            keys = self._keys[:]
             in_flight = self._in_flight[:]
-            averages = self._averages[:]
-            stamps = self._stamps[:]
-        if None in averages:
-            return load_scores(in_flight, self._decayed(averages, stamps, now))
-        known = cast("list[float]", averages)
-        exp = math.exp
-        decay_time = self.decay_time
-        return [
-            (a * exp((stamp - now) / decay_time) if now > stamp else a) * (k + 1)
-            for a, stamp, k in zip(known, stamps, in_flight)
-        ]
+        log = math.log
+        return [key if k == 0 else key + log(k + 1) for key, k in zip(keys, in_flight)]
 
     def snapshot(self) -> list[LoadSnapshot]:
         """Every replica's in-flight count and decayed average now (a read: changes nothing)."""

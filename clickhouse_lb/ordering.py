@@ -98,7 +98,9 @@ def least_loaded_order(
     drawn at random and the one with the lower load ``scores`` entry goes first (an exact tie:
     the first drawn, itself random). The others follow as failover candidates: the rest of the
     best rank, then the other ranks, each by load score (ties in a rotation from a random start).
-    ``priority_ranks``: as for :func:`round_robin_order`.
+    ``priority_ranks``: as for :func:`round_robin_order`. ``scores``: the load scores, or any
+    increasing function of them (the balancer passes logarithms, see
+    :meth:`clickhouse_lb.load.ReplicaLoad.order_keys`).
     """
     n = len(errors)
     if n == 1:
@@ -127,7 +129,7 @@ def least_loaded_order(
     rest.remove(first)
     if group is None:
         rest.sort(key=scores.__getitem__)
-    else:
-        keyed = group
-        rest.sort(key=lambda i: (keyed[i], scores[i]))
+    else:  # by group, then by score: two stable sorts on plain keys beat one on tuples
+        rest.sort(key=scores.__getitem__)
+        rest.sort(key=group.__getitem__)
     return [first, *rest]

@@ -353,3 +353,22 @@ def test_pools_with_another_decay_time_do_not_share_load() -> None:
 
     assert key(2.0) != key(3.0)
     assert BalancingSettings().least_loaded_decay_time == 10.0
+
+
+def test_order_keys_order_like_the_decayed_scores(clock: FakeClock) -> None:
+    """The plan's cheap keys (logarithms, no exp per replica) must rank exactly like the scores."""
+    rng = random.Random(11)
+    load = ReplicaLoad(6, decay_time=3.0, clock=clock)
+    assert load.order_keys() == load.scores()  # cold: the scores themselves
+    for _ in range(400):
+        index = rng.randrange(6)
+        started = load.start(index)
+        clock.advance(rng.random() * 0.3)
+        if rng.random() < 0.8:
+            load.finish(index, started)
+        clock.advance(rng.random() * 2)
+        scores, keys = load.scores(), load.order_keys()
+        if None not in [s.latency_ewma for s in load.snapshot()]:
+            by_score = sorted(range(6), key=lambda i: (scores[i], i))
+            by_key = sorted(range(6), key=lambda i: (keys[i], i))
+            assert by_key == by_score
