@@ -372,3 +372,16 @@ def test_order_keys_order_like_the_decayed_scores(clock: FakeClock) -> None:
             by_score = sorted(range(6), key=lambda i: (scores[i], i))
             by_key = sorted(range(6), key=lambda i: (keys[i], i))
             assert by_key == by_score
+
+
+def test_sqlalchemy_url_takes_least_loaded_and_its_decay_time() -> None:
+    from sqlalchemy.engine import make_url
+
+    from clickhouse_lb.sqlalchemy.url import engine_args_from_url
+
+    query = "host=a:8123&host=b:8123&load_balancing=least_loaded&least_loaded_decay_time=3"
+    settings = engine_args_from_url(make_url(f"clickhousedb+lb://u:p@/db?{query}")).config.settings
+    assert settings.load_balancing is LoadBalancing.LEAST_LOADED
+    assert settings.least_loaded_decay_time == 3.0
+    with pytest.raises(ConfigurationError, match="least_loaded_decay_time"):
+        engine_args_from_url(make_url("clickhousedb+lb://u:p@/db?host=a:8123&least_loaded_decay=3"))
