@@ -16,7 +16,8 @@ mean average of the others (so a cold replica is not flooded before its first an
 others are not starved meanwhile). With no history anywhere, every average is 1 and the score is
 plain least-in-flight.
 
-Reads (:meth:`ReplicaLoad.scores`, :meth:`ReplicaLoad.snapshot`) never change the state.
+Reads (:meth:`ReplicaLoad.scores`, :meth:`ReplicaLoad.order_keys`, :meth:`ReplicaLoad.snapshot`) never
+change the state.
 """
 
 from __future__ import annotations

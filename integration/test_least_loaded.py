@@ -65,7 +65,9 @@ def test_a_slow_replica_gets_a_smaller_share_and_wins_it_back(cluster: ClusterBa
         cluster.set_delay(SLOW, DELAY)
         slowed = answers(pool, 360)
         assert share(slowed, slow) < 0.12, slowed
-        assert all(share(slowed, name) > 0.3 for name in cluster.names if name != slow), slowed
+        # The fast ones share the rest (unevenly on a loaded machine: a replica process that is
+        # descheduled for a moment answers slowly too, and least_loaded sees it).
+        assert all(share(slowed, name) > 0.15 for name in cluster.names if name != slow), slowed
 
         cluster.set_delay(SLOW, 0)
         # Its idle average decays (DECAY s) until it is drawn again; its fast answer then
