@@ -385,3 +385,9 @@ def test_sqlalchemy_url_takes_least_loaded_and_its_decay_time() -> None:
     assert settings.least_loaded_decay_time == 3.0
     with pytest.raises(ConfigurationError, match="least_loaded_decay_time"):
         engine_args_from_url(make_url("clickhousedb+lb://u:p@/db?host=a:8123&least_loaded_decay=3"))
+
+
+def test_the_demo_can_show_every_strategy() -> None:
+    from clickhouse_lb._demo import DESCRIPTIONS
+
+    assert set(DESCRIPTIONS) == set(LoadBalancing)
