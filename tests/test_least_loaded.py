@@ -323,13 +323,6 @@ def test_least_loaded_is_accepted_everywhere_a_strategy_is() -> None:
     pool.close()
 
 
-def test_async_pool_accepts_least_loaded() -> None:
-    pytest.importorskip("aiohttp")
-    pool = clickhouse_lb.get_async_pool(["a:8123", "b:8123"], load_balancing="least_loaded", share_state=False)
-    assert pool.settings.load_balancing is LoadBalancing.LEAST_LOADED
-    assert sorted(pool.plan()) == ["a:8123", "b:8123"]
-
-
 @pytest.mark.parametrize("value", [0, "0", -1, "soon"])
 def test_bad_decay_time_names_the_value(value: object) -> None:
     with pytest.raises(ConfigurationError, match="least_loaded_decay_time"):
