@@ -243,7 +243,7 @@ def run_sync(attempts: StatementAttempts, call: Callable[[int], T], policy: Retr
     index = attempts.begin()
     try:
         result = call(index)
-    except BaseException as exc:  # cancelled or interrupted: leaves the in-flight count, then raised
+    except BaseException as exc:  # a cancelled attempt too must leave the in-flight count
         _first_attempt_failed(attempts, index, exc)
     else:
         attempts.succeeded(index)
@@ -263,7 +263,7 @@ async def run_async(
     index = attempts.begin()
     try:
         result = await call(index)
-    except BaseException as exc:  # cancelled or interrupted: leaves the in-flight count, then raised
+    except BaseException as exc:  # a cancelled attempt too must leave the in-flight count
         _first_attempt_failed(attempts, index, exc)
     else:
         attempts.succeeded(index)
