@@ -24,19 +24,28 @@ __all__ = [
 
 @dataclass(frozen=True)
 class RatioSummary:
-    """A contender's cost against a reference over rounds: the median of per-round ratios and
-    their range (each round measures both side by side, so the range is the noise band)."""
+    """A contender's cost against a reference over rounds: the median of per-round ratios, their
+    quartiles and extremes (each round measures both side by side, so the spread of the
+    per-round ratios is the noise band)."""
 
     median: float
+    q1: float
+    q3: float
     low: float
     high: float
     rounds: int
 
-    def includes_one(self) -> bool:
-        return self.low <= 1.0 <= self.high
+    def verdict(self) -> int:
+        """+1 slower, -1 faster, 0 no difference: a difference is claimed only when at least
+        three quarters of the rounds agree on its sign."""
+        if self.q1 > 1.0:
+            return 1
+        if self.q3 < 1.0:
+            return -1
+        return 0
 
     def text(self) -> str:
-        return f"{self.median:.2f}x ({self.low:.2f}-{self.high:.2f})"
+        return f"{self.median:.2f}x ({self.q1:.2f}-{self.q3:.2f})"
 
 
 def ratio_summary(values: Sequence[float], reference: Sequence[float]) -> RatioSummary:
@@ -44,7 +53,11 @@ def ratio_summary(values: Sequence[float], reference: Sequence[float]) -> RatioS
     if len(values) != len(reference) or not values:
         raise ValueError(f"need the same non-zero number of rounds, got {len(values)} and {len(reference)}")
     ratios = [v / r for v, r in zip(values, reference)]
-    return RatioSummary(statistics.median(ratios), min(ratios), max(ratios), len(ratios))
+    if len(ratios) > 1:
+        q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    else:
+        q1 = q3 = ratios[0]
+    return RatioSummary(statistics.median(ratios), q1, q3, min(ratios), max(ratios), len(ratios))
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -68,7 +68,7 @@ def _latency(scenario: Mapping[str, Any]) -> list[str]:
     lines = [
         f"Time per statement (1 thread: median latency; 8 threads: wall time / statements), median over "
         f"{rounds} interleaved rounds, and the ratio to the reference measured in the same round: median "
-        "(lowest-highest round). Reference: 1 thread, one bare client to r1; 8 threads, 3 bare clients "
+        "(quartiles of the per-round ratios). Reference: 1 thread, one bare client to r1; 8 threads, 3 bare clients "
         "picked at random. Below 1.00x is faster.",
         "",
         "| contender | " + " | ".join(CELL_TITLES.get(c, c) for c in cells) + " |",
@@ -101,7 +101,8 @@ def _latency(scenario: Mapping[str, Any]) -> list[str]:
 
 def _latency_conclusions(scenario: Mapping[str, Any], ratios: Mapping[str, Any]) -> list[str]:
     """What the noise allows: a difference is claimed only when every round agrees on its sign."""
-    lines = ["What this run allows to conclude (a difference is claimed only when every round agrees):", ""]
+    lines = ["What this run allows to conclude (a difference is claimed only when three quarters of the "
+             "rounds agree on its sign):", ""]
     for name, control in scenario["controls"].items():
         if not control or control not in scenario["values"][scenario["cells"][0]]:
             continue
@@ -111,12 +112,13 @@ def _latency_conclusions(scenario: Mapping[str, Any], ratios: Mapping[str, Any])
             if r is None:
                 continue
             title = CELL_TITLES.get(cell, cell)
-            if r.includes_one():
-                parts.append(f"{title}: no difference measurable (rounds span {r.low:.2f}-{r.high:.2f}x)")
-            elif r.low > 1:
-                parts.append(f"{title}: slower by {(r.low - 1) * 100:.0f}-{(r.high - 1) * 100:.0f}%")
+            verdict = r.verdict()
+            if verdict == 0:
+                parts.append(f"{title}: no difference measurable ({r.q1:.2f}-{r.q3:.2f}x)")
+            elif verdict > 0:
+                parts.append(f"{title}: slower, {(r.median - 1) * 100:.0f}% ({r.q1:.2f}-{r.q3:.2f}x)")
             else:
-                parts.append(f"{title}: faster by {(1 - r.high) * 100:.0f}-{(1 - r.low) * 100:.0f}%")
+                parts.append(f"{title}: faster, {(1 - r.median) * 100:.0f}% ({r.q1:.2f}-{r.q3:.2f}x)")
         lines.append(f"- {name} vs {control}: " + "; ".join(parts))
     return lines
 

@@ -8,6 +8,7 @@ contender without haproxy, is listed as not run, with the reason, never faked.
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -99,13 +100,13 @@ class Sizes:
 
     @staticmethod
     def quick() -> Sizes:
-        return Sizes(rounds=5, per_cell={("select1", 1): 40, ("mid", 1): 12, ("select1", 8): 160, ("mid", 8): 48},
+        return Sizes(rounds=8, per_cell={("select1", 1): 30, ("mid", 1): 10, ("select1", 8): 96, ("mid", 8): 32},
                      fault_at=1.0, kill_for=1.5, pause_for=2.0, observe=4.0, timeline_threads=4, repeats=1,
                      spread_seconds=2.0, slow_seconds=2.5)
 
     @staticmethod
     def full() -> Sizes:
-        return Sizes(rounds=12, per_cell={("select1", 1): 80, ("mid", 1): 20, ("select1", 8): 320, ("mid", 8): 96},
+        return Sizes(rounds=16, per_cell={("select1", 1): 60, ("mid", 1): 16, ("select1", 8): 200, ("mid", 8): 64},
                      fault_at=2.0, kill_for=3.0, pause_for=5.0, observe=8.0, timeline_threads=4, repeats=2,
                      spread_seconds=4.0, slow_seconds=5.0)
 
@@ -167,16 +168,16 @@ class Bench:
                 order = run[r % len(run):] + run[:r % len(run)]  # rotate, so no contender always goes first
                 if r % 2:
                     order.reverse()
-                for c in order:
-                    for (q, t), total in self.sizes.per_cell.items():
+                for (q, t), total in self.sizes.per_cell.items():
+                    if t == 1:  # one statement of each contender in turn: a noise burst hits them all
+                        for c, per_statement in _interleaved_medians(targets, order, QUERIES[q], total).items():
+                            values[f"{q}/{t}"][c].append(per_statement)
+                        continue
+                    for c in order:
                         outcomes, wall = run_count(targets[c.name].query, QUERIES[q], t, total)
                         if any(not o.ok for o in outcomes):
                             raise RuntimeError(f"{c.name}: {error_kinds(outcomes)} on a healthy cluster")
-                        if t == 1:
-                            per_statement = sorted(o.end - o.start for o in outcomes)[len(outcomes) // 2]
-                        else:
-                            per_statement = wall / len(outcomes)
-                        values[f"{q}/{t}"][c.name].append(per_statement)
+                        values[f"{q}/{t}"][c.name].append(wall / len(outcomes))
                 self.log(f"   round {r + 1}/{self.sizes.rounds} done")
         finally:
             for target in targets.values():
@@ -286,6 +287,22 @@ class Bench:
             self.cluster.heal()
         return {"results": result, "replicas": self.replicas, "threads": threads, "delay": delay,
                 "seconds_each": s.slow_seconds}
+
+
+def _interleaved_medians(targets: dict[str, Target], order: Sequence[Contender], sql: str,
+                         count: int) -> dict[str, float]:
+    """``count`` statements per contender on this thread, one of each in turn (the order
+    rotating), and each contender's median latency."""
+    times: dict[str, list[float]] = {c.name: [] for c in order}
+    names = [c.name for c in order]
+    for i in range(count):
+        shift = i % len(names)
+        for name in names[shift:] + names[:shift]:
+            query = targets[name].query
+            start = time.perf_counter()
+            query(sql)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(samples) for name, samples in times.items()}
 
 
 def _for_seconds(target: Target, sql: str, threads: int, seconds: float) -> list[Outcome]:
