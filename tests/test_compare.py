@@ -165,7 +165,8 @@ def synthetic_results() -> dict[str, Any]:
              "not_run": {"pool_least_loaded": "this clickhouse-lb has no load_balancing='least_loaded'"},
              "cells": cells, "values": values,
              "controls": {"bare": None, "bare_random": None, "pool_random": "bare_random",
-                          "haproxy_tuned": "bare_random"}},
+                          "haproxy_tuned": "bare_random"},
+             "python_work_us": {"random": 15.0}},
             {"name": "kill_restart", "kind": "timeline", "title": "r1 killed", "fault": "kill", "not_run": {},
              "runs": {"pool_random": [run], "haproxy_tuned": [run]}, "replicas": replicas, "threads": 4},
             {"name": "spread_one_down", "kind": "spread", "title": "r1 down", "fault": None, "not_run": {},
@@ -186,6 +187,7 @@ def test_markdown_report_shows_every_scenario_the_stamp_and_what_was_not_run() -
     assert row in text
     assert "| pool_random | bare_random | 1.10x (1.10-1.10) |" in text
     assert "- pool_random vs bare_random: SELECT 1, 1 thread: slower, 10% (1.10-1.10x)" in text
+    assert "random 15 us (1.5% of a bare SELECT 1 here)" in text
     assert "| pool_random | 380 | 3 | 0.21 s | not within 2 s |" in text
     assert "| pool_in_order | 100 | 0 | 20.00 ms | 0% | 50% | 50% |" in text
     assert "| pool_random | 50 | 4.00 ms | 20.00 ms | 0 | 0% | 50% | 50% |" in text

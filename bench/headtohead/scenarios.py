@@ -8,6 +8,7 @@ contender without haproxy, is listed as not run, with the reason, never faked.
 
 from __future__ import annotations
 
+import random
 import statistics
 import threading
 import time
@@ -182,8 +183,9 @@ class Bench:
         finally:
             for target in targets.values():
                 target.close()
+        strategies = [c.strategy for c in run if c.kind == "pool" and c.strategy]
         return {"cells": [f"{q}/{t}" for q, t in cells], "values": values,
-                "controls": {c.name: c.control for c in run}}
+                "controls": {c.name: c.control for c in run}, "python_work_us": pool_python_work_us(strategies)}
 
     # -- failover timeline -------------------------------------------------------------------
 
@@ -289,15 +291,44 @@ class Bench:
                 "seconds_each": s.slow_seconds}
 
 
+def pool_python_work_us(strategies: Sequence[str], n: int = 5000) -> dict[str, float]:
+    """The pool's own Python work per statement, by strategy: a pool over in-process fake
+    clients (no I/O, from tests/fakes.py) against calling a fake client directly, best of 5.
+    Empty when the tests directory is not there (an installed package)."""
+    import sys
+    import timeit
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    try:
+        from tests.fakes import FakeCluster, make_pool
+    except ImportError:
+        return {}
+    fake = FakeCluster("a", "b", "c")
+    client = fake.factory(host="a")
+    direct = min(timeit.repeat(lambda: client.query(SELECT_1), number=n, repeat=5)) / n
+    out = {}
+    for strategy in strategies:
+        pool = make_pool(fake, load_balancing=strategy)
+        pooled = min(timeit.repeat(lambda p=pool: p.query(SELECT_1), number=n, repeat=5)) / n
+        out[strategy] = (pooled - direct) * 1e6
+    return out
+
+
 def _interleaved_medians(targets: dict[str, Target], order: Sequence[Contender], sql: str,
-                         count: int) -> dict[str, float]:
-    """``count`` statements per contender on this thread, one of each in turn (the order
-    rotating), and each contender's median latency."""
+                         count: int, rng: random.Random | None = None) -> dict[str, float]:
+    """``count`` statements per contender on this thread, one of each in turn, and each
+    contender's median latency. The turn order is shuffled every time: a statement is faster
+    right after another one on the same replica (its process is awake and warm), so a fixed
+    order would favour whoever always follows a contender using the same replica."""
+    rng = rng or random.Random(count)
     times: dict[str, list[float]] = {c.name: [] for c in order}
     names = [c.name for c in order]
-    for i in range(count):
-        shift = i % len(names)
-        for name in names[shift:] + names[:shift]:
+    for _ in range(count):
+        rng.shuffle(names)
+        for name in names:
             query = targets[name].query
             start = time.perf_counter()
             query(sql)
