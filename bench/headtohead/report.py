@@ -98,7 +98,7 @@ def _latency(scenario: Mapping[str, Any]) -> list[str]:
     work = scenario.get("python_work_us") or {}
     if work:
         select1 = _median(scenario["values"]["select1/1"]["bare"]) if "select1/1" in cells else None
-        parts = [f"{strategy} {us:.0f} us" + (f" ({us / 1e3 / select1:.1%} of a bare SELECT 1 here)" if select1 else "")
+        parts = [f"{strategy} {us:.0f} us" + (f" ({us / 1e6 / select1:.1%} of a bare SELECT 1 here)" if select1 else "")
                  for strategy, us in work.items()]
         lines += ["", "The pool's own Python work per statement (over in-process fake clients, no I/O; best of 5): "
                   + ", ".join(parts) + "."]
