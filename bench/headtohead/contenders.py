@@ -93,7 +93,7 @@ def by_name(name: str) -> Contender:
 
 
 class Target(Protocol):
-    def query(self, sql: str) -> list[Sequence[Any]]: ...
+    def query(self, sql: str) -> Sequence[Sequence[Any]]: ...
 
     def close(self) -> None: ...
 
@@ -109,8 +109,8 @@ class _Client:
     def __init__(self, host: str, port: int) -> None:
         self._client = clickhouse_connect.get_client(host=host, port=port, **CLIENT_OPTIONS)
 
-    def query(self, sql: str) -> list[Sequence[Any]]:
-        return self._client.query(sql).result_rows  # type: ignore[no-any-return]
+    def query(self, sql: str) -> Sequence[Sequence[Any]]:
+        return self._client.query(sql).result_rows
 
     def close(self) -> None:
         self._client.close()
@@ -131,8 +131,8 @@ class _Picked:
         else:
             raise ValueError(f"bare clients pick 'random' or 'round_robin', not {strategy!r}")
 
-    def query(self, sql: str) -> list[Sequence[Any]]:
-        return self._clients[self._pick()].query(sql).result_rows  # type: ignore[no-any-return]
+    def query(self, sql: str) -> Sequence[Sequence[Any]]:
+        return self._clients[self._pick()].query(sql).result_rows
 
     def close(self) -> None:
         for client in self._clients:
@@ -143,8 +143,8 @@ class _Pool:
     def __init__(self, addresses: Sequence[str], strategy: str, options: Mapping[str, Any]) -> None:
         self._pool = clickhouse_lb.get_pool(list(addresses), load_balancing=strategy, **options)
 
-    def query(self, sql: str) -> list[Sequence[Any]]:
-        return self._pool.query(sql).result_rows  # type: ignore[no-any-return]
+    def query(self, sql: str) -> Sequence[Sequence[Any]]:
+        return self._pool.query(sql).result_rows
 
     def close(self) -> None:
         self._pool.close()

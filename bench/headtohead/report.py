@@ -93,8 +93,8 @@ def _latency(scenario: Mapping[str, Any]) -> list[str]:
     for name, control in scenario["controls"].items():
         if not control or control not in scenario["values"][cells[0]]:
             continue
-        row = [ratios[cell][name]["control"] for cell in cells]
-        lines.append(f"| {name} | {control} | " + " | ".join(r.text() if r else "-" for r in row) + " |")
+        summaries = [ratios[cell][name]["control"] for cell in cells]
+        lines.append(f"| {name} | {control} | " + " | ".join(s.text() if s else "-" for s in summaries) + " |")
     work = scenario.get("python_work_us") or {}
     if work:
         select1 = _median(scenario["values"]["select1/1"]["bare"]) if "select1/1" in cells else None

@@ -171,8 +171,9 @@ class Bench:
                     order.reverse()
                 for (q, t), total in self.sizes.per_cell.items():
                     if t == 1:  # one statement of each contender in turn: a noise burst hits them all
-                        for c, per_statement in _interleaved_medians(targets, order, QUERIES[q], total).items():
-                            values[f"{q}/{t}"][c].append(per_statement)
+                        medians = _interleaved_medians(targets, order, QUERIES[q], total)
+                        for name, per_statement in medians.items():
+                            values[f"{q}/{t}"][name].append(per_statement)
                         continue
                     for c in order:
                         outcomes, wall = run_count(targets[c.name].query, QUERIES[q], t, total)
@@ -311,8 +312,8 @@ def pool_python_work_us(strategies: Sequence[str], n: int = 5000) -> dict[str, f
     direct = min(timeit.repeat(lambda: client.query(SELECT_1), number=n, repeat=5)) / n
     out = {}
     for strategy in strategies:
-        pool = make_pool(fake, load_balancing=strategy)
-        pooled = min(timeit.repeat(lambda p=pool: p.query(SELECT_1), number=n, repeat=5)) / n
+        query = make_pool(fake, load_balancing=strategy).query
+        pooled = min(timeit.repeat(lambda q=query: q(SELECT_1), number=n, repeat=5)) / n  # type: ignore[misc]
         out[strategy] = (pooled - direct) * 1e6
     return out
 
