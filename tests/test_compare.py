@@ -100,6 +100,12 @@ def test_readmit_delay_counts_only_statements_sent_after_the_replica_is_back() -
     assert analysis.readmit_delay(outcomes[:2], "r1", back_at=5.0) is None
 
 
+def test_sent_during_finds_statements_stuck_on_a_hung_replica() -> None:
+    outcomes = [Outcome(0, 1.5, 3.1, "r1"), Outcome(1, 1.6, 1.7, "r2"), Outcome(2, 0.5, 0.6, "r1"),
+                Outcome(3, 2.9, 3.2, "r1"), Outcome(3, 3.3, 3.4, "r1")]
+    assert analysis.sent_during(outcomes, "r1", 1.0, 3.0) == [outcomes[0], outcomes[3]]
+
+
 def test_replica_shares_ignore_failures() -> None:
     outcomes = [Outcome(0, 0, 1, "r2"), Outcome(0, 0, 1, "r3"), Outcome(0, 0, 1, "r3"), Outcome(0, 0, 1, None, "E")]
     assert analysis.replica_shares(outcomes, ["r1", "r2", "r3"]) == pytest.approx({"r1": 0, "r2": 1 / 3, "r3": 2 / 3})
@@ -169,6 +175,9 @@ def synthetic_results() -> dict[str, Any]:
              "python_work_us": {"random": 15.0}},
             {"name": "kill_restart", "kind": "timeline", "title": "r1 killed", "fault": "kill", "not_run": {},
              "runs": {"pool_random": [run], "haproxy_tuned": [run]}, "replicas": replicas, "threads": 4},
+            {"name": "pause_resume", "kind": "timeline", "title": "r1 paused", "fault": "pause", "not_run": {},
+             "runs": {"pool_random": [{**run, "summary": {**run["summary"], "stuck": 5, "never_left": True}}]},
+             "replicas": replicas, "threads": 4},
             {"name": "spread_one_down", "kind": "spread", "title": "r1 down", "fault": None, "not_run": {},
              "results": {"pool_in_order": shares}, "replicas": replicas, "threads": 4, "seconds_each": 2.0},
             {"name": "one_slow_replica", "kind": "slow", "title": "r1 slow", "fault": None, "not_run": {},
@@ -189,6 +198,7 @@ def test_markdown_report_shows_every_scenario_the_stamp_and_what_was_not_run() -
     assert "- pool_random vs bare_random: SELECT 1, 1 thread: slower, 10% (1.10-1.10x)" in text
     assert "random 15 us (1.5% of a bare SELECT 1 here)" in text
     assert "| pool_random | 380 | 3 | 0.21 s | not within 2 s |" in text
+    assert "| pool_random | 380 | 3 | 0.21 s | 5 | never left rotation |" in text
     assert "| pool_in_order | 100 | 0 | 20.00 ms | 0% | 50% | 50% |" in text
     assert "| pool_random | 50 | 4.00 ms | 20.00 ms | 0 | 0% | 50% | 50% |" in text
     assert "Not run: `pool_least_loaded` (this clickhouse-lb has no load_balancing='least_loaded')." in text
@@ -199,7 +209,8 @@ def test_charts_render_every_figure_as_png(tmp_path: Path) -> None:
     from headtohead import charts
 
     paths = charts.render_all(synthetic_results(), tmp_path)
-    assert sorted(p.name for p in paths) == ["compare-kill-restart.png", "compare-latency.png", "compare-shares.png"]
+    assert sorted(p.name for p in paths) == [
+        "compare-kill-restart.png", "compare-latency.png", "compare-pause-resume.png", "compare-shares.png"]
     for path in paths:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert path.stat().st_size > 10_000

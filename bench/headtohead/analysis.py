@@ -111,6 +111,12 @@ def readmit_delay(outcomes: Iterable[Outcome], replica: str, back_at: float) -> 
     return min(starts) - back_at if starts else None
 
 
+def sent_during(outcomes: Iterable[Outcome], replica: str, start: float, end: float) -> list[Outcome]:
+    """Statements sent in ``[start, end)`` that ``replica`` answered (for a hung replica: the
+    ones stuck on it until it came back)."""
+    return [o for o in outcomes if o.ok and o.replica == replica and start <= o.start < end]
+
+
 def replica_shares(outcomes: Iterable[Outcome], replicas: Sequence[str]) -> dict[str, float]:
     """Fraction of the successful statements each replica answered."""
     counts = Counter(o.replica for o in outcomes if o.ok)

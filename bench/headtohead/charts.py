@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from .analysis import throughput_bins
-from .report import CELL_TITLES, latency_ratios, reference_for, stamp
+from .report import CELL_TITLES, latency_ratios, readmit_text, reference_for, stamp
 from .scenarios import unpack
 
 __all__ = ["latency_chart", "render_all", "shares_chart", "timeline_chart"]
@@ -55,9 +55,10 @@ def timeline_chart(scenario: Mapping[str, Any], env: Mapping[str, Any], bin_widt
         if events["recover"] < events["back"] - 0.05:  # the restart under way (a new process starting)
             ax.axvline(events["recover"], color="#777777", lw=0.6, ls=":")
         s = run["summary"]
-        readmit = f"{s['readmit']:.2f} s" if s["readmit"] is not None else f"> {s['window_after_back']:.0f} s"
-        ax.set_title(f"{name}: {s['failed']} failed, worst per-thread gap {s['worst_gap']:.2f} s, "
-                     f"r1 back in rotation {readmit}", fontsize=9, loc="left")
+        readmit = readmit_text(s)
+        stuck = f", {s['stuck']} stuck on r1" if s.get("stuck") else ""
+        ax.set_title(f"{name}: {s['failed']} failed{stuck}, worst per-thread gap {s['worst_gap']:.2f} s, "
+                     f"r1 back in rotation: {readmit}", fontsize=9, loc="left")
         ax.set_ylabel("statements/s", fontsize=8)
         ax.tick_params(labelsize=8)
         ax.set_ylim(bottom=0)

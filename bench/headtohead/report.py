@@ -130,26 +130,37 @@ def _latency_conclusions(scenario: Mapping[str, Any], ratios: Mapping[str, Any])
     return lines
 
 
+def readmit_text(summary: Mapping[str, Any]) -> str:
+    if summary.get("never_left"):
+        return "never left rotation"
+    if summary["readmit"] is None:
+        return f"not within {summary['window_after_back']:.0f} s"
+    return f"{summary['readmit']:.2f} s"
+
+
 def _timeline(scenario: Mapping[str, Any]) -> list[str]:
+    hung = scenario["fault"] == "pause"
     lines = [
         f"{scenario['threads']} threads of `SELECT getMacro('replica')` back to back; r1 "
-        + ("SIGKILLed, then restarted" if scenario["fault"] == "kill" else "SIGSTOPped (hung), then resumed")
-        + ". Several runs are separated by `/`.",
+        + ("SIGSTOPped (hung), then resumed" if hung else "SIGKILLed, then restarted")
+        + ". Worst gap: the longest time a thread waited for a statement to succeed. Back in rotation: from "
+        "the moment r1 answers again to the first statement sent to it after that. "
+        + ("Stuck: statements sent to r1 while it was stopped (answered when it resumed); "
+           "\"never left rotation\": some were sent in the second half of the stop. " if hung else "")
+        + "Several runs are separated by `/`.",
         "",
-        "| contender | statements ok | failed | worst per-thread gap | r1 back in rotation after it answers |",
-        "|---|---:|---:|---:|---:|",
+        "| contender | statements ok | failed | worst per-thread gap | "
+        + ("stuck on r1 | " if hung else "") + "r1 back in rotation after it answers |",
+        "|---|---:|---:|---:|" + ("---:|" if hung else "") + "---:|",
     ]
     for name, runs in scenario["runs"].items():
         summaries = [r["summary"] for r in runs]
-        readmit = " / ".join(
-            f"{s['readmit']:.2f} s" if s["readmit"] is not None else f"not within {s['window_after_back']:.0f} s"
-            for s in summaries
-        )
         gaps = " / ".join(f"{s['worst_gap']:.2f} s" for s in summaries)
+        stuck = (" / ".join(str(s.get("stuck", 0)) for s in summaries) + " | ") if hung else ""
         lines.append(
             f"| {name} | {' / '.join(str(s['statements']) for s in summaries)} | "
-            f"{' / '.join(str(s['failed']) for s in summaries)} | "
-            f"{gaps} | {readmit} |"
+            f"{' / '.join(str(s['failed']) for s in summaries)} | {gaps} | {stuck}"
+            f"{' / '.join(readmit_text(s) for s in summaries)} |"
         )
     return lines
 
