@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib.util
 import json
 import logging
 import os
@@ -112,11 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     (out / "results.md").write_text(markdown)
     print()
     print(markdown)
-    try:
-        from headtohead import charts
-    except ImportError as exc:
-        log(f"charts skipped: {exc} (pip install -e '.[bench]')")
+    if importlib.util.find_spec("matplotlib") is None:
+        log("charts skipped: matplotlib is not installed (pip install -e '.[bench]')")
     else:
+        from headtohead import charts
+
         for path in charts.render_all(data, out):
             log(f"chart: {path}")
     log(f"done in {env['seconds']:.0f} s; results in {out}/")

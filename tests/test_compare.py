@@ -77,6 +77,14 @@ def test_ratio_summary_claims_a_difference_only_when_three_quarters_of_rounds_ag
         analysis.ratio_summary([1.0], [1.0, 2.0])
 
 
+def test_error_kind_keeps_the_http_status_of_a_proxy_answer() -> None:
+    from headtohead.load import error_kind
+
+    assert error_kind(RuntimeError("HTTP driver received HTTP status 503, server response: ...")) == \
+        "RuntimeError HTTP 503"
+    assert error_kind(TimeoutError("read timed out")) == "TimeoutError"
+
+
 def test_throughput_bins_count_each_replica_and_failures_per_bin() -> None:
     outcomes = [Outcome(0, 0.0, 0.05, "r1"), Outcome(0, 0.05, 0.08, "r1"), Outcome(1, 0.0, 0.15, "r2"),
                 Outcome(1, 0.15, 0.25, None, "OperationalError"), Outcome(0, 0.1, 9.0, "r1")]
@@ -197,8 +205,8 @@ def test_markdown_report_shows_every_scenario_the_stamp_and_what_was_not_run() -
     assert "| pool_random | bare_random | 1.10x (1.10-1.10) |" in text
     assert "- pool_random vs bare_random: SELECT 1, 1 thread: slower, 10% (1.10-1.10x)" in text
     assert "random 15 us (1.5% of a bare SELECT 1 here)" in text
-    assert "| pool_random | 380 | 3 | 0.21 s | not within 2 s |" in text
-    assert "| pool_random | 380 | 3 | 0.21 s | 5 | never left rotation |" in text
+    assert "| pool_random | 380 | 3 (OperationalError: 3) | 0.21 s | not within 2 s |" in text
+    assert "| pool_random | 380 | 3 (OperationalError: 3) | 0.21 s | 5 | never left rotation |" in text
     assert "| pool_in_order | 100 | 0 | 20.00 ms | 0% | 50% | 50% |" in text
     assert "| pool_random | 50 | 4.00 ms | 20.00 ms | 0 | 0% | 50% | 50% |" in text
     assert "Not run: `pool_least_loaded` (this clickhouse-lb has no load_balancing='least_loaded')." in text

@@ -6,6 +6,7 @@ caller, so outcomes of a run and the faults injected during it share one time li
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -31,13 +32,23 @@ class Outcome:
         return self.error is None
 
 
+_HTTP_STATUS = re.compile(r"HTTP status (\d{3})")
+
+
+def error_kind(exc: BaseException) -> str:
+    """The exception's class, with the HTTP status when there is one (HAProxy's 503 "no server
+    is available" and 504 "gateway timeout" are different stories)."""
+    status = _HTTP_STATUS.search(str(exc))
+    return f"{type(exc).__name__} HTTP {status.group(1)}" if status else type(exc).__name__
+
+
 def _one(query: Callable[[str], Sequence[Sequence[Any]]], sql: str, thread: int, t0: float,
          want_replica: bool) -> Outcome:
     start = time.perf_counter()
     try:
         rows = query(sql)
     except Exception as exc:
-        return Outcome(thread, start - t0, time.perf_counter() - t0, None, type(exc).__name__)
+        return Outcome(thread, start - t0, time.perf_counter() - t0, None, error_kind(exc))
     end = time.perf_counter()
     replica = str(rows[0][0]) if want_replica and rows else None
     return Outcome(thread, start - t0, end - t0, replica)

@@ -138,6 +138,15 @@ def readmit_text(summary: Mapping[str, Any]) -> str:
     return f"{summary['readmit']:.2f} s"
 
 
+def failed_text(summary: Mapping[str, Any]) -> str:
+    """``664 (HTTP 503: 661, OperationalError: 3)``."""
+    errors: Mapping[str, int] = summary.get("errors") or {}
+    if not summary["failed"] or not errors:
+        return str(summary["failed"])
+    kinds = ", ".join(f"{kind.replace('OperationalError HTTP', 'HTTP')}: {n}" for kind, n in errors.items())
+    return f"{summary['failed']} ({kinds})"
+
+
 def _timeline(scenario: Mapping[str, Any]) -> list[str]:
     hung = scenario["fault"] == "pause"
     lines = [
@@ -159,7 +168,7 @@ def _timeline(scenario: Mapping[str, Any]) -> list[str]:
         stuck = (" / ".join(str(s.get("stuck", 0)) for s in summaries) + " | ") if hung else ""
         lines.append(
             f"| {name} | {' / '.join(str(s['statements']) for s in summaries)} | "
-            f"{' / '.join(str(s['failed']) for s in summaries)} | {gaps} | {stuck}"
+            f"{' / '.join(failed_text(s) for s in summaries)} | {gaps} | {stuck}"
             f"{' / '.join(readmit_text(s) for s in summaries)} |"
         )
     return lines
