@@ -180,7 +180,7 @@ def synthetic_results() -> dict[str, Any]:
              "cells": cells, "values": values,
              "controls": {"bare": None, "bare_random": None, "pool_random": "bare_random",
                           "haproxy_tuned": "bare_random"},
-             "python_work_us": {"random": 15.0}},
+             "python_work_us": {"random": 15.0}, "own_time_us": {"random": 40.0, "floor": 10.0}},
             {"name": "kill_restart", "kind": "timeline", "title": "r1 killed", "fault": "kill", "not_run": {},
              "runs": {"pool_random": [run], "haproxy_tuned": [run]}, "replicas": replicas, "threads": 4},
             {"name": "pause_resume", "kind": "timeline", "title": "r1 paused", "fault": "pause", "not_run": {},
@@ -205,6 +205,8 @@ def test_markdown_report_shows_every_scenario_the_stamp_and_what_was_not_run() -
     assert "| pool_random | bare_random | 1.10x (1.10-1.10) |" in text
     assert "- pool_random vs bare_random: SELECT 1, 1 thread: slower, 10% (1.10-1.10x)" in text
     assert "random 15 us (1.5% of a bare SELECT 1 here)" in text
+    assert "random 40 us (3.0% of a bare SELECT 1 once the floor is taken off)" in text
+    assert "(its floor): 10 us." in text
     assert "| pool_random | 380 | 3 (OperationalError: 3) | 0.21 s | not within 2 s |" in text
     assert "| pool_random | 380 | 3 (OperationalError: 3) | 0.21 s | 5 | never left rotation |" in text
     assert "| pool_in_order | 100 | 0 | 20.00 ms | 0% | 50% | 50% |" in text

@@ -126,7 +126,8 @@ class _Picked:
         if strategy == "random":
             self._pick: Callable[[], int] = lambda: random.randrange(n)
         elif strategy == "round_robin":
-            counter = itertools.count()  # next() on it is atomic under the GIL
+            # a random start, as the pool's (next() on the counter is atomic under the GIL)
+            counter = itertools.count(random.randrange(n))
             self._pick = lambda: next(counter) % n
         else:
             raise ValueError(f"bare clients pick 'random' or 'round_robin', not {strategy!r}")

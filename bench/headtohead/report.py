@@ -102,6 +102,16 @@ def _latency(scenario: Mapping[str, Any]) -> list[str]:
                  for strategy, us in work.items()]
         lines += ["", "The pool's own Python work per statement (over in-process fake clients, no I/O; best of 5): "
                   + ", ".join(parts) + "."]
+    own = dict(scenario.get("own_time_us") or {})
+    floor = own.pop("floor", None)
+    if own and floor is not None:
+        select1 = _median(scenario["values"]["select1/1"]["bare"]) if "select1/1" in cells else None
+        parts = [f"{strategy} {us:.0f} us" + (f" ({(us - floor) / 1e6 / select1:.1%} of a bare SELECT 1 once the "
+                                              "floor is taken off)" if select1 else "")
+                 for strategy, us in own.items()]
+        lines += ["", "The pool's own time per statement in this run (statement time minus the time inside the "
+                  "replica's client, median; between statements the CPU runs the replicas, so caches are cold): "
+                  + ", ".join(parts) + f"; the same measure for a bare pass-through call (its floor): {floor:.0f} us."]
     lines += ["", *_latency_conclusions(scenario, ratios)]
     return lines
 

@@ -8,6 +8,7 @@ contender without haproxy, is listed as not run, with the reason, never faked.
 
 from __future__ import annotations
 
+import functools
 import random
 import statistics
 import threading
@@ -25,7 +26,7 @@ from .analysis import (
     sent_during,
     worst_gap,
 )
-from .contenders import Contender, Target, available, by_name, open_target
+from .contenders import BARE, Contender, Target, available, by_name, open_target
 from .load import Outcome, run_count, run_until
 
 __all__ = ["SCENARIOS", "Bench", "Scenario", "Sizes"]
@@ -97,6 +98,7 @@ class Sizes:
     observe: float
     timeline_threads: int
     repeats: int
+    own_time_statements: int
     spread_seconds: float
     slow_seconds: float
 
@@ -104,13 +106,13 @@ class Sizes:
     def quick() -> Sizes:
         return Sizes(rounds=8, per_cell={("select1", 1): 30, ("mid", 1): 10, ("select1", 8): 96, ("mid", 8): 32},
                      fault_at=1.0, kill_for=1.5, pause_for=2.0, observe=4.0, timeline_threads=4, repeats=1,
-                     spread_seconds=2.0, slow_seconds=2.5)
+                     own_time_statements=600, spread_seconds=2.0, slow_seconds=2.5)
 
     @staticmethod
     def full() -> Sizes:
         return Sizes(rounds=16, per_cell={("select1", 1): 60, ("mid", 1): 16, ("select1", 8): 200, ("mid", 8): 64},
                      fault_at=2.0, kill_for=3.0, pause_for=5.0, observe=8.0, timeline_threads=4, repeats=2,
-                     spread_seconds=4.0, slow_seconds=5.0)
+                     own_time_statements=2000, spread_seconds=4.0, slow_seconds=5.0)
 
 
 QUERIES = {"select1": SELECT_1, "mid": MID_QUERY}
@@ -160,6 +162,9 @@ class Bench:
 
     def _latency(self, scenario: Scenario, run: list[Contender]) -> dict[str, Any]:
         targets = {c.name: self.open(c, warm=30, sql=SELECT_1) for c in run}
+        # One bare client per replica, to run an unmeasured SELECT 1 on a random replica before
+        # each measured 1-thread statement (see _interleaved_medians).
+        scramblers = [open_target(by_name(BARE), [address], None) for address in self.addresses]
         cells = list(self.sizes.per_cell)
         # seconds per statement: the median latency with 1 thread, wall time / statements with more
         values: dict[str, dict[str, list[float]]] = {f"{q}/{t}": {c.name: [] for c in run} for q, t in cells}
@@ -172,7 +177,7 @@ class Bench:
                     order.reverse()
                 for (q, t), total in self.sizes.per_cell.items():
                     if t == 1:  # one statement of each contender in turn: a noise burst hits them all
-                        medians = _interleaved_medians(targets, order, QUERIES[q], total)
+                        medians = _interleaved_medians(targets, order, QUERIES[q], total, scramblers=scramblers)
                         for name, per_statement in medians.items():
                             values[f"{q}/{t}"][name].append(per_statement)
                         continue
@@ -182,12 +187,14 @@ class Bench:
                             raise RuntimeError(f"{c.name}: {error_kinds(outcomes)} on a healthy cluster")
                         values[f"{q}/{t}"][c.name].append(wall / len(outcomes))
                 self.log(f"   round {r + 1}/{self.sizes.rounds} done")
+            strategies = [c.strategy for c in run if c.kind == "pool" and c.strategy and not c.options]
+            own = pool_own_time_us(self.addresses, strategies, scramblers, self.sizes.own_time_statements)
         finally:
-            for target in targets.values():
+            for target in [*targets.values(), *scramblers]:
                 target.close()
-        strategies = [c.strategy for c in run if c.kind == "pool" and c.strategy]
         return {"cells": [f"{q}/{t}" for q, t in cells], "values": values,
-                "controls": {c.name: c.control for c in run}, "python_work_us": pool_python_work_us(strategies)}
+                "controls": {c.name: c.control for c in run}, "python_work_us": pool_python_work_us(strategies),
+                "own_time_us": own}
 
     # -- failover timeline -------------------------------------------------------------------
 
@@ -299,6 +306,79 @@ class Bench:
                 "seconds_each": s.slow_seconds}
 
 
+class _TimedClient:
+    """A clickhouse-connect client that records how long each ``query`` took inside it."""
+
+    def __init__(self, client: Any, inside: list[float]) -> None:
+        self._client = client
+        self._inside = inside
+
+    def query(self, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return self._client.query(*args, **kwargs)
+        finally:
+            self._inside.append(time.perf_counter() - start)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def pool_own_time_us(addresses: Sequence[str], strategies: Sequence[str], scramblers: Sequence[Target],
+                     n: int) -> dict[str, float]:
+    """The pool's own time per statement in the real mix: each statement's time minus the time
+    spent inside its replica's client, median over ``n`` statements, per strategy; ``floor`` is
+    the same measure for a call that only passes through to a bare client (the measuring's own
+    cost). Between statements the CPU runs the replicas, so this is the pool's work with cold
+    caches, unlike the hot loop of :func:`pool_python_work_us`."""
+    import clickhouse_connect
+
+    from clickhouse_lb import ReplicaPool, get_pool
+
+    from .contenders import CLIENT_OPTIONS
+
+    rng = random.Random(n)
+    out: dict[str, float] = {}
+
+    def measure(call: Callable[[], Any], inside: list[float]) -> float:
+        for _ in range(30):
+            call()
+        inside.clear()
+        outside = []
+        for _ in range(n):
+            if scramblers:
+                scramblers[rng.randrange(len(scramblers))].query(SELECT_1)
+            start = time.perf_counter()
+            call()
+            outside.append(time.perf_counter() - start)
+        return statistics.median(o - i for o, i in zip(outside, inside)) * 1e6
+
+    for strategy in strategies:
+        inside: list[float] = []
+        config = get_pool(list(addresses), load_balancing=strategy).config
+
+        def timed_factory(inside: list[float] = inside, **options: Any) -> Any:
+            return _TimedClient(clickhouse_connect.get_client(**options), inside)
+
+        pool = ReplicaPool(config, client_factory=timed_factory)
+        try:
+            out[strategy] = measure(functools.partial(pool.query, SELECT_1), inside)
+        finally:
+            pool.close()
+    inside = []
+    host, _, port = addresses[0].rpartition(":")
+    bare = _TimedClient(clickhouse_connect.get_client(host=host, port=int(port), **CLIENT_OPTIONS), inside)
+
+    def passthrough(sql: str) -> Any:
+        return bare.query(sql)
+
+    try:
+        out["floor"] = measure(lambda: passthrough(SELECT_1), inside)
+    finally:
+        bare.close()
+    return out
+
+
 def pool_python_work_us(strategies: Sequence[str], n: int = 5000) -> dict[str, float]:
     """The pool's own Python work per statement, by strategy: a pool over in-process fake
     clients (no I/O, from tests/fakes.py) against calling a fake client directly, best of 5.
@@ -325,18 +405,26 @@ def pool_python_work_us(strategies: Sequence[str], n: int = 5000) -> dict[str, f
     return out
 
 
-def _interleaved_medians(targets: dict[str, Target], order: Sequence[Contender], sql: str,
-                         count: int, rng: random.Random | None = None) -> dict[str, float]:
+def _interleaved_medians(targets: dict[str, Target], order: Sequence[Contender], sql: str, count: int, *,
+                         rng: random.Random | None = None, scramblers: Sequence[Target] = ()) -> dict[str, float]:
     """``count`` statements per contender on this thread, one of each in turn, and each
-    contender's median latency. The turn order is shuffled every time: a statement is faster
-    right after another one on the same replica (its process is awake and warm), so a fixed
-    order would favour whoever always follows a contender using the same replica."""
+    contender's median latency.
+
+    On this machine a statement is faster right after another one on the same replica (that
+    replica process is awake and warm; with replicas on their own machines it would not be).
+    Left alone, that favours contenders whose choice correlates with the previous statement's:
+    a fixed turn order, or two round-robin contenders stepping in phase (a bare round robin
+    started at r1 moves in lockstep with HAProxy's). So the turn order is shuffled, and before
+    every measured statement an unmeasured SELECT 1 goes to a random replica (``scramblers``):
+    every contender then finds a random replica warm, whatever it picks."""
     rng = rng or random.Random(count)
     times: dict[str, list[float]] = {c.name: [] for c in order}
     names = [c.name for c in order]
     for _ in range(count):
         rng.shuffle(names)
         for name in names:
+            if scramblers:
+                scramblers[rng.randrange(len(scramblers))].query(SELECT_1)
             query = targets[name].query
             start = time.perf_counter()
             query(sql)
