@@ -22,6 +22,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,22 @@ def environment(haproxy_binary: str | None) -> dict[str, Any]:
     }
 
 
+def write_outputs(data: dict[str, Any], out: Path, log: Callable[[str], None]) -> None:
+    """results.json, results.md (also printed) and the charts, in ``out``."""
+    (out / "results.json").write_text(json.dumps(data, indent=1))
+    markdown = report.markdown(data)
+    (out / "results.md").write_text(markdown)
+    print()
+    print(markdown)
+    if importlib.util.find_spec("matplotlib") is None:
+        log("charts skipped: matplotlib is not installed (pip install -e '.[bench]')")
+        return
+    from headtohead import charts
+
+    for path in charts.render_all(data, out):
+        log(f"chart: {path}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer rounds, shorter windows (about 2 minutes)")
@@ -62,7 +79,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="compare-results", help="output directory (default: ./compare-results)")
     parser.add_argument("--no-haproxy", action="store_true", help="do not start HAProxy even when it is installed")
     parser.add_argument("--note", default="", help="a line about the machine's state, shown on every figure")
+    parser.add_argument("--render", metavar="RESULTS_JSON",
+                        help="measure nothing: write the report and charts of a saved results.json to --out")
     args = parser.parse_args(argv)
+    if args.render:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        data = report.resummarize(json.loads(Path(args.render).read_text()))
+        write_outputs(data, out, print)
+        return 0
 
     chosen = [s for s in SCENARIOS if not args.only or s.name in args.only.split(",")]
     unknown = set(filter(None, args.only.split(","))) - {s.name for s in SCENARIOS}
@@ -108,18 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     env["load_after"] = list(os.getloadavg())
     env["seconds"] = time.perf_counter() - started
     data = {"environment": env, "profiles": {p.name: p.description for p in PROFILES}, "scenarios": results}
-    (out / "results.json").write_text(json.dumps(data, indent=1))
-    markdown = report.markdown(data)
-    (out / "results.md").write_text(markdown)
-    print()
-    print(markdown)
-    if importlib.util.find_spec("matplotlib") is None:
-        log("charts skipped: matplotlib is not installed (pip install -e '.[bench]')")
-    else:
-        from headtohead import charts
-
-        for path in charts.render_all(data, out):
-            log(f"chart: {path}")
+    write_outputs(data, out, log)
     log(f"done in {env['seconds']:.0f} s; results in {out}/")
     return 0
 

@@ -114,6 +114,21 @@ def test_sent_during_finds_statements_stuck_on_a_hung_replica() -> None:
     assert analysis.sent_during(outcomes, "r1", 1.0, 3.0) == [outcomes[0], outcomes[3]]
 
 
+def test_timeline_summary_tells_a_stopped_replica_the_balancer_kept_using_from_a_killed_one() -> None:
+    events = {"fault": 1.0, "recover": 3.0, "back": 3.5, "end": 6.0}
+    paused = [Outcome(0, 0.5, 0.6, "r1"), Outcome(0, 1.1, 3.6, "r1"), Outcome(1, 2.5, 3.6, "r1"),
+              Outcome(2, 1.2, 1.3, "r2"), Outcome(2, 3.8, 3.9, "r1")]
+    summary = analysis.summarize_timeline(paused, {**events, "recover": 3.5}, "pause", "r1")
+    assert (summary["stuck"], summary["never_left"]) == (2, True)
+    assert summary["readmit"] == pytest.approx(0.3)
+    assert summary["worst_gap"] == pytest.approx(3.6)  # thread 1: from the start of the load to 3.6
+    # a killed replica answers a statement sent while its restart is under way: not "stuck"
+    killed = [Outcome(0, 0.5, 0.6, "r1"), Outcome(0, 3.2, 3.3, "r1"), Outcome(1, 1.5, 1.6, "r2")]
+    summary = analysis.summarize_timeline(killed, events, "kill", "r1")
+    assert (summary["stuck"], summary["never_left"], summary["readmit"]) == (0, False, None)
+    assert summary["window_after_back"] == pytest.approx(2.5)
+
+
 def test_replica_shares_ignore_failures() -> None:
     outcomes = [Outcome(0, 0, 1, "r2"), Outcome(0, 0, 1, "r3"), Outcome(0, 0, 1, "r3"), Outcome(0, 0, 1, None, "E")]
     assert analysis.replica_shares(outcomes, ["r1", "r2", "r3"]) == pytest.approx({"r1": 0, "r2": 1 / 3, "r3": 2 / 3})
@@ -224,6 +239,23 @@ def test_charts_render_every_figure_as_png(tmp_path: Path) -> None:
     for path in paths:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert path.stat().st_size > 10_000
+
+
+def test_compare_renders_a_saved_run_without_measuring(tmp_path: Path) -> None:
+    import json
+
+    import compare
+
+    saved = tmp_path / "saved.json"
+    saved.write_text(json.dumps(synthetic_results()))
+    assert compare.main(["--render", str(saved), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "results.md").read_text()
+    assert "### r1 paused (`pause_resume`)" in text
+    # the summaries are recomputed from the outcomes: 4 s of statements, r1 never answered after 2.5 s
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    run = data["scenarios"][1]["runs"]["pool_random"][0]
+    assert run["summary"]["statements"] == sum(1 for row in run["outcomes"] if row[4] is None)
+    assert (tmp_path / "out" / "compare-latency.png").exists()
 
 
 def test_compare_refuses_an_unknown_scenario_before_starting_anything(capsys: pytest.CaptureFixture[str]) -> None:

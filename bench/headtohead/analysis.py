@@ -8,6 +8,7 @@ import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .load import Outcome
 
@@ -130,6 +131,29 @@ def failed_count(outcomes: Iterable[Outcome]) -> int:
 
 def error_kinds(outcomes: Iterable[Outcome]) -> dict[str, int]:
     return dict(Counter(o.error for o in outcomes if o.error))
+
+
+def summarize_timeline(outcomes: Sequence[Outcome], events: Mapping[str, float], fault: str,
+                       replica: str) -> dict[str, Any]:
+    """A failover run in figures. ``events``: ``fault``, ``recover`` (restart or resume begins),
+    ``back`` (``replica`` answers again), ``end``; ``fault``: ``kill`` or ``pause``.
+
+    ``stuck``: statements sent while the replica was stopped that it answered once resumed (a
+    killed replica answers nothing until its restart begins); ``never_left``: some were sent in
+    the second half of the fault, so the balancer never noticed it."""
+    down_until = events["recover"] if fault == "kill" else events["back"]
+    stuck = sent_during(outcomes, replica, events["fault"], down_until)
+    late = (events["fault"] + down_until) / 2
+    return {
+        "statements": sum(1 for o in outcomes if o.ok),
+        "stuck": len(stuck),
+        "never_left": any(o.start >= late for o in stuck),
+        "failed": failed_count(outcomes),
+        "errors": error_kinds(outcomes),
+        "worst_gap": worst_gap(outcomes),
+        "readmit": readmit_delay(outcomes, replica, events["back"]),
+        "window_after_back": events["end"] - events["back"],
+    }
 
 
 def latency_quantiles(outcomes: Iterable[Outcome]) -> Mapping[str, float]:

@@ -21,10 +21,8 @@ from .analysis import (
     error_kinds,
     failed_count,
     latency_quantiles,
-    readmit_delay,
     replica_shares,
-    sent_during,
-    worst_gap,
+    summarize_timeline,
 )
 from .contenders import BARE, Contender, Target, available, by_name, open_target
 from .load import Outcome, run_count, run_until
@@ -236,23 +234,11 @@ class Bench:
             outcomes = join()
             target.close()
             cluster.heal()
-        stuck = sent_during(outcomes, self.replicas[0], events["fault"], events["back"])
-        late = (events["fault"] + events["back"]) / 2
-        summary = {
-            "statements": sum(1 for o in outcomes if o.ok),
-            "stuck": len(stuck),
-            # still sent statements in the second half of the fault: the balancer never noticed
-            "never_left": any(o.start >= late for o in stuck),
-            "failed": failed_count(outcomes),
-            "errors": error_kinds(outcomes),
-            "worst_gap": worst_gap(outcomes),
-            "readmit": readmit_delay(outcomes, self.replicas[0], events["back"]),
-            "window_after_back": events["end"] - events["back"],
-        }
+        summary = summarize_timeline(outcomes, events, scenario.fault or "", self.replicas[0])
         self.log(f"   {c.name}: {summary['statements']} ok, {summary['failed']} failed, worst gap "
                  f"{summary['worst_gap']:.2f}s, back in rotation "
                  + (f"{summary['readmit']:.2f}s" if summary["readmit"] is not None else "not within the window")
-                 + (f", {summary['stuck']} stuck on r1" if summary["stuck"] else ""))
+                 + (f", {summary['stuck']} stuck on r1" if summary["stuck"] and scenario.fault == "pause" else ""))
         return {"events": events, "outcomes": [_pack(o) for o in outcomes], "summary": summary}
 
     # -- spread with one replica down ----------------------------------------------------------
