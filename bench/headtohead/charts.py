@@ -114,7 +114,7 @@ def latency_chart(scenario: Mapping[str, Any], env: Mapping[str, Any]) -> Figure
 def shares_chart(scenarios: Sequence[Mapping[str, Any]], env: Mapping[str, Any]) -> Figure:
     """Stacked share of statements per replica for the spread and slow-replica scenarios, with
     throughput and p99 latency in the labels."""
-    fig, axes = plt.subplots(1, len(scenarios), figsize=(6 * len(scenarios), 3.8), squeeze=False)
+    fig, axes = plt.subplots(1, len(scenarios), figsize=(6 * len(scenarios), 4.2), squeeze=False)
     for ax, scenario in zip(axes[0], scenarios):
         replicas: list[str] = scenario["replicas"]
         results: Mapping[str, Mapping[str, Any]] = scenario["results"]
@@ -134,10 +134,10 @@ def shares_chart(scenarios: Sequence[Mapping[str, Any]], env: Mapping[str, Any])
         ax.set_xticklabels(["0", "25%", "50%", "75%", "100%"], fontsize=8)
         ax.tick_params(axis="y", labelsize=8)
         ax.set_title(scenario["title"], fontsize=9)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.35, -0.1), ncol=len(replicas))
     _footer(fig, env, "One run of a few seconds per contender: shares are stable to a few percent, throughput "
                       "and p99 vary by 20% or more between runs on a loaded machine.")
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.tight_layout(rect=(0, 0.09, 1, 1))
     return fig
 
 
