@@ -102,9 +102,9 @@ class Sizes:
 
     @staticmethod
     def quick() -> Sizes:
-        return Sizes(rounds=8, per_cell={("select1", 1): 30, ("mid", 1): 10, ("select1", 8): 96, ("mid", 8): 32},
+        return Sizes(rounds=6, per_cell={("select1", 1): 25, ("mid", 1): 8, ("select1", 8): 96, ("mid", 8): 32},
                      fault_at=1.0, kill_for=1.5, pause_for=2.0, observe=4.0, timeline_threads=4, repeats=1,
-                     own_time_statements=600, spread_seconds=2.0, slow_seconds=2.5)
+                     own_time_statements=400, spread_seconds=2.0, slow_seconds=2.5)
 
     @staticmethod
     def full() -> Sizes:
