@@ -4,6 +4,7 @@ line on what the noise allows to conclude."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,7 @@ def latency_chart(scenario: Mapping[str, Any], env: Mapping[str, Any]) -> Figure
     cells: list[str] = scenario["cells"]
     ratios = latency_ratios(scenario)
     names = list(scenario["values"][cells[0]])
-    fig, axes = plt.subplots(1, len(cells), figsize=(3.2 * len(cells), 4.6), sharey=False, squeeze=False)
+    fig, axes = plt.subplots(1, len(cells), figsize=(3.6 * len(cells), 4.6), sharey=False, squeeze=False)
     for ax, cell in zip(axes[0], cells):
         ref = reference_for(cell)
         ys, lo, hi, labels = [], [], [], []
@@ -95,19 +96,21 @@ def latency_chart(scenario: Mapping[str, Any], env: Mapping[str, Any]) -> Figure
         pos = range(len(labels))
         ax.barh(list(pos), ys, xerr=[lo, hi], color=colours, alpha=0.85, capsize=2)
         for y, v in zip(pos, ys):
-            ax.text(v, y, f" {v:.2f}x", va="center", fontsize=7)
+            ax.text(0.03, y, f"{v:.2f}x", va="center", fontsize=7, color="white", fontweight="bold")
         ax.axvline(1.0, color="black", lw=0.8)
         ax.set_yticks(list(pos))
         ax.set_yticklabels(labels if ax is axes[0][0] else [""] * len(labels), fontsize=8)
         ax.invert_yaxis()
-        ax.set_title(f"{CELL_TITLES.get(cell, cell)}\nvs {ref}", fontsize=9)
+        widths = [s.q3 - s.q1 for r in ratios[cell].values() if (s := r["reference"]) is not None]
+        noise = statistics.median(widths) if widths else float("nan")
+        ax.set_title(f"{CELL_TITLES.get(cell, cell)}\nvs {ref} (typical quartile width {noise:.0%})", fontsize=9)
         ax.tick_params(axis="x", labelsize=8)
         ax.set_xlim(0, max(y + h for y, h in zip(ys, hi)) * 1.2 if ys else 2)
     rounds = len(next(iter(scenario["values"][cells[0]].values())))
     fig.suptitle("Time per statement relative to bare clients (grey: bare, blue: clickhouse-lb, orange: HAProxy)",
                  fontsize=10)
     _footer(fig, env, f"Bars: median of {rounds} interleaved rounds; whiskers: quartiles of the per-round ratios. "
-                      "Where whiskers straddle another bar's value, the noise does not separate them.")
+                      "Bars closer than a panel's typical quartile width are not separated by this run.")
     fig.tight_layout(rect=(0, 0.08, 1, 0.95))
     return fig
 
