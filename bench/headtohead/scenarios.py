@@ -125,6 +125,7 @@ class Bench:
         self.sizes = sizes
         self.log = log
         self.addresses: list[str] = list(cluster.hosts)
+        self.rng = random.Random()  # the 1-thread turn orders and scrambling picks
         self.replicas: list[str] = list(cluster.names)
 
     def runnable(self, names: Sequence[str]) -> tuple[list[Contender], dict[str, str]]:
@@ -175,7 +176,8 @@ class Bench:
                     order.reverse()
                 for (q, t), total in self.sizes.per_cell.items():
                     if t == 1:  # one statement of each contender in turn: a noise burst hits them all
-                        medians = _interleaved_medians(targets, order, QUERIES[q], total, scramblers=scramblers)
+                        medians = _interleaved_medians(targets, order, QUERIES[q], total, rng=self.rng,
+                                                       scramblers=scramblers)
                         for name, per_statement in medians.items():
                             values[f"{q}/{t}"][name].append(per_statement)
                         continue
