@@ -106,8 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         print(line, flush=True)
 
     binary = None if args.no_haproxy else find_haproxy()
-    if binary is None:
-        log("haproxy: not on PATH (or --no-haproxy): the HAProxy contenders are not run. "
+    if args.no_haproxy:
+        log("haproxy: not started (--no-haproxy): the HAProxy contenders are not run.")
+    elif binary is None:
+        log("haproxy: not on PATH: the HAProxy contenders are not run. "
             "Install it (Debian/Ubuntu: apt-get install haproxy) to compare against it.")
     env = environment(binary)
     env["mode"] = "quick" if args.quick else "full"
