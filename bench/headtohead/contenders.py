@@ -192,7 +192,7 @@ def strategy_available(name: str) -> bool:
 def available(contender: Contender, haproxy_present: bool) -> str | None:
     """None when the contender can run here, else why not."""
     if contender.kind == "haproxy" and not haproxy_present:
-        return "haproxy is not on PATH"
+        return "no HAProxy in this run: haproxy not on PATH, or --no-haproxy"
     if contender.kind == "pool":
         if contender.strategy and not strategy_available(contender.strategy):
             return f"this clickhouse-lb has no load_balancing={contender.strategy!r}"
