@@ -7,6 +7,7 @@ health checks are independent; one HAProxy process serves them all.
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import socket
 import subprocess
@@ -150,6 +151,10 @@ class HAProxy:
         log = open(self._dir / "haproxy.log", "wb")  # noqa: SIM115 - kept open for the process's life
         self._proc = subprocess.Popen([self.binary, "-db", "-f", str(cfg)], stdout=log, stderr=log,
                                       stdin=subprocess.DEVNULL)
+        # Stopped by close() (compare.py's finally), and at interpreter exit as a last resort.
+        # (PR_SET_PDEATHSIG did not survive HAProxy's start-up here: a SIGKILLed benchmark
+        # leaves HAProxy running.)
+        atexit.register(self.close)
         log.close()
         deadline = time.monotonic() + timeout
         for port in ports:
