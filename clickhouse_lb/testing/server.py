@@ -62,12 +62,14 @@ import json
 import logging
 import os
 import re
+import secrets
+import ssl
 import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 from xml.sax.saxutils import escape as xml_escape
@@ -78,10 +80,20 @@ from clickhouse_lb.testing._engine import (
     ClickHouseError,
     ConnPool,
     EngineConn,
+    EngineStream,
     Result,
     sql_identifier,
+    sql_string,
 )
 from clickhouse_lb.testing._http import HttpServer, Request, Response
+from clickhouse_lb.testing._users import User
+from clickhouse_lb.testing._request import (
+    ExternalTable,
+    decode_sql,
+    escape_undecodable,
+    external_table,
+    late_exception,
+)
 
 log = logging.getLogger("clickhouse_lb.testing.server")
 
@@ -140,6 +152,47 @@ _INSERT_DATA = re.compile(
 _VALUES_OR_SELECT = re.compile(rb"\b(?:VALUES|SELECT|WITH)\b", re.I)
 _USE_TARGET = re.compile(r"^USE\s+(.+?)\s*;?\s*$", re.I | re.S)
 _TEMPORARY = re.compile(r"\bTEMPORARY\b", re.I)
+# Statements whose output the engine can hand over block by block (chdb streams SELECTs only).
+_STREAM_KEYWORDS = frozenset({"SELECT", "WITH", "("})
+_IDENT = r"(?:`(?:[^`\\]|\\.)*`|\"(?:[^\"\\]|\\.)*\"|[A-Za-z_][A-Za-z0-9_]*)"
+_EXISTS = re.compile(
+    rf"^EXISTS\s+(?:TEMPORARY\s+)?(?:TABLE\s+|VIEW\s+|DICTIONARY\s+)?(?:(?P<db>{_IDENT})\s*\.\s*)?(?P<name>{_IDENT})"
+    r"(?P<rest>\s*(?:FORMAT\s+[A-Za-z0-9_]+)?\s*;?\s*)$",
+    re.I | re.S,
+)
+
+
+def _drop_quietly(conn: EngineConn, name: str) -> None:
+    if not conn.closed and not conn.broken:
+        try:
+            conn.execute(f"DROP TEMPORARY TABLE IF EXISTS {name}")
+        except ClickHouseError:
+            conn.broken = True  # let the pool forget a connection in a doubtful state
+
+
+def _unquote(ident: str) -> str:
+    if ident[:1] in "`\"" and ident[-1:] == ident[:1]:
+        return re.sub(r"\\(.)", r"\1", ident[1:-1])
+    return ident
+
+
+def _exists_by_catalog(sql: str) -> str | None:
+    """``EXISTS [TABLE] name`` for a name with glob characters, answered from system.tables.
+
+    chdb answers 1 for names with ``*`` or ``?`` (it treats them as file globs); pandas'
+    ``read_sql`` asks ``EXISTS TABLE `SELECT * ...``` to tell a query from a table name.
+    """
+    match = _EXISTS.match(_LEADING_NOISE.sub("", sql, count=1))
+    if match is None:
+        return None
+    name = _unquote(match.group("name"))
+    if not any(ch in name for ch in "*?{"):
+        return None
+    db = sql_string(_unquote(match.group("db"))) if match.group("db") else "currentDatabase()"
+    return (
+        f"SELECT toUInt8(count() > 0) AS result FROM system.tables WHERE database = {db} "
+        f"AND name = {sql_string(name)}{match.group('rest')}"
+    )
 
 
 def _first_keyword(sql: str) -> str:
@@ -227,6 +280,11 @@ class _Plan:
     database: str | None
     default_format: str
     params: dict[str, str]
+    #: Undone when the answer is complete (a streamed one: after its last block).
+    cleanup: ExitStack = field(default_factory=ExitStack)
+    stream: bool = False
+    external: list[ExternalTable] = field(default_factory=list)
+    user: str = "default"
 
 
 @dataclass
@@ -251,16 +309,23 @@ class ReplicaServer:
         *,
         password: str = "",
         shard: str = "01",
+        users: dict[str, User] | None = None,
+        tls: ssl.SSLContext | None = None,
+        https_port: int = 0,
     ) -> None:
         self.name = name
         self.data_dir = Path(data_dir)
         self.password = password
+        self.users: dict[str, User] = {"default": User(password)}
+        self.users.update(users or {})
         self.data_dir.mkdir(parents=True, exist_ok=True)
         config = self.data_dir / "config.xml"
         config.write_text(
             "<clickhouse>\n"
             f"  <display_name>{xml_escape(name)}</display_name>\n"
             f"  <macros><replica>{xml_escape(name)}</replica><shard>{xml_escape(shard)}</shard></macros>\n"
+            "  <query_log><database>system</database><table>query_log</table>"
+            "<flush_interval_milliseconds>1000</flush_interval_milliseconds></query_log>\n"
             "</clickhouse>\n"
         )
         self._path = f"{self.data_dir / 'db'}?config-file={config}"
@@ -277,6 +342,8 @@ class ReplicaServer:
         self.faults = _Faults()
         self._stop = threading.Event()
         self.http = HttpServer((host, port), self.handle)
+        #: The HTTPS listener (``tls`` given), like ClickHouse's https_port beside http_port.
+        self.https = HttpServer((host, https_port), self.handle, ssl_context=tls) if tls is not None else None
         self._reaper = threading.Thread(target=self._reap_sessions, name="session-reaper", daemon=True)
         self._reaper.start()
 
@@ -298,6 +365,10 @@ class ReplicaServer:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def serve_forever(self) -> None:
+        if self.https is not None:
+            threading.Thread(
+                target=self.https.serve_forever, kwargs={"poll_interval": 0.2}, name="https", daemon=True
+            ).start()
         self.http.serve_forever(poll_interval=0.2)
 
     def shutdown(self) -> None:
@@ -305,6 +376,9 @@ class ReplicaServer:
         self._stop.set()
         self.http.shutdown()
         self.http.server_close()
+        if self.https is not None:
+            self.https.shutdown()
+            self.https.server_close()
         with self._sessions_lock:
             sessions, self._sessions = list(self._sessions.values()), {}
         for session in sessions:
@@ -332,13 +406,17 @@ class ReplicaServer:
         """Answer one HTTP request (called from the connection's thread)."""
         split = urlsplit(request.target)
         path = split.path or "/"
-        params = dict(parse_qsl(split.query, keep_blank_values=True))
+        # surrogateescape: binary parameter values and query text survive (see _request.decode_sql).
+        params = dict(parse_qsl(split.query, keep_blank_values=True, errors="surrogateescape"))
         if path in ("/ping", "/replicas_status") and request.method in ("GET", "HEAD"):
             return self._ok()
         if path.startswith(CONTROL_PREFIX):
             return self._control(path[len(CONTROL_PREFIX) :], request)
         query_id = params.get("query_id") or str(uuid.uuid4())
         base_headers = [("X-ClickHouse-Server-Display-Name", self.name), ("X-ClickHouse-Query-Id", query_id)]
+        # Sent on every response (ClickHouse 25.11+): marks an exception written into the body.
+        tag = secrets.token_hex(8)
+        base_headers.append(("X-ClickHouse-Exception-Tag", tag))
         if path != "/":
             return Response(
                 404,
@@ -349,10 +427,12 @@ class ReplicaServer:
             )
         if request.method not in ("GET", "POST", "HEAD"):
             return self._error(ClickHouseError.make(48, f"HTTP method {request.method} is not supported"), base_headers)
+        cleanup = ExitStack()
         try:
-            self._authenticate(request, params)
+            user_name, user = self._authenticate(request, params)
+            external: list[ExternalTable] = []
             if request.headers.get("content-type", "").startswith("multipart/form-data"):
-                request.body = self._read_multipart(request, params)
+                request.body, external = self._read_multipart(request, params)
             if request.method in ("GET", "HEAD") and "query" not in params:
                 return self._ok()
             delay, fail_code = self.faults.take()
@@ -360,10 +440,15 @@ class ReplicaServer:
                 time.sleep(delay)
             if fail_code is not None:
                 raise ClickHouseError.make(fail_code, "Injected failure by clickhouse_lb.testing")
-            with self._query_id_running(query_id):
-                return self._query(request, params, base_headers)
+            cleanup.enter_context(self._query_id_running(query_id))
+            response = self._query(request, params, base_headers, tag, cleanup, external, user_name, user)
+            if response.chunks is not None:
+                cleanup = ExitStack()  # the stream owns the cleanup now (it runs after the last block)
+            return response
         except ClickHouseError as exc:
             return self._error(exc, base_headers)
+        finally:
+            cleanup.close()
 
     @staticmethod
     def _ok() -> Response:
@@ -402,7 +487,7 @@ class ReplicaServer:
             return Response(200, [("Content-Type", "application/json")], json.dumps(info).encode())
         return Response(404, [("Content-Type", "text/plain")], b"unknown control endpoint\n")
 
-    def _authenticate(self, request: Request, params: dict[str, str]) -> None:
+    def _authenticate(self, request: Request, params: dict[str, str]) -> tuple[str, User]:
         user, password = "default", ""
         auth = request.headers.get("authorization", "")
         if auth.lower().startswith("basic "):
@@ -418,28 +503,36 @@ class ReplicaServer:
             password = params.get("password", "")
         elif "password" in params:
             password = params["password"]
-        if user != "default" or password != self.password:
+        known = self.users.get(user)
+        if known is None or not secrets.compare_digest(password.encode(), known.password.encode()):
             raise ClickHouseError.make(
                 516, f"{user}: Authentication failed: password is incorrect, or there is no user with such name"
             )
+        return user, known
 
     @staticmethod
-    def _read_multipart(request: Request, params: dict[str, str]) -> bytes:
-        """Take ``query`` and ``param_*`` fields of a multipart body; return the remaining body (none)."""
+    def _read_multipart(request: Request, params: dict[str, str]) -> tuple[bytes, list[ExternalTable]]:
+        """Take the fields of a multipart body: ``query`` and ``param_*`` fields go to ``params``,
+        files are external data tables. Returns the remaining body (none) and the tables."""
         head = f"Content-Type: {request.headers['content-type']}\r\n\r\n".encode()
         message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + request.body)
+        files: list[tuple[str, bytes]] = []
         for part in message.iter_parts():
             name = part.get_param("name", header="content-disposition")
+            if not isinstance(name, str):
+                continue
+            payload = part.get_payload(decode=True)
+            data = payload if isinstance(payload, bytes) else str(payload).encode()
             if part.get_filename() is not None:
-                raise ClickHouseError.make(48, "External data tables are not implemented by clickhouse_lb.testing")
-            if isinstance(name, str):
-                payload = part.get_payload(decode=True)
-                value = payload.decode() if isinstance(payload, bytes) else str(payload)
-                if name == "query":
-                    params["query"] = f"{params['query']}\n{value}" if "query" in params else value
-                else:
-                    params[name] = value
-        return b""
+                files.append((name, data))
+                continue
+            value = data.decode("utf-8", "surrogateescape")
+            if name == "query":
+                params["query"] = f"{params['query']}\n{value}" if "query" in params else value
+            else:
+                params[name] = value
+        # After all fields: a table's _format/_structure/_types may come as fields or URL parameters.
+        return b"", [external_table(name, data, params) for name, data in files]
 
     @contextmanager
     def _query_id_running(self, query_id: str) -> Iterator[None]:
@@ -454,7 +547,17 @@ class ReplicaServer:
                 self._running_ids.discard(query_id)
 
     # -- queries -----------------------------------------------------------------------------
-    def _query(self, request: Request, params: dict[str, str], base_headers: list[tuple[str, str]]) -> Response:
+    def _query(
+        self,
+        request: Request,
+        params: dict[str, str],
+        base_headers: list[tuple[str, str]],
+        tag: str,
+        cleanup: ExitStack,
+        external: list[ExternalTable],
+        user_name: str,
+        user: User,
+    ) -> Response:
         for flag in ("compress", "decompress"):
             if params.get(flag, "0").lower() in ("1", "true"):
                 raise ClickHouseError.make(
@@ -471,11 +574,15 @@ class ReplicaServer:
             except Exception as exc:
                 raise ClickHouseError.make(432, f"Cannot decompress request body: {exc}") from None
         statement = self._split(params.get("query"), body if request.method == "POST" else b"")
+        if statement.insert_stmt is None:
+            exists = _exists_by_catalog(statement.sql)
+            if exists is not None:
+                statement = _Statement(exists)
         settings: dict[str, str] = {}
         query_params: dict[str, str] = {}
         for key, value in params.items():
             if key.startswith("param_"):
-                query_params[key[6:]] = value
+                query_params[key[6:]] = escape_undecodable(value)
             elif key not in _HTTP_PARAMS and key not in _HTTP_SETTINGS:
                 settings[key] = value
         readonly = 2 if request.method in ("GET", "HEAD") else 0
@@ -483,6 +590,8 @@ class ReplicaServer:
             asked = int(settings.pop("readonly") or 0)
             if asked:  # a GET cannot lift readonly; 1 (no settings changes) is stricter than 2
                 readonly = min(readonly, asked) if readonly else asked
+        if user.readonly:  # the user's profile: a request can only make it stricter
+            readonly = min(readonly, user.readonly) if readonly else user.readonly
         default_format = params.get("default_format") or "TabSeparated"
         fmt = default_format
         if statement.insert_stmt is None:
@@ -492,9 +601,12 @@ class ReplicaServer:
         plan = _Plan(
             statement, settings, query_params, readonly, params.get("database") or None, default_format, params
         )
+        plan.cleanup = cleanup
+        plan.external = external
+        plan.user = user_name
+        plan.stream = params.get("wait_end_of_query", "0").lower() not in ("1", "true")
         session_id = params.get("session_id") or None
         result = self._run_in_session(session_id, plan) if session_id else self._run_sessionless(plan)
-        payload = result.body
         headers = list(base_headers)
         if statement.insert_stmt is None and _first_keyword(statement.sql) in _RESULT_KEYWORDS:
             # Like ClickHouse: only statements with an output format announce it.
@@ -505,44 +617,117 @@ class ReplicaServer:
             ]
         else:
             headers += [("X-ClickHouse-Timezone", self.timezone), ("Content-Type", "text/plain; charset=UTF-8")]
-        if params.get("enable_http_compression", "0").lower() in ("1", "true") and payload:
+        method = None
+        if params.get("enable_http_compression", "0").lower() in ("1", "true"):
             method = _encoding.choose(request.headers.get("accept-encoding"))
-            if method:
-                level = params.get("http_zlib_compression_level")
-                payload = _encoding.compress(payload, method, int(level) if level else None)
-                headers.append(("Content-Encoding", method))
+        level_text = params.get("http_zlib_compression_level")
+        level = int(level_text) if level_text else None
+        if result.stream is not None:
+            first = result.stream.fetch()  # a failure here is still an ordinary error response
+            second = result.stream.fetch() if first is not None else None
+            if not result.stream.done:
+                return self._streamed(result.stream, [first or b"", second or b""], headers, tag, method, level, cleanup)
+            result.body = (first or b"") + (second or b"")
+            result.read_rows, result.read_bytes = result.stream.read_rows, result.stream.read_bytes
+            result.elapsed = result.stream.elapsed
+        payload = result.body
+        if method and payload:
+            payload = _encoding.compress(payload, method, level)
+            headers.append(("Content-Encoding", method))
+        headers.append(("X-ClickHouse-Summary", self._summary(result)))
+        return Response(200, headers, payload)
+
+    @staticmethod
+    def _summary(result: Result | EngineStream) -> str:
+        written_rows = result.written_rows if isinstance(result, Result) else 0
+        written_bytes = result.written_bytes if isinstance(result, Result) else 0
         summary = {
             "read_rows": str(result.read_rows),
             "read_bytes": str(result.read_bytes),
-            "written_rows": str(result.written_rows),
-            "written_bytes": str(result.written_bytes),
+            "written_rows": str(written_rows),
+            "written_bytes": str(written_bytes),
             "elapsed_ns": str(int(result.elapsed * 1e9)),
         }
-        headers.append(("X-ClickHouse-Summary", json.dumps(summary, separators=(",", ":"))))
-        return Response(200, headers, payload)
+        return json.dumps(summary, separators=(",", ":"))
+
+    def _streamed(
+        self,
+        stream: EngineStream,
+        ready: list[bytes],
+        headers: list[tuple[str, str]],
+        tag: str,
+        method: str | None,
+        level: int | None,
+        cleanup: ExitStack,
+    ) -> Response:
+        """A result of more than one block, sent as it comes (chunked), like ClickHouse does.
+
+        A failure after the head left cannot change the status any more: ClickHouse then writes
+        the exception into the body, framed by the response's exception tag, and so does this."""
+        compressor = _encoding.StreamCompressor(method, level) if method else None
+        if method:
+            headers.append(("Content-Encoding", method))
+        headers.append(("X-ClickHouse-Summary", self._summary(stream)))
+
+        def encode(data: bytes) -> bytes:
+            return compressor.chunk(data) if compressor is not None and data else data
+
+        def blocks() -> Iterator[bytes]:
+            try:
+                for data in ready:
+                    yield encode(data)
+                while True:
+                    try:
+                        data_or_none = stream.fetch()
+                    except ClickHouseError as exc:
+                        log.info("query failed after its first rows were sent: %s", exc.text)
+                        yield encode(late_exception(tag, f"{exc.text} (version {self.version})"))
+                        break
+                    if data_or_none is None:
+                        break
+                    yield encode(data_or_none)
+                if compressor is not None:
+                    yield compressor.end()
+            finally:
+                stream.cancel()  # no-op when finished; stops the engine when the client went away
+                cleanup.close()
+
+        return Response(200, headers, chunks=blocks())
 
     @staticmethod
     def _split(url_query: str | None, body: bytes) -> _Statement:
         if url_query and body:
-            full = url_query.encode() + b"\n" + body
+            full = url_query.encode("utf-8", "surrogateescape") + b"\n" + body
         elif url_query:
-            full = url_query.encode()
+            full = url_query.encode("utf-8", "surrogateescape")
         else:
             full = body
         if not full.strip():
             raise ClickHouseError.make(62, "Empty query")
         match = _INSERT_DATA.match(full)
         if match and not _VALUES_OR_SELECT.search(match.group("stmt")):
-            stmt = match.group("stmt").decode("utf-8", "replace").strip()
+            stmt = decode_sql(match.group("stmt")).strip()
             return _Statement(stmt, stmt, match.group("fmt").decode(), full[match.end() :])
-        return _Statement(full.decode("utf-8", "replace"))
+        return _Statement(decode_sql(full))
 
     @staticmethod
     def _execute(conn: EngineConn, plan: _Plan) -> Result:
         statement = plan.statement
         if statement.insert_stmt is not None and statement.insert_format is not None:
             return conn.insert(statement.insert_stmt, statement.insert_format, statement.data)
+        if plan.stream and _first_keyword(statement.sql) in _STREAM_KEYWORDS:
+            return Result(b"", stream=conn.stream(statement.sql, plan.default_format, plan.query_params))
         return conn.execute(statement.sql, plan.default_format, plan.query_params)
+
+    @staticmethod
+    def _attach_external(conn: EngineConn, plan: _Plan) -> None:
+        """Create the request's external data tables on ``conn``; they are dropped after the query."""
+        for table in plan.external:
+            name = sql_identifier(table.name)
+            conn.execute(f"CREATE TEMPORARY TABLE {name} ({table.structure}) ENGINE = Memory")
+            plan.cleanup.callback(_drop_quietly, conn, name)
+            if table.data:
+                conn.insert(f"INSERT INTO {name}", table.fmt, table.data)
 
     def _run_sessionless(self, plan: _Plan) -> Result:
         statement, readonly = plan.statement, plan.readonly
@@ -552,20 +737,22 @@ class ReplicaServer:
         conn = pool.get()
         keyword = _first_keyword(statement.sql)
         # Anything that changes the connection beyond settings/database: use it once, then drop it.
-        discard = readonly == 1 or keyword in _STATE_KEYWORDS or bool(_TEMPORARY.search(statement.sql))
+        discard = [
+            readonly == 1 or keyword in _STATE_KEYWORDS or bool(_TEMPORARY.search(statement.sql)) or bool(plan.external)
+        ]
+        plan.cleanup.callback(lambda: pool.put(conn, discard=discard[0]))
         try:
             conn.use(plan.database or "default")
             conn.apply_settings(plan.settings)
+            self._attach_external(conn, plan)
             if readonly == 1:
                 conn.execute("SET readonly = 1")
             return self._execute(conn, plan)
         except ClickHouseError:
             raise
         except Exception:
-            discard = True
+            discard[0] = True
             raise
-        finally:
-            pool.put(conn, discard=discard)
 
     @contextmanager
     def _session(self, session_id: str, params: dict[str, str]) -> Iterator[_Session]:
@@ -596,28 +783,33 @@ class ReplicaServer:
         statement, database = plan.statement, plan.database
         keyword = _first_keyword(statement.sql)
         if plan.readonly and (statement.insert_stmt is not None or keyword not in _READ_KEYWORDS):
-            raise ClickHouseError.make(164, "default: Cannot execute query in readonly mode")
-        with self._session(session_id, plan.params) as session:
-            conn = session.conn
-            if keyword in _STATE_KEYWORDS:
-                # SET / USE change the session itself: run them on the session's own state.
-                conn.apply_settings({})
-                result = self._execute(conn, plan)
-                if keyword == "USE":
-                    target = _USE_TARGET.match(_LEADING_NOISE.sub("", statement.sql, count=1))
-                    if target:
-                        conn.database = target.group(1).strip('`"')
-                return result
-            previous_db = conn.database
-            if database:
-                conn.use(database)
-            try:
-                conn.apply_settings(plan.settings)
-                return self._execute(conn, plan)
-            finally:
-                if database and conn.database != previous_db:
-                    try:
-                        conn.use(previous_db)
-                    except ClickHouseError:  # the session's database was dropped meanwhile
-                        conn.execute(f"USE {sql_identifier('default')}")
-                        conn.database = "default"
+            raise ClickHouseError.make(164, f"{plan.user}: Cannot execute query in readonly mode")
+        # The session stays locked until the answer is complete (a streamed one: its last block).
+        session = plan.cleanup.enter_context(self._session(session_id, plan.params))
+        conn = session.conn
+        if keyword in _STATE_KEYWORDS:
+            # SET / USE change the session itself: run them on the session's own state.
+            conn.apply_settings({})
+            result = self._execute(conn, plan)
+            if keyword == "USE":
+                target = _USE_TARGET.match(_LEADING_NOISE.sub("", statement.sql, count=1))
+                if target:
+                    conn.database = target.group(1).strip('`"')
+            return result
+        previous_db = conn.database
+        if database:
+            conn.use(database)
+            plan.cleanup.callback(self._restore_database, conn, previous_db)
+        conn.apply_settings(plan.settings)
+        self._attach_external(conn, plan)
+        return self._execute(conn, plan)
+
+    @staticmethod
+    def _restore_database(conn: EngineConn, previous_db: str) -> None:
+        if conn.database == previous_db:
+            return
+        try:
+            conn.use(previous_db)
+        except ClickHouseError:  # the session's database was dropped meanwhile
+            conn.execute(f"USE {sql_identifier('default')}")
+            conn.database = "default"
