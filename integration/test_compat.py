@@ -507,3 +507,25 @@ def test_tls_handshake_is_not_slow(secure_cluster: LocalCluster) -> None:
         assert time.monotonic() - started < 10
     finally:
         stalled.close()
+
+
+def test_client_protocol_version_is_honoured(healthy_clickhouse_cluster: ClusterBase, client: Any) -> None:
+    """With client_protocol_version, Native blocks start with their block info and DateTime
+    columns keep their time zone (clickhouse-connect probes for it and then relies on it)."""
+    host = healthy_clickhouse_cluster.hosts[0]
+    probe = {"default_format": "Native", "client_protocol_version": "54405"}
+    body = _post(host, b"SELECT 1 AS check", "/?" + urllib.parse.urlencode(probe)).read()
+    assert body[:8] == b"\x01\x00\x02\xff\xff\xff\xff\x00"
+    assert body[8:16] == b"\x01\x01\x05check"
+    body0 = _post(host, b"SELECT 1 AS check", "/?default_format=Native").read()
+    assert body0[:8] == b"\x01\x01\x05check"  # revision 0: no block info, as before
+    assert client.protocol_version == 54405
+    sql = "SELECT number, toDateTime(number, 'Asia/Tokyo') AS tokyo, toDateTime(number) AS plain FROM numbers(25000)"
+    settings = {"max_block_size": 10000}
+    result = client.query(sql, settings=settings)
+    assert [t.name for t in result.column_types] == ["UInt64", "DateTime('Asia/Tokyo')", "DateTime"]
+    assert result.result_rows[-1][1] == dt.datetime(1970, 1, 1, 15, 56, 39, tzinfo=ZoneInfo("Asia/Tokyo"))
+    with client.query_rows_stream(sql, settings={**settings, "wait_end_of_query": 0}) as stream:
+        rows = list(stream)
+    assert len(rows) == 25000
+    assert rows[-1][1].utcoffset() == dt.timedelta(hours=9)

@@ -192,7 +192,7 @@ class EngineStream:
     """
 
     def __init__(self, conn: EngineConn, handle: Any) -> None:
-        self._conn = conn
+        self.conn = conn
         self._handle = handle
         self._started = time.perf_counter()
         self.done = False
@@ -204,7 +204,7 @@ class EngineStream:
         if self.done:
             return None
         try:
-            res = self._conn._raw.streaming_fetch_result(self._handle)
+            res = self.conn._raw.streaming_fetch_result(self._handle)
         except Exception as exc:
             self._finish(failed=True)
             raise ClickHouseError.from_engine(exc) from None
@@ -228,7 +228,7 @@ class EngineStream:
         if self.done:
             return
         with contextlib.suppress(Exception):
-            self._conn._raw.streaming_cancel_query(self._handle)
+            self.conn._raw.streaming_cancel_query(self._handle)
         self._finish(failed=True)
 
     def _finish(self, failed: bool) -> None:
@@ -236,8 +236,8 @@ class EngineStream:
         self.elapsed = time.perf_counter() - self._started
         if failed:
             # A query that died part way may leave the context in a state nobody should inherit.
-            self._conn.broken = True
-            self._conn.discard_leftovers()
+            self.conn.broken = True
+            self.conn.discard_leftovers()
 
 
 class EngineConn:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+
 @dataclass(frozen=True)
 class User:
     """A user of the local replica: its password and its ``readonly`` level (0, 1 or 2)."""

@@ -67,14 +67,14 @@ import ssl
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 from xml.sax.saxutils import escape as xml_escape
 
-from clickhouse_lb.testing import _encoding
+from clickhouse_lb.testing import _encoding, _native
 from clickhouse_lb.testing._engine import (
     ERROR_NAMES,
     ClickHouseError,
@@ -86,7 +86,6 @@ from clickhouse_lb.testing._engine import (
     sql_string,
 )
 from clickhouse_lb.testing._http import HttpServer, Request, Response
-from clickhouse_lb.testing._users import User
 from clickhouse_lb.testing._request import (
     ExternalTable,
     decode_sql,
@@ -94,6 +93,7 @@ from clickhouse_lb.testing._request import (
     external_table,
     late_exception,
 )
+from clickhouse_lb.testing._users import User
 
 log = logging.getLogger("clickhouse_lb.testing.server")
 
@@ -285,6 +285,23 @@ class _Plan:
     stream: bool = False
     external: list[ExternalTable] = field(default_factory=list)
     user: str = "default"
+
+
+def _same(block: bytes) -> bytes:
+    return block
+
+
+@dataclass
+class _Progressive:
+    """A streamed answer: the engine stream, the blocks already fetched, and how to send the rest."""
+
+    stream: EngineStream
+    ready: list[bytes]
+    shape: Callable[[bytes], bytes]
+    tag: str
+    method: str | None
+    level: int | None
+    cleanup: ExitStack
 
 
 @dataclass
@@ -622,14 +639,28 @@ class ReplicaServer:
             method = _encoding.choose(request.headers.get("accept-encoding"))
         level_text = params.get("http_zlib_compression_level")
         level = int(level_text) if level_text else None
+        revision = self._native_revision(params, fmt)
         if result.stream is not None:
-            first = result.stream.fetch()  # a failure here is still an ordinary error response
-            second = result.stream.fetch() if first is not None else None
-            if not result.stream.done:
-                return self._streamed(result.stream, [first or b"", second or b""], headers, tag, method, level, cleanup)
-            result.body = (first or b"") + (second or b"")
-            result.read_rows, result.read_bytes = result.stream.read_rows, result.stream.read_bytes
-            result.elapsed = result.stream.elapsed
+            stream = result.stream
+            blocks: list[bytes] = []
+            # A failure before the head is sent is still an ordinary error response: with
+            # wait_end_of_query=1 that is any failure; otherwise one in the first two blocks
+            # (ClickHouse too holds back what fits in its response buffer).
+            while len(blocks) < 2 or not plan.stream:
+                block = stream.fetch()
+                if block is None:
+                    break
+                blocks.append(block)
+            if not stream.done:
+                shape = self._native_shaper(revision, blocks[0], plan, None)
+                progressive = _Progressive(stream, [shape(b) for b in blocks], shape, tag, method, level, cleanup)
+                return self._streamed(progressive, headers)
+            shape = self._native_shaper(revision, blocks[0] if blocks else b"", plan, stream.conn)
+            result.body = b"".join(shape(b) for b in blocks)
+            result.read_rows, result.read_bytes, result.elapsed = stream.read_rows, stream.read_bytes, stream.elapsed
+        elif revision and result.body:
+            whole = _native.split_blocks(result.body) or [result.body]
+            result.body = b"".join(_native.for_revision(b, revision) for b in whole)
         payload = result.body
         if method and payload:
             payload = _encoding.compress(payload, method, level)
@@ -650,47 +681,91 @@ class ReplicaServer:
         }
         return json.dumps(summary, separators=(",", ":"))
 
-    def _streamed(
-        self,
-        stream: EngineStream,
-        ready: list[bytes],
-        headers: list[tuple[str, str]],
-        tag: str,
-        method: str | None,
-        level: int | None,
-        cleanup: ExitStack,
-    ) -> Response:
-        """A result of more than one block, sent as it comes (chunked), like ClickHouse does.
+    @staticmethod
+    def _native_revision(params: dict[str, str], fmt: str) -> int:
+        """The client's protocol revision when the output is Native (0: the engine's own form)."""
+        if fmt.lower() != "native":
+            return 0
+        try:
+            return max(0, int(params.get("client_protocol_version") or 0))
+        except ValueError:
+            raise ClickHouseError.make(
+                27, f"Cannot parse client_protocol_version {params['client_protocol_version']!r}"
+            ) from None
+
+    def _native_shaper(
+        self, revision: int, first_block: bytes, plan: _Plan, conn: EngineConn | None
+    ) -> Callable[[bytes], bytes]:
+        """How to turn each engine block into the client's protocol revision (see :mod:`_native`)."""
+        if not revision or not first_block:
+            return _same
+        zoned: list[str | None] | None = None
+        if revision >= _native.REVISION_WITH_DATETIME_ZONE:
+            types = _native.column_types(first_block)
+            if "DateTime" in types:
+                zoned = self._zoned_types(plan, conn, types)
+        return lambda block: _native.for_revision(block, revision, zoned)
+
+    def _zoned_types(self, plan: _Plan, conn: EngineConn | None, types: list[str]) -> list[str | None] | None:
+        """The real types of the columns the engine announced as plain DateTime (from DESCRIBE).
+
+        ``conn``: the query's own connection when its stream is finished (same database,
+        settings, temporary tables); else a pooled one (a stream still running occupies the other).
+        """
+        sql = _FORMAT_TAIL.sub("", plan.statement.sql).rstrip().rstrip(";")
+        describe = f"DESCRIBE ({sql}\n)"
+        pooled = conn is None
+        engine = self._pool.get() if conn is None else conn
+        try:
+            if pooled:
+                engine.use(plan.database or "default")
+                engine.apply_settings(plan.settings)
+            rows = engine.execute(describe, "JSONCompactEachRow", plan.query_params).body.decode().splitlines()
+        except ClickHouseError as exc:
+            log.info("no zones for DateTime columns: DESCRIBE failed: %s", exc.text)
+            return None
+        finally:
+            if pooled:
+                self._pool.put(engine)
+        described = [str(json.loads(row)[1]) for row in rows]
+        return [
+            real if seen == "DateTime" and real.startswith("DateTime(") else None
+            for seen, real in zip(types, described)
+        ]
+
+    def _streamed(self, progressive: _Progressive, headers: list[tuple[str, str]]) -> Response:
+        """A result of more than two blocks, sent as it comes (chunked), like ClickHouse does.
 
         A failure after the head left cannot change the status any more: ClickHouse then writes
         the exception into the body, framed by the response's exception tag, and so does this."""
-        compressor = _encoding.StreamCompressor(method, level) if method else None
-        if method:
-            headers.append(("Content-Encoding", method))
-        headers.append(("X-ClickHouse-Summary", self._summary(stream)))
+        p = progressive
+        compressor = _encoding.StreamCompressor(p.method, p.level) if p.method else None
+        if p.method:
+            headers.append(("Content-Encoding", p.method))
+        headers.append(("X-ClickHouse-Summary", self._summary(p.stream)))
 
         def encode(data: bytes) -> bytes:
             return compressor.chunk(data) if compressor is not None and data else data
 
         def blocks() -> Iterator[bytes]:
             try:
-                for data in ready:
+                for data in p.ready:
                     yield encode(data)
                 while True:
                     try:
-                        data_or_none = stream.fetch()
+                        block = p.stream.fetch()
                     except ClickHouseError as exc:
                         log.info("query failed after its first rows were sent: %s", exc.text)
-                        yield encode(late_exception(tag, f"{exc.text} (version {self.version})"))
+                        yield encode(late_exception(p.tag, f"{exc.text} (version {self.version})"))
                         break
-                    if data_or_none is None:
+                    if block is None:
                         break
-                    yield encode(data_or_none)
+                    yield encode(p.shape(block))
                 if compressor is not None:
                     yield compressor.end()
             finally:
-                stream.cancel()  # no-op when finished; stops the engine when the client went away
-                cleanup.close()
+                p.stream.cancel()  # no-op when finished; stops the engine when the client went away
+                p.cleanup.close()
 
         return Response(200, headers, chunks=blocks())
 
@@ -715,7 +790,7 @@ class ReplicaServer:
         statement = plan.statement
         if statement.insert_stmt is not None and statement.insert_format is not None:
             return conn.insert(statement.insert_stmt, statement.insert_format, statement.data)
-        if plan.stream and _first_keyword(statement.sql) in _STREAM_KEYWORDS:
+        if _first_keyword(statement.sql) in _STREAM_KEYWORDS:
             return Result(b"", stream=conn.stream(statement.sql, plan.default_format, plan.query_params))
         return conn.execute(statement.sql, plan.default_format, plan.query_params)
 
