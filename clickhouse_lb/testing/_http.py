@@ -16,6 +16,7 @@ connection's thread.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import socketserver
@@ -88,10 +89,8 @@ class _ConnectionHandler(socketserver.BaseRequestHandler):
             log.debug("connection from %s ended: %s", self.client_address, exc)
         finally:
             if sock is not self.request:
-                try:
+                with contextlib.suppress(OSError):
                     sock.close()
-                except OSError:
-                    pass
 
     @staticmethod
     def _next_event(sock: socket.socket, conn: h11.Connection) -> Any:
@@ -140,14 +139,14 @@ class _ConnectionHandler(socketserver.BaseRequestHandler):
 
     @staticmethod
     def _head(conn: h11.Connection, response: Response, length: int | None) -> bytes:
-        headers: list[tuple[str, bytes]] = [("Date", formatdate(usegmt=True).encode())]
+        headers: list[tuple[bytes, bytes]] = [(b"Date", formatdate(usegmt=True).encode())]
         if response.close:
-            headers.append(("Connection", b"close"))
+            headers.append((b"Connection", b"close"))
         else:
-            headers.append(("Keep-Alive", f"timeout={int(KEEP_ALIVE_TIMEOUT)}".encode()))
-        headers += [(k, v.encode("latin-1", "replace")) for k, v in response.headers]
+            headers.append((b"Keep-Alive", f"timeout={int(KEEP_ALIVE_TIMEOUT)}".encode()))
+        headers += [(k.encode("latin-1"), v.encode("latin-1", "replace")) for k, v in response.headers]
         if length is not None:
-            headers.append(("Content-Length", str(length).encode()))
+            headers.append((b"Content-Length", str(length).encode()))
         return conn.send(h11.Response(status_code=response.status, headers=headers)) or b""
 
     def _send(self, sock: socket.socket, conn: h11.Connection, response: Response, head_only: bool) -> None:
@@ -192,7 +191,8 @@ class _ConnectionHandler(socketserver.BaseRequestHandler):
                     ],
                 )
             )
-            sock.sendall((head or b"") + (conn.send(h11.Data(data=body)) or b"") + (conn.send(h11.EndOfMessage()) or b""))
+            data = (conn.send(h11.Data(data=body)) or b"") + (conn.send(h11.EndOfMessage()) or b"")
+            sock.sendall((head or b"") + data)
         except (OSError, h11.LocalProtocolError):
             pass
 

@@ -458,7 +458,16 @@ class ReplicaServer:
             if fail_code is not None:
                 raise ClickHouseError.make(fail_code, "Injected failure by clickhouse_lb.testing")
             cleanup.enter_context(self._query_id_running(query_id))
-            response = self._query(request, params, base_headers, tag, cleanup, external, user_name, user)
+            response = self._query(
+                request,
+                params,
+                base_headers,
+                tag=tag,
+                cleanup=cleanup,
+                external=external,
+                user_name=user_name,
+                user=user,
+            )
             if response.chunks is not None:
                 cleanup = ExitStack()  # the stream owns the cleanup now (it runs after the last block)
             return response
@@ -569,6 +578,7 @@ class ReplicaServer:
         request: Request,
         params: dict[str, str],
         base_headers: list[tuple[str, str]],
+        *,
         tag: str,
         cleanup: ExitStack,
         external: list[ExternalTable],
