@@ -395,6 +395,10 @@ def test_binary_query_parameters_and_text(client: Any, healthy_clickhouse_cluste
     """Bytes that are not UTF-8 reach the engine unchanged, in parameters and in the query text."""
     raw = b"\x00\xff\xfe'\\x\x80"
     assert client.query("SELECT hex({v:String}) AS h", parameters={"v": raw}).result_rows == [(raw.hex().upper(),)]
+    # clickhouse-connect splices a binary $name$ parameter raw between heredoc delimiters
+    assert client.query("SELECT hex($b$) AS h", parameters={"$b$": raw}).result_rows == [(raw.hex().upper(),)]
+    csv = b"x,y\n\xff\xfe,2\n"
+    assert client.raw_query("SELECT hex(x), y FROM format(CSVWithNames, $d$)", parameters={"$d$": csv}) == b"FFFE\t2\n"
     resp = _post(healthy_clickhouse_cluster.hosts[0], b"SELECT hex('\xff\xfe\x80')")
     assert resp.read() == b"FFFE80\n"
     path = "/?" + urllib.parse.urlencode({"query": b"SELECT hex('\xc3\x28')"})

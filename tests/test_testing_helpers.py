@@ -73,6 +73,8 @@ def test_binary_text_for_the_engine() -> None:
     assert decode_sql("SELECT 'é'".encode()) == "SELECT 'é'"
     assert decode_sql(b"SELECT '\xff\x00'") == "SELECT '\\xFF\x00'"
     assert escape_undecodable(b"a\x80b".decode("utf-8", "surrogateescape")) == "a\\x80b"
+    # a heredoc takes no escapes: one with binary content becomes a quoted literal
+    assert decode_sql(b"SELECT $p$\xff'\\$p$, $q$ok$q$") == "SELECT '\\xFF\\'\\\\', $q$ok$q$"
 
 
 def test_external_table_structure() -> None:

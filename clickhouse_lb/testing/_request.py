@@ -27,12 +27,37 @@ def escape_undecodable(text: str) -> str:
     return _SURROGATE.sub(lambda m: f"\\x{ord(m.group()) - 0xDC00:02X}", text)
 
 
+_HEREDOC = re.compile(rb"\$([A-Za-z0-9_]*)\$(.*?)\$\1\$", re.S)
+
+
+def _quoted_literal(raw: bytes) -> bytes:
+    """``raw`` as a quoted ClickHouse string literal; bytes that are not UTF-8 become ``\\xHH``."""
+    text = raw.decode("utf-8", "surrogateescape").replace("\\", "\\\\").replace("'", "\\'").replace("\0", "\\0")
+    return ("'" + escape_undecodable(text) + "'").encode()
+
+
 def decode_sql(data: bytes) -> str:
-    """Query text for the engine, binary-safe (see :func:`escape_undecodable`)."""
+    """Query text for the engine, binary-safe.
+
+    Bytes that are not UTF-8 (binary data in a string literal, or spliced between ``$name$``
+    heredoc delimiters as clickhouse-connect does for binary parameters) are written as
+    ``\\xHH`` escapes; a heredoc holding such bytes becomes an ordinary quoted literal, since
+    a heredoc takes no escapes. The engine reads the very same bytes.
+    """
     try:
         return data.decode()
     except UnicodeDecodeError:
-        return escape_undecodable(data.decode("utf-8", "surrogateescape"))
+        pass
+
+    def heredoc(match: re.Match[bytes]) -> bytes:
+        body = match.group(2)
+        try:
+            body.decode()
+        except UnicodeDecodeError:
+            return _quoted_literal(body)
+        return match.group(0)
+
+    return escape_undecodable(_HEREDOC.sub(heredoc, data).decode("utf-8", "surrogateescape"))
 
 
 # -- external data (multipart files) -----------------------------------------------------------

@@ -154,6 +154,28 @@ _USE_TARGET = re.compile(r"^USE\s+(.+?)\s*;?\s*$", re.I | re.S)
 _TEMPORARY = re.compile(r"\bTEMPORARY\b", re.I)
 # Statements whose output the engine can hand over block by block (chdb streams SELECTs only).
 _STREAM_KEYWORDS = frozenset({"SELECT", "WITH", "("})
+# Output formats whose per-block outputs simply concatenate (no header, prefix or suffix):
+# chdb writes every streamed block as a complete document of its format, so a JSON, Arrow,
+# Parquet or ...WithNames result must be produced whole instead.
+_BLOCKWISE_FORMATS = frozenset(
+    name.lower()
+    for name in (
+        "Native",
+        "RowBinary",
+        "TabSeparated",
+        "TSV",
+        "TabSeparatedRaw",
+        "TSVRaw",
+        "CSV",
+        "JSONEachRow",
+        "JSONLines",
+        "NDJSON",
+        "JSONCompactEachRow",
+        "JSONStringsEachRow",
+        "JSONCompactStringsEachRow",
+        "LineAsString",
+    )
+)
 _IDENT = r"(?:`(?:[^`\\]|\\.)*`|\"(?:[^\"\\]|\\.)*\"|[A-Za-z_][A-Za-z0-9_]*)"
 _EXISTS = re.compile(
     rf"^EXISTS\s+(?:TEMPORARY\s+)?(?:TABLE\s+|VIEW\s+|DICTIONARY\s+)?(?:(?P<db>{_IDENT})\s*\.\s*)?(?P<name>{_IDENT})"
@@ -285,6 +307,8 @@ class _Plan:
     stream: bool = False
     external: list[ExternalTable] = field(default_factory=list)
     user: str = "default"
+    #: The format the statement's output is written in (its FORMAT clause, else default_format).
+    output_format: str = "TabSeparated"
 
 
 def _same(block: bytes) -> bytes:
@@ -632,6 +656,7 @@ class ReplicaServer:
         plan.external = external
         plan.user = user_name
         plan.stream = params.get("wait_end_of_query", "0").lower() not in ("1", "true")
+        plan.output_format = fmt
         session_id = params.get("session_id") or None
         result = self._run_in_session(session_id, plan) if session_id else self._run_sessionless(plan)
         headers = list(base_headers)
@@ -800,7 +825,7 @@ class ReplicaServer:
         statement = plan.statement
         if statement.insert_stmt is not None and statement.insert_format is not None:
             return conn.insert(statement.insert_stmt, statement.insert_format, statement.data)
-        if _first_keyword(statement.sql) in _STREAM_KEYWORDS:
+        if _first_keyword(statement.sql) in _STREAM_KEYWORDS and plan.output_format.lower() in _BLOCKWISE_FORMATS:
             return Result(b"", stream=conn.stream(statement.sql, plan.default_format, plan.query_params))
         return conn.execute(statement.sql, plan.default_format, plan.query_params)
 
