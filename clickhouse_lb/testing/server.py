@@ -367,6 +367,12 @@ class ReplicaServer:
             f"  <macros><replica>{xml_escape(name)}</replica><shard>{xml_escape(shard)}</shard></macros>\n"
             "  <query_log><database>system</database><table>query_log</table>"
             "<flush_interval_milliseconds>1000</flush_interval_milliseconds></query_log>\n"
+            # The engine's one user may manage access (SHOW USERS, SHOW POLICIES), as a server's
+            # default user usually can; authentication itself is this front end's.
+            "  <users><default><no_password/><networks><ip>::/0</ip></networks><profile>default</profile>"
+            "<quota>default</quota><access_management>1</access_management></default></users>\n"
+            "  <profiles><default/></profiles><quotas><default/></quotas>\n"
+            f"  <users_config>{xml_escape(str(config))}</users_config>\n"
             "</clickhouse>\n"
         )
         self._path = f"{self.data_dir / 'db'}?config-file={config}"
@@ -826,7 +832,12 @@ class ReplicaServer:
         if statement.insert_stmt is not None and statement.insert_format is not None:
             return conn.insert(statement.insert_stmt, statement.insert_format, statement.data)
         if _first_keyword(statement.sql) in _STREAM_KEYWORDS and plan.output_format.lower() in _BLOCKWISE_FORMATS:
-            return Result(b"", stream=conn.stream(statement.sql, plan.default_format, plan.query_params))
+            try:
+                return Result(b"", stream=conn.stream(statement.sql, plan.default_format, plan.query_params))
+            except ClickHouseError as exc:
+                # chdb streams plain SELECTs only (not e.g. several statements); run the rest whole.
+                if exc.code != 36 or "Streaming query is not supported" not in exc.text:
+                    raise
         return conn.execute(statement.sql, plan.default_format, plan.query_params)
 
     @staticmethod
