@@ -535,3 +535,26 @@ def test_client_protocol_version_is_honoured(healthy_clickhouse_cluster: Cluster
         rows = list(stream)
     assert len(rows) == 25000
     assert rows[-1][1].utcoffset() == dt.timedelta(hours=9)
+
+
+def test_head_of_a_streamed_query_releases_it(healthy_clickhouse_cluster: ClusterBase) -> None:
+    """HEAD sends no body, so the stream is never read: its query id and session must still be freed."""
+    hostname, _, port = healthy_clickhouse_cluster.hosts[0].rpartition(":")
+    conn = http.client.HTTPConnection(hostname, int(port), timeout=30)
+    params = {
+        "query": "SELECT number FROM numbers(100000)",
+        "max_block_size": 1000,
+        "wait_end_of_query": 0,
+        "query_id": f"compat-head-{uuid.uuid4()}",
+        "session_id": f"compat-head-{uuid.uuid4()}",
+    }
+    path = "/?" + urllib.parse.urlencode(params)
+    conn.request("HEAD", path)
+    head = conn.getresponse()
+    head.read()
+    assert head.status == 200
+    conn.request("GET", path)  # same connection: served after the HEAD is finished with
+    again = conn.getresponse()
+    assert again.status == 200, again.read()
+    assert again.read() == "".join(f"{i}\n" for i in range(100000)).encode()
+    conn.close()

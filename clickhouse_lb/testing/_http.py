@@ -55,7 +55,8 @@ class Response:
 
     ``headers`` keep their order and case. ``chunks`` is consumed after the head is sent; it must
     not raise (the application writes a late failure into the stream itself, as ClickHouse does);
-    if it does anyway, the connection is dropped so the client sees a truncated response.
+    if it does anyway, the connection is dropped so the client sees a truncated response. Its
+    ``close()``, if it has one, is called once the response is over, sent or not.
     """
 
     status: int = 200
@@ -150,6 +151,14 @@ class _ConnectionHandler(socketserver.BaseRequestHandler):
         return conn.send(h11.Response(status_code=response.status, headers=headers)) or b""
 
     def _send(self, sock: socket.socket, conn: h11.Connection, response: Response, head_only: bool) -> None:
+        try:
+            self._send_response(sock, conn, response, head_only)
+        finally:
+            close = getattr(response.chunks, "close", None)
+            if close is not None:  # always: a stream's close releases what its query holds
+                close()
+
+    def _send_response(self, sock: socket.socket, conn: h11.Connection, response: Response, head_only: bool) -> None:
         if response.chunks is None or head_only:
             head = self._head(conn, response, len(response.body))
             if head_only:
@@ -169,10 +178,6 @@ class _ConnectionHandler(socketserver.BaseRequestHandler):
         except Exception:
             log.exception("streamed response failed; dropping the connection")
             raise OSError("streamed response failed") from None
-        finally:
-            close = getattr(response.chunks, "close", None)
-            if close is not None:
-                close()
         sock.sendall(pending + (conn.send(h11.EndOfMessage()) or b""))
 
     @staticmethod

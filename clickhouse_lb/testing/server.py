@@ -12,21 +12,35 @@ Faithful (what clickhouse-connect, curl users and this project's load balancer r
   the ``query`` URL parameter and/or the body (both: the body is appended after a newline; for an
   ``INSERT ... FORMAT X`` the rest of the body is the data, in any input format); ``/ping``,
   ``/replicas_status`` and ``GET /`` without a query answer ``Ok.\\n``; multipart/form-data bodies
-  with ``query`` and ``param_*`` fields.
+  with ``query`` and ``param_*`` fields, and files as external data tables (``<name>_format``,
+  ``<name>_structure`` or ``<name>_types`` as fields or URL parameters; the table lives for that
+  query). Query text and parameter values are binary-safe (bytes that are not UTF-8 reach the
+  engine unchanged).
 * URL parameters: ``database``, ``query_id`` (echoed, generated when absent; a query id already
   running is refused with 216), ``default_format`` (default TabSeparated), ``session_id``,
   ``session_timeout`` (default 60 s; expired sessions are closed), ``session_check`` (372
-  SESSION_NOT_FOUND), ``close_session``, ``param_*`` query parameters, ``user``/``password``,
-  HTTP basic auth, ``X-ClickHouse-User``/``X-ClickHouse-Key`` (only user ``default``; wrong
-  credentials: 516 AUTHENTICATION_FAILED, HTTP 403). Every other parameter is a setting for that
-  one query (unknown: UNKNOWN_SETTING 115); it is not persisted into the session.
+  SESSION_NOT_FOUND), ``close_session``, ``param_*`` query parameters, ``wait_end_of_query``,
+  ``client_protocol_version`` (Native blocks carry their block info and DateTime columns their
+  zone, as a server sends them to such a client), ``user``/``password``, HTTP basic auth,
+  ``X-ClickHouse-User``/``X-ClickHouse-Key`` (user ``default`` and the configured ``users``, each
+  with a password and a ``readonly`` level a request can only make stricter; wrong credentials:
+  516 AUTHENTICATION_FAILED, HTTP 403). Every other parameter is a setting for that one query
+  (unknown: UNKNOWN_SETTING 115); it is not persisted into the session.
 * Sessions: one engine connection per ``session_id``, so ``SET``, ``USE`` and TEMPORARY tables
   persist; concurrent use of one session is refused with 373 SESSION_IS_LOCKED. Sessionless
   requests use a pool of connections and run in parallel; nothing they change leaks to the next.
+* Results stream: a SELECT whose output format writes blocks that simply concatenate (Native,
+  RowBinary, TSV, CSV, JSONEachRow, ...) is read from the engine block by block and, unless
+  ``wait_end_of_query=1``, sent chunked as blocks come once there are more than two. A failure
+  before that is an ordinary error response; a failure after it cannot change the status any
+  more, so the exception is written into the body between ``__exception__`` markers and the
+  response's ``X-ClickHouse-Exception-Tag``, as ClickHouse 25.11+ does.
 * Response headers: ``X-ClickHouse-Server-Display-Name``, ``-Query-Id``, ``-Format``,
-  ``-Timezone``, ``-Summary`` (read/written rows and bytes, elapsed_ns), ``Content-Type`` by format;
-  errors carry ``X-ClickHouse-Exception-Code``, the HTTP status ClickHouse maps the code to, and
-  the body ``Code: N. DB::Exception: ... (NAME) (version V)``.
+  ``-Timezone``, ``-Summary`` (read/written rows and bytes, elapsed_ns), ``-Exception-Tag``,
+  ``Content-Type`` by format; errors carry ``X-ClickHouse-Exception-Code``, the HTTP status
+  ClickHouse maps the code to, and the body ``Code: N. DB::Exception: ... (NAME) (version V)``.
+* HTTPS on a second port when a TLS context is given (``LocalCluster(tls=True)``).
+* ``system.query_log`` (the engine's; its ``query_id`` is the engine's own id, not the HTTP one).
 * Compression: responses per ``Accept-Encoding`` when ``enable_http_compression=1`` (gzip, deflate,
   zstd, lz4 frame, br if ``brotli`` is importable); request bodies per ``Content-Encoding``.
 
@@ -34,14 +48,16 @@ Not faithful / not implemented:
 
 * ``compress=1`` / ``decompress=1`` (ClickHouse's native block compression with checksums) are
   refused with NOT_IMPLEMENTED (48, HTTP 501); use HTTP compression instead.
-* Results are buffered whole and sent with ``Content-Length`` (as with ``wait_end_of_query=1``);
-  no ``X-ClickHouse-Progress`` headers, ``send_progress_in_http_headers`` is accepted and ignored.
+* No ``X-ClickHouse-Progress`` headers (``send_progress_in_http_headers`` is accepted and
+  ignored); a streamed response's ``X-ClickHouse-Summary`` is the one at its start.
 * ``X-ClickHouse-Summary`` has no ``result_rows``/``result_bytes``/``total_rows_to_read``.
-* ``client_protocol_version`` is accepted and ignored (Native output is the protocol-0 form; the
-  client notices and uses protocol 0), external data tables (multipart files) are refused.
+* Formats with a header, prefix or suffix (JSON, XML, Arrow, Parquet, ...WithNames) are produced
+  whole: chdb writes each streamed block as a complete document of such a format.
 * Readonly for a *session* request (GET or ``readonly`` parameter) is decided from the statement's
   first keyword instead of by the engine (sessionless requests use the engine's own check).
-* Only the ``default`` user; no quotas, roles, access rights.
+* Users are this front end's: the engine runs every query as its one user ``default`` (so
+  ``currentUser()`` is ``default``); no quotas, roles, row policies or grants (chdb has no
+  writable access storage), and users made with ``CREATE USER`` cannot log in.
 * Each replica is a separate engine: replicas do NOT replicate to each other (ReplicatedMergeTree
   is not available; run DDL and inserts on every replica, e.g. ``LocalCluster.on_all``).
 
@@ -313,6 +329,29 @@ class _Plan:
 
 def _same(block: bytes) -> bytes:
     return block
+
+
+class _Chunks:
+    """A streamed body whose ``close()`` releases the query's resources even if iteration never
+    started (a generator's ``finally`` does not run then: a HEAD request, a client gone early)."""
+
+    def __init__(self, blocks: Iterator[bytes], finish: Callable[[], None]) -> None:
+        self._blocks = blocks
+        self._finish = finish
+
+    def __iter__(self) -> _Chunks:
+        return self
+
+    def __next__(self) -> bytes:
+        return next(self._blocks)
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._blocks, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self._finish()
 
 
 @dataclass
@@ -788,6 +827,10 @@ class ReplicaServer:
         def encode(data: bytes) -> bytes:
             return compressor.chunk(data) if compressor is not None and data else data
 
+        def finish() -> None:
+            p.stream.cancel()  # no-op when finished; stops the engine when the client went away
+            p.cleanup.close()  # idempotent: the query's connection, session lock, query id
+
         def blocks() -> Iterator[bytes]:
             try:
                 for data in p.ready:
@@ -805,10 +848,9 @@ class ReplicaServer:
                 if compressor is not None:
                     yield compressor.end()
             finally:
-                p.stream.cancel()  # no-op when finished; stops the engine when the client went away
-                p.cleanup.close()
+                finish()
 
-        return Response(200, headers, chunks=blocks())
+        return Response(200, headers, chunks=_Chunks(blocks(), finish))
 
     @staticmethod
     def _split(url_query: str | None, body: bytes) -> _Statement:
