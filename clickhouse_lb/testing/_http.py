@@ -31,6 +31,7 @@ import h11
 log = logging.getLogger("clickhouse_lb.testing.http")
 
 _RECV_SIZE = 65536
+_SEND_SLICE = 1 << 20
 _MAX_HEAD = 1 << 20
 #: Idle keep-alive connections are closed after this many seconds (ClickHouse: keep_alive_timeout).
 KEEP_ALIVE_TIMEOUT = 30.0
@@ -162,23 +163,23 @@ class _ConnectionHandler(socketserver.BaseRequestHandler):
         if response.chunks is None or head_only:
             head = self._head(conn, response, len(response.body))
             if head_only:
-                sock.sendall(head + (conn.send(h11.EndOfMessage()) or b""))
+                _send_all(sock, head + (conn.send(h11.EndOfMessage()) or b""))
                 return
             data = conn.send(h11.Data(data=response.body)) if response.body else b""
-            sock.sendall(head + (data or b"") + (conn.send(h11.EndOfMessage()) or b""))
+            _send_all(sock, head + (data or b"") + (conn.send(h11.EndOfMessage()) or b""))
             return
         pending = self._head(conn, response, None)  # no length: chunked (HTTP/1.1) or until close (1.0)
         try:
             for chunk in response.chunks:
                 if chunk:
-                    sock.sendall(pending + (conn.send(h11.Data(data=chunk)) or b""))
+                    _send_all(sock, pending + (conn.send(h11.Data(data=chunk)) or b""))
                     pending = b""
         except OSError:
             raise
         except Exception:
             log.exception("streamed response failed; dropping the connection")
             raise OSError("streamed response failed") from None
-        sock.sendall(pending + (conn.send(h11.EndOfMessage()) or b""))
+        _send_all(sock, pending + (conn.send(h11.EndOfMessage()) or b""))
 
     @staticmethod
     def _send_bad_request(sock: socket.socket, conn: h11.Connection, exc: h11.RemoteProtocolError) -> None:
@@ -200,6 +201,15 @@ class _ConnectionHandler(socketserver.BaseRequestHandler):
             sock.sendall((head or b"") + data)
         except (OSError, h11.LocalProtocolError):
             pass
+
+
+def _send_all(sock: socket.socket, data: bytes) -> None:
+    """``sendall`` in slices: Python applies a socket's timeout to a whole ``sendall``, so one call
+    for a big body would fail on a slow reader after KEEP_ALIVE_TIMEOUT; per slice it means
+    "the client read nothing for that long"."""
+    view = memoryview(data)
+    for start in range(0, len(view), _SEND_SLICE):
+        sock.sendall(view[start : start + _SEND_SLICE])
 
 
 def _header_dict(headers: Any) -> dict[str, str]:
