@@ -599,7 +599,8 @@ class ReplicaServer:
         elif "password" in params:
             password = params["password"]
         known = self.users.get(user)
-        if known is None or not secrets.compare_digest(password.encode(), known.password.encode()):
+        given = password.encode("utf-8", "surrogateescape")  # URL parameters keep undecodable bytes
+        if known is None or not secrets.compare_digest(given, known.password.encode()):
             raise ClickHouseError.make(
                 516, f"{user}: Authentication failed: password is incorrect, or there is no user with such name"
             )
