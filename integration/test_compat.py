@@ -458,6 +458,9 @@ def test_users_and_passwords(secure_cluster: LocalCluster) -> None:
         urllib.request.urlopen(f"http://{host}/?user=alice&password=nope&query=SELECT+1", timeout=10)
     assert http_err.value.code == 403
     assert http_err.value.headers["X-ClickHouse-Exception-Code"] == "516"
+    with pytest.raises(urllib.error.HTTPError) as binary_pw:  # not UTF-8: a wrong password, not a crash
+        urllib.request.urlopen(f"http://{host}/?user=alice&password=%FF%FE&query=SELECT+1", timeout=10)
+    assert binary_pw.value.code == 403
 
 
 def test_readonly_user(secure_cluster: LocalCluster) -> None:
