@@ -1,4 +1,8 @@
-"""From what the user wrote (keywords, a DSN) to one validated pool configuration.
+"""A pool's whole configuration: from what the user wrote (keywords, a DSN) to one validated
+:class:`PoolConfig` (replicas + balancing settings + every replica's client options).
+
+:mod:`clickhouse_lb.settings` holds the balancing settings alone; :mod:`clickhouse_lb.replicas`
+the replica list; this module puts them together with the clickhouse-connect options.
 
 Shared by :func:`clickhouse_lb.get_pool`, :func:`clickhouse_lb.get_async_pool` and the
 SQLAlchemy dialect, so that all three accept the same names and fail the same way.
@@ -12,18 +16,23 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ._redact import mask_options
+from ._values import as_bool
 from .errors import ConfigurationError
-from .settings import (
-    BALANCING_SETTING_NAMES,
-    BalancingSettings,
-    Replica,
-    parse_balancing_settings,
-    parse_dsn,
-    parse_replicas,
-    unknown_name_error,
-)
+from .replicas import DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, Replica, parse_dsn, parse_replicas
+from .settings import BALANCING_SETTING_NAMES, BalancingSettings, parse_balancing_settings, unknown_name_error
 
-__all__ = ["PoolConfig", "async_client_option_names", "resolve_pool_config", "sync_client_option_names"]
+__all__ = [
+    "PoolConfig",
+    "async_client_option_names",
+    "balancing_arguments",
+    "resolve_pool_config",
+    "sync_client_option_names",
+]
+
+#: The option (keyword, DSN and URL parameter) that turns state sharing off for one pool or engine
+#: (see :mod:`clickhouse_lb.shared_state`).
+SHARE_STATE = "share_state"
 
 #: Options the pool decides per replica; a user may not pass them through.
 _POOL_OWNED = {
@@ -33,9 +42,6 @@ _POOL_OWNED = {
     "generic_args": "pass options by name",
     "session_id": "use `with pool.session() as client:` for a session pinned to one replica",
 }
-
-
-_SECRET_OPTIONS = frozenset({"password", "access_token", "token_provider", "client_cert_key", "headers"})
 
 
 def _parameter_names(*callables: Any) -> frozenset[str]:
@@ -83,10 +89,16 @@ class PoolConfig:
     replicas: list[Replica]
     settings: BalancingSettings
     client_options: dict[str, Any]
+    #: Share the balancing state with the process's other pools over the same replica set
+    #: (clickhouse_lb.shared_state); False: a state of this pool's own.
+    share_state: bool = True
 
     def __repr__(self) -> str:
-        shown = {k: ("***" if k in _SECRET_OPTIONS and v else v) for k, v in self.client_options.items()}
-        return f"PoolConfig(replicas={self.replicas!r}, settings={self.settings!r}, client_options={shown!r})"
+        shown = mask_options(self.client_options)
+        return (
+            f"PoolConfig(replicas={self.replicas!r}, settings={self.settings!r}, client_options={shown!r}, "
+            f"share_state={self.share_state!r})"
+        )
 
     @property
     def connect_timeout_seconds(self) -> float | None:
@@ -97,6 +109,13 @@ class PoolConfig:
         return None
 
 
+def balancing_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The balancing settings among a factory's arguments (``get_pool``'s ``locals()``): both
+    factories spell every setting out as a keyword, for ``help()`` and type checkers, and
+    hand them on through here."""
+    return {name: arguments[name] for name in BALANCING_SETTING_NAMES if name in arguments}
+
+
 def resolve_pool_config(
     hosts: str | Replica | Iterable[str | Replica] | None,
     *,
@@ -104,15 +123,17 @@ def resolve_pool_config(
     balancing: Mapping[str, Any],
     client_options: Mapping[str, Any],
     valid_client_options: frozenset[str],
+    share_state: bool | str | int | None = None,
 ) -> PoolConfig:
-    """Merge a DSN and keyword arguments (keywords win), validate every name and value."""
+    """Merge a DSN and keyword arguments (keywords win), validate every name and value.
+    ``share_state``: None takes the DSN's ``share_state=``, or True."""
     options = dict(client_options)
     for name in options:
         if name in _POOL_OWNED:
             raise ConfigurationError(f"Option {name!r} is not accepted by a pool: {_POOL_OWNED[name]}")
         if name not in valid_client_options:
             raise unknown_name_error(
-                "option", name, set(valid_client_options) | set(BALANCING_SETTING_NAMES)
+                "option", name, set(valid_client_options) | set(BALANCING_SETTING_NAMES) | {SHARE_STATE}
             )
     given = {name: value for name, value in balancing.items() if value is not None}
     replicas: list[Replica] = []
@@ -127,7 +148,12 @@ def resolve_pool_config(
         if parts.secure and "secure" not in options and "interface" not in options:
             options["secure"] = True
         server_settings = dict(options.get("settings") or {})
+        dsn_share_state = parts.options.get(SHARE_STATE)
+        if share_state is None and dsn_share_state is not None:
+            share_state = dsn_share_state
         for name, value in parts.options.items():
+            if name == SHARE_STATE:
+                continue
             if name in _POOL_OWNED:
                 raise ConfigurationError(f"DSN option {name!r} is not accepted by a pool: {_POOL_OWNED[name]}")
             if name in valid_client_options:
@@ -139,13 +165,14 @@ def resolve_pool_config(
         given = merged_balancing
     if hosts is not None:
         secure = bool(options.get("secure")) or str(options.get("interface", "")).lower() == "https"
-        replicas = parse_replicas(hosts, default_port=8443 if secure else 8123)
+        replicas = parse_replicas(hosts, default_port=DEFAULT_HTTPS_PORT if secure else DEFAULT_HTTP_PORT)
     if not replicas:
         raise ConfigurationError(
             "No replicas given: pass hosts=['ch-1:8123', 'ch-2:8123'] or dsn='clickhouse://ch-1:8123,ch-2:8123/db'"
         )
     settings = parse_balancing_settings(given)
-    return PoolConfig(replicas, settings, options)
+    share = True if share_state is None else as_bool(SHARE_STATE, share_state)
+    return PoolConfig(replicas, settings, options, share_state=share)
 
 
 def connect_timeout_argument(seconds: float) -> int:
