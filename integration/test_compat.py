@@ -561,3 +561,13 @@ def test_head_of_a_streamed_query_releases_it(healthy_clickhouse_cluster: Cluste
     assert again.status == 200, again.read()
     assert again.read() == "".join(f"{i}\n" for i in range(100000)).encode()
     conn.close()
+
+
+def test_tls_with_same_port_replicas_and_a_restart() -> None:
+    """Each replica's HTTPS port is found in shared-port mode too, and kept across a restart."""
+    with LocalCluster(replicas=2, shared_port=True, tls=True) as cluster:
+        assert [cluster.client(i, secure=True).command("SELECT getMacro('replica')") for i in range(2)] == ["r1", "r2"]
+        before = cluster.https_address(1)
+        cluster.restart(1)
+        assert cluster.https_address(1) == before
+        assert cluster.client(1, secure=True).command("SELECT 1") == 1
