@@ -148,7 +148,7 @@ class Balancer:
         return index
 
     def record_failure(self, index: int, failure: Failure) -> int:
-        return self.record_error(index, failure.reason)
+        return self.record_error(index, failure.reason, kind=failure.kind)
 
     def replica_failure(self, index: int, exc: BaseException) -> Failure | None:
         """Classify a failed call on replica ``index``: a replica failure is counted and
@@ -164,17 +164,34 @@ class Balancer:
         if answered:
             self.record_success(index)
         else:
-            self.record_error(index, "ping failed")
+            self.record_error(index, "ping failed", kind="ping")
         return answered
 
-    def record_error(self, index: int, reason: str) -> int:
+    def record_error(self, index: int, reason: str, kind: str = "recorded") -> int:
+        """Count an error; ``kind`` says what failed (see :class:`ErrorRecordedEvent`)."""
         reason = redact(reason)
         count = self.state.record_error(index, reason)
         address = self.addresses[index]
         logger.debug("error recorded against %s (errors_count=%d): %s", address, count, reason)
         if self.listeners:
-            self.listeners.emit("on_error_recorded", ErrorRecordedEvent(address, count, reason))
+            self.listeners.emit("on_error_recorded", ErrorRecordedEvent(address, count, reason, kind))
         return count
+
+    def readmit(self, index: int, reason: str) -> bool:
+        """Clear a replica's error count (health probes saw it answer again); False when there
+        was nothing to clear."""
+        if not self.state.clear_errors(index):
+            return False
+        self._recovered([index], reason)
+        return True
+
+    def error_counts(self) -> list[int]:
+        """Errors per replica, decayed to now (a look: the decay clock does not move)."""
+        return [c.errors for c in self.state.counts()]
+
+    def suspects(self) -> list[bool]:
+        """Per replica: it has errors, or its latest attempt failed (probed more often)."""
+        return [c.errors > 0 or c.last_attempt_failed for c in self.state.counts()]
 
     def record_slowdown(self, index: int) -> int:
         return self.state.record_slowdown(index)

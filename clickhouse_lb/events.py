@@ -19,6 +19,8 @@ __all__ = [
     "ErrorRecordedEvent",
     "FailoverEvent",
     "PoolListener",
+    "ProbeEvent",
+    "ReplicaDownEvent",
     "ReplicaRecoveredEvent",
     "logger",
 ]
@@ -28,11 +30,15 @@ logger = logging.getLogger("clickhouse_lb")
 
 @dataclass(frozen=True)
 class ErrorRecordedEvent:
-    """An error was counted against ``address``; ``errors_count`` is the new (capped) count."""
+    """An error was counted against ``address``; ``errors_count`` is the new (capped) count.
+    ``kind``: what failed (a :class:`~clickhouse_lb.classify.Failure` kind such as ``connect``
+    or ``timeout``, ``probe`` for a failed health probe, ``ping`` for a failed ``pool.ping()``,
+    ``recorded`` for ``pool.record_error``)."""
 
     address: str
     errors_count: int
     error: str
+    kind: str = "recorded"
 
 
 @dataclass(frozen=True)
@@ -48,11 +54,31 @@ class FailoverEvent:
 
 @dataclass(frozen=True)
 class ReplicaRecoveredEvent:
-    """``address`` is back: its counts decayed to zero (``reason="decayed"``) or an attempt on
-    it succeeded after a failure (``reason="succeeded"``)."""
+    """``address`` is back: its counts decayed to zero (``reason="decayed"``), an attempt on
+    it succeeded after a failure (``reason="succeeded"``), or health probes re-admitted it
+    and cleared its error count (``reason="probe"``)."""
 
     address: str
     reason: str
+
+
+@dataclass(frozen=True)
+class ProbeEvent:
+    """A background health probe of ``address`` finished: answered (``ok``) or not, after
+    ``latency`` seconds; ``error`` says why not."""
+
+    address: str
+    ok: bool
+    latency: float
+    error: str | None
+
+
+@dataclass(frozen=True)
+class ReplicaDownEvent:
+    """Health probes marked ``address`` down (``health_check_fall`` consecutive failures)."""
+
+    address: str
+    error: str
 
 
 class PoolListener:
@@ -66,6 +92,12 @@ class PoolListener:
 
     def on_replica_recovered(self, event: ReplicaRecoveredEvent) -> None:
         """A replica returned to rotation."""
+
+    def on_probe(self, event: ProbeEvent) -> None:
+        """A background health probe finished (called from the probe worker)."""
+
+    def on_replica_down(self, event: ReplicaDownEvent) -> None:
+        """Health probes marked a replica down."""
 
 
 class ListenerSet:

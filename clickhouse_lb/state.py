@@ -156,6 +156,15 @@ class ReplicaSetState:
                 self._last_error_time[index] = wall_time
             return count
 
+    def clear_errors(self, index: int) -> bool:
+        """Forget replica ``index``'s errors (health probes re-admitted it); slowdowns stay.
+        Returns False when there was nothing to clear."""
+        with self._lock:
+            had = self._errors[index] > 0 or self._failed[index]
+            self._errors[index] = 0
+            self._failed[index] = False
+            return had
+
     def record_slowdown(self, index: int) -> int:
         with self._lock:
             self._slowdowns[index] += 1

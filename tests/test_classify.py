@@ -105,3 +105,25 @@ def test_a_server_error_is_sent_even_with_an_earlier_transport_error_in_its_cont
     except DatabaseError as error:
         failure = classify(error)
     assert (failure.replica, failure.sent, failure.code) == (True, True, 210)
+
+
+KINDS: dict[str, str] = {
+    "connection refused": "connect",
+    "DNS failure": "connect",
+    "read timeout": "timeout",
+    "reset after send": "disconnect",
+    "aiohttp connect": "connect",
+    "aiohttp disconnect": "disconnect",
+    "asyncio timeout": "timeout",
+    "proxy 503": "http_status",
+    "NETWORK_ERROR": "server_error",
+    "TABLE_IS_READ_ONLY": "server_error",
+    "UNKNOWN_TABLE": "query",
+    "type error": "query",
+}
+
+
+@pytest.mark.parametrize("what", sorted(KINDS))
+def test_failure_kind_says_whether_a_ping_could_disprove_it(what: str) -> None:
+    make = next(c[1] for c in CASES if c[0] == what)
+    assert classify(make()).kind == KINDS[what]

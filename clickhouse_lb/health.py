@@ -1,0 +1,378 @@
+"""Background health probes, decided without I/O: when to probe which replica, and what an
+outcome does to its state.
+
+The probe worker (:mod:`clickhouse_lb.probing`) only sends ``GET /ping`` and reports back;
+every decision is here, driven by an injected clock so that tests need no sleeps.
+
+* **When.** Every replica is probed every ``health_check_interval_ms`` (the sweep). A replica
+  that is *suspect* (it has errors, its last attempt failed, or the probes see it down) is
+  probed every ``health_check_fast_interval_ms`` instead. At most one probe per replica is in
+  flight.
+* **Down.** ``health_check_fall`` consecutive failed probes mark a replica down; from then on
+  every failed probe counts one error against it (like a failed connection attempt on the
+  server, so ``distributed_replica_max_ignored_errors`` is soon exceeded), and statements route
+  away before any of them pays a timeout.
+* **Re-admission.** ``health_check_rise`` consecutive successful probes, all started after the
+  replica's latest error, re-admit it: its error count is cleared (slowdowns are kept) and a
+  recovery event with ``reason="probe"`` is emitted. Which errors a ping may clear:
+
+  - after an outage the probes saw (the replica was marked down): all of them, since the
+    outage explains the errors counted around it;
+  - otherwise only *reachability* errors (a refused or cut connection, a proxy's 502/503, a
+    failed probe or ping). A count that holds an error the server answered (a replica error
+    code), a timeout (alive but slow?), or an error the application recorded
+    (``pool.record_error``, e.g. stale data) is **not** healed by a ping: it decays as on the
+    server.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from enum import Enum
+from typing import Any, NamedTuple, Protocol
+
+from .classify import REACHABILITY_KINDS
+from .errors import ConfigurationError
+from .events import ErrorRecordedEvent, ListenerSet, ProbeEvent, ReplicaDownEvent, ReplicaRecoveredEvent, logger
+from .settings import _as_int, unknown_name_error
+from .state import Clock
+
+__all__ = [
+    "HEALTH_SETTING_NAMES",
+    "HealthMonitor",
+    "HealthSettings",
+    "HealthTarget",
+    "ProbeOutcome",
+    "ProbeSchedule",
+    "ProbeState",
+    "ProbeStatus",
+    "parse_health_settings",
+]
+
+#: Error kinds a successful probe run may clear (besides after an outage the probes saw).
+PING_HEALABLE_KINDS = REACHABILITY_KINDS | {"probe", "ping"}
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    """How the background probes run. Milliseconds, in the style of ClickHouse's
+    ``connect_timeout_with_failover_ms``; ``health_check_interval_ms=0`` turns probing off."""
+
+    #: Every replica is probed this often (the sweep); 0: no probes at all (decay only).
+    health_check_interval_ms: int = 1000
+    #: Suspect replicas (errors, a failed last attempt, marked down) are probed this often.
+    health_check_fast_interval_ms: int = 200
+    #: A probe that has no answer after this long has failed.
+    health_check_timeout_ms: int = 500
+    #: Consecutive successful probes that re-admit a replica.
+    health_check_rise: int = 2
+    #: Consecutive failed probes that mark a replica down (each failed probe from then on counts an error).
+    health_check_fall: int = 1
+
+    @property
+    def enabled(self) -> bool:
+        return self.health_check_interval_ms > 0
+
+    @property
+    def interval(self) -> float:
+        return self.health_check_interval_ms / 1000.0
+
+    @property
+    def fast_interval(self) -> float:
+        return self.health_check_fast_interval_ms / 1000.0
+
+    @property
+    def timeout(self) -> float:
+        return self.health_check_timeout_ms / 1000.0
+
+
+HEALTH_SETTING_NAMES: tuple[str, ...] = tuple(f.name for f in fields(HealthSettings))
+
+_MINIMUMS = {
+    "health_check_interval_ms": 0,
+    "health_check_fast_interval_ms": 1,
+    "health_check_timeout_ms": 1,
+    "health_check_rise": 1,
+    "health_check_fall": 1,
+}
+
+NO_PROBES = HealthSettings(health_check_interval_ms=0)
+
+
+def parse_health_settings(values: Mapping[str, Any]) -> HealthSettings:
+    """Validate probe settings given by name (strings allowed, as from a URL)."""
+    parsed: dict[str, int] = {}
+    for name, value in values.items():
+        if name not in HEALTH_SETTING_NAMES:
+            raise unknown_name_error("health check setting", name, HEALTH_SETTING_NAMES)
+        if value is not None:
+            parsed[name] = _as_int(name, value, minimum=_MINIMUMS[name])
+    settings = HealthSettings(**parsed)
+    if settings.enabled and settings.health_check_fast_interval_ms > settings.health_check_interval_ms:
+        raise ConfigurationError(
+            f"Bad health_check_fast_interval_ms {settings.health_check_fast_interval_ms}: it must not exceed "
+            f"health_check_interval_ms ({settings.health_check_interval_ms}); suspect replicas are probed more often"
+        )
+    return settings
+
+
+class ProbeState(str, Enum):
+    """What the probes think of a replica."""
+
+    OFF = "off"  # probing is turned off
+    UNKNOWN = "unknown"  # not probed yet
+    UP = "up"
+    DOWN = "down"  # health_check_fall consecutive probes failed, not re-admitted yet
+
+
+class ProbeOutcome(NamedTuple):
+    """One probe's result: answered ``Ok.`` or not, in how many seconds, and why not."""
+
+    ok: bool
+    latency: float
+    error: str | None = None
+
+
+class Verdict(str, Enum):
+    """What one probe outcome does to the replica's error count."""
+
+    NOTHING = "nothing"
+    COUNT_ERROR = "count_error"
+    READMIT = "readmit"
+
+
+class ProbeStatus(NamedTuple):
+    """A replica's probe state for ``pool.replicas`` and ``clickhouse-lb status``."""
+
+    probe_state: ProbeState
+    last_probe_time: float | None  # time.time() of the latest finished probe
+    probe_latency: float | None  # seconds, of the latest answered probe
+    last_probe_error: str | None
+
+
+class _Replica:
+    __slots__ = (
+        "epoch",
+        "failures",
+        "healable",
+        "in_flight",
+        "last_error",
+        "last_latency",
+        "last_started",
+        "last_time",
+        "started_epoch",
+        "state",
+        "successes",
+    )
+
+    def __init__(self) -> None:
+        self.state = ProbeState.UNKNOWN
+        self.successes = 0  # consecutive, all started after the latest error
+        self.failures = 0  # consecutive
+        self.in_flight = False
+        self.last_started: float | None = None  # monotonic
+        self.last_time: float | None = None  # wall clock
+        self.last_latency: float | None = None
+        self.last_error: str | None = None
+        self.epoch = 0  # bumped by every error counted against the replica
+        self.started_epoch = 0  # the epoch the in-flight probe started in
+        self.healable = True  # every error in the current count is one a ping disproves
+
+
+class ProbeSchedule:
+    """Which replica to probe when, and the verdict of each outcome. Thread-safe; no I/O."""
+
+    def __init__(self, size: int, settings: HealthSettings, *, clock: Clock = time.monotonic) -> None:
+        self.settings = settings
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._replicas = [_Replica() for _ in range(size)]
+
+    def _interval(self, replica: _Replica, suspect: bool) -> float:
+        if suspect or replica.state is not ProbeState.UP:
+            return self.settings.fast_interval
+        return self.settings.interval
+
+    def due(self, suspects: Sequence[bool]) -> list[int]:
+        """The replicas to probe now (each is then in flight until :meth:`finish`)."""
+        now = self._clock()
+        chosen = []
+        with self._lock:
+            for i, replica in enumerate(self._replicas):
+                if replica.in_flight:
+                    continue
+                last = replica.last_started
+                if last is None or now - last >= self._interval(replica, suspects[i]):
+                    replica.in_flight = True
+                    replica.last_started = now
+                    replica.started_epoch = replica.epoch
+                    chosen.append(i)
+        return chosen
+
+    def next_wakeup(self, suspects: Sequence[bool]) -> float:
+        """Seconds until some replica is due (0: now). Never more than the fast interval, so
+        that a replica which becomes suspect meanwhile is probed soon."""
+        now = self._clock()
+        wait = self.settings.fast_interval
+        with self._lock:
+            for i, replica in enumerate(self._replicas):
+                if replica.in_flight:
+                    continue
+                if replica.last_started is None:
+                    return 0.0
+                wait = min(wait, replica.last_started + self._interval(replica, suspects[i]) - now)
+        return max(0.0, wait)
+
+    def note_error(self, index: int, kind: str) -> None:
+        """An error was counted against the replica (by anyone): successes so far no longer
+        count towards re-admission, and an error a ping cannot disprove makes it stick."""
+        with self._lock:
+            replica = self._replicas[index]
+            replica.epoch += 1
+            replica.successes = 0
+            if kind not in PING_HEALABLE_KINDS:
+                replica.healable = False
+
+    def note_cleared(self, index: int) -> None:
+        """The replica's error count reached zero (decay): nothing is left to stick."""
+        with self._lock:
+            self._replicas[index].healable = True
+
+    def finish(self, index: int, outcome: ProbeOutcome, *, errors_count: int, wall_time: float) -> Verdict:
+        """Record a finished probe; the verdict says what to do to the replica's count."""
+        settings = self.settings
+        with self._lock:
+            replica = self._replicas[index]
+            replica.in_flight = False
+            replica.last_time = wall_time
+            if not outcome.ok:
+                replica.successes = 0
+                replica.failures += 1
+                replica.last_error = outcome.error
+                if replica.failures < settings.health_check_fall:
+                    return Verdict.NOTHING
+                replica.state = ProbeState.DOWN
+                return Verdict.COUNT_ERROR
+            replica.failures = 0
+            replica.last_latency = outcome.latency
+            replica.last_error = None
+            if replica.started_epoch == replica.epoch:  # no error was counted while it ran
+                replica.successes += 1
+            if replica.state is ProbeState.DOWN:
+                if replica.successes < settings.health_check_rise:
+                    return Verdict.NOTHING
+                replica.state = ProbeState.UP
+                replica.healable = True
+                return Verdict.READMIT
+            replica.state = ProbeState.UP
+            if errors_count and replica.healable and replica.successes >= settings.health_check_rise:
+                return Verdict.READMIT
+            return Verdict.NOTHING
+
+    def is_down(self, index: int) -> bool:
+        return self._replicas[index].state is ProbeState.DOWN
+
+    def statuses(self) -> list[ProbeStatus]:
+        with self._lock:
+            return [
+                ProbeStatus(r.state, r.last_time, r.last_latency, r.last_error) for r in self._replicas
+            ]
+
+    def abandon_in_flight(self) -> None:
+        """Forget probes that will never finish (their worker stopped)."""
+        with self._lock:
+            for replica in self._replicas:
+                replica.in_flight = False
+
+    def reset(self) -> None:
+        """After fork: the child has none of the parent's threads, and the lock may have been
+        held by one of them when the process forked."""
+        self._lock = threading.Lock()
+        for replica in self._replicas:
+            replica.in_flight = False
+
+
+class HealthTarget(Protocol):
+    """What the monitor needs from the balancer."""
+
+    addresses: tuple[str, ...]
+    listeners: ListenerSet
+
+    def suspects(self) -> list[bool]:
+        """Per replica: has errors, or its latest attempt failed."""
+
+    def error_counts(self) -> list[int]: ...
+
+    def record_error(self, index: int, reason: str, kind: str = ...) -> int: ...
+
+    def readmit(self, index: int, reason: str) -> bool:
+        """Clear the replica's error count (keep slowdowns); False when there was nothing to clear."""
+
+
+class HealthMonitor:
+    """The probe schedule tied to a balancer: the drivers ask :meth:`due`, probe, and hand each
+    outcome to :meth:`finish`. Also a listener of the balancer's own events, to learn about
+    errors counted by statements and the application."""
+
+    def __init__(self, target: HealthTarget, settings: HealthSettings, *, clock: Clock = time.monotonic) -> None:
+        self.target = target
+        self.settings = settings
+        self.schedule = ProbeSchedule(len(target.addresses), settings, clock=clock)
+        self._index = {address: i for i, address in enumerate(target.addresses)}
+        target.listeners.add(self)
+
+    def detach(self) -> None:
+        self.target.listeners.remove(self)
+
+    def due(self) -> list[int]:
+        return self.schedule.due(self._suspects())
+
+    def next_wakeup(self) -> float:
+        return self.schedule.next_wakeup(self._suspects())
+
+    def _suspects(self) -> list[bool]:
+        suspects = self.target.suspects()
+        return [s or self.schedule.is_down(i) for i, s in enumerate(suspects)]
+
+    def finish(self, index: int, outcome: ProbeOutcome) -> Verdict:
+        address = self.target.addresses[index]
+        errors = self.target.error_counts()[index]
+        was_down = self.schedule.is_down(index)
+        verdict = self.schedule.finish(index, outcome, errors_count=errors, wall_time=time.time())
+        if outcome.ok:
+            logger.debug("probe of %s answered in %.1f ms", address, outcome.latency * 1000)
+        else:
+            logger.debug("probe of %s failed after %.1f ms: %s", address, outcome.latency * 1000, outcome.error)
+        listeners = self.target.listeners
+        listeners.emit("on_probe", ProbeEvent(address, outcome.ok, outcome.latency, outcome.error))
+        if verdict is Verdict.COUNT_ERROR:
+            reason = f"probe failed: {outcome.error}" if outcome.error else "probe failed"
+            self.target.record_error(index, reason, kind="probe")
+            if not was_down:
+                logger.warning("replica %s is down: %s", address, reason)
+                listeners.emit("on_replica_down", ReplicaDownEvent(address, reason))
+        elif verdict is Verdict.READMIT:
+            self.target.readmit(index, "probe")
+        return verdict
+
+    def statuses(self) -> list[ProbeStatus]:
+        return self.schedule.statuses()
+
+    # -- the balancer's events -------------------------------------------------------------
+
+    def on_error_recorded(self, event: ErrorRecordedEvent) -> None:
+        index = self._index.get(event.address)
+        if index is not None:
+            self.schedule.note_error(index, event.kind)
+
+    def on_replica_recovered(self, event: ReplicaRecoveredEvent) -> None:
+        index = self._index.get(event.address)
+        if index is not None and event.reason in ("decayed", "probe"):
+            self.schedule.note_cleared(index)
+
+
+def probe_statuses_off(size: int) -> list[ProbeStatus]:
+    return [ProbeStatus(ProbeState.OFF, None, None, None)] * size
