@@ -1,0 +1,300 @@
+"""Health probes without I/O: the schedule, rise/fall, and which errors a ping may clear.
+
+A real Balancer with an injected clock; probe outcomes are handed in by the test.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from clickhouse_lb.balancer import Balancer
+from clickhouse_lb.classify import classify
+from clickhouse_lb.errors import ConfigurationError
+from clickhouse_lb.events import ProbeEvent, ReplicaDownEvent, ReplicaRecoveredEvent
+from clickhouse_lb.health import (
+    HealthMonitor,
+    HealthSettings,
+    ProbeOutcome,
+    ProbeState,
+    Verdict,
+    parse_health_settings,
+)
+from clickhouse_lb.settings import BalancingSettings, LoadBalancing, Replica
+
+from .conftest import FakeClock
+from .fakes import read_timeout, refused, reset_after_send, server_error
+
+OK = ProbeOutcome(True, 0.001)
+FAIL = ProbeOutcome(False, 0.5, "timed out")
+A, B, C = 0, 1, 2
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    def on_replica_recovered(self, event: ReplicaRecoveredEvent) -> None:
+        self.events.append(event)
+
+    def on_replica_down(self, event: ReplicaDownEvent) -> None:
+        self.events.append(event)
+
+    def on_probe(self, event: ProbeEvent) -> None:
+        self.events.append(event)
+
+
+def make(clock: FakeClock, **health: Any) -> tuple[Balancer, HealthMonitor, Recorder]:
+    recorder = Recorder()
+    balancer = Balancer(
+        [Replica("a"), Replica("b"), Replica("c")],
+        BalancingSettings(load_balancing=LoadBalancing.IN_ORDER),
+        clock=clock,
+        listeners=[recorder],
+    )
+    monitor = HealthMonitor(balancer, parse_health_settings(health), clock=clock)
+    return balancer, monitor, recorder
+
+
+def errors(balancer: Balancer) -> list[int]:
+    return [s.errors_count for s in balancer.statuses()]
+
+
+def probe(monitor: HealthMonitor, index: int, outcome: ProbeOutcome) -> Verdict:
+    assert index in monitor.due() or monitor.schedule._replicas[index].in_flight
+    return monitor.finish(index, outcome)
+
+
+# -- settings --------------------------------------------------------------------------------
+
+
+def test_defaults_probe_every_second_and_suspects_five_times_a_second() -> None:
+    settings = HealthSettings()
+    assert settings.enabled
+    assert (settings.interval, settings.fast_interval, settings.timeout) == (1.0, 0.2, 0.5)
+    assert (settings.health_check_rise, settings.health_check_fall) == (2, 1)
+
+
+def test_settings_come_as_strings_from_urls_and_zero_turns_probing_off() -> None:
+    settings = parse_health_settings({"health_check_interval_ms": "0", "health_check_rise": "3"})
+    assert not settings.enabled
+    assert settings.health_check_rise == 3
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"health_check_intervall_ms": 5}, "Did you mean health_check_interval_ms"),
+        ({"health_check_rise": 0}, "Bad health_check_rise 0: must be >= 1"),
+        ({"health_check_timeout_ms": "soon"}, "Bad health_check_timeout_ms 'soon': expected an integer"),
+        ({"health_check_interval_ms": -1}, "must be >= 0"),
+        ({"health_check_fast_interval_ms": 2000}, "must not exceed health_check_interval_ms (1000)"),
+    ],
+)
+def test_bad_settings_name_the_value_and_the_rule(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        parse_health_settings(values)
+    assert message in str(info.value)
+
+
+# -- schedule --------------------------------------------------------------------------------
+
+
+def test_first_look_probes_every_replica_once(clock: FakeClock) -> None:
+    _, monitor, _ = make(clock)
+    assert monitor.next_wakeup() == 0.0
+    assert monitor.due() == [A, B, C]
+    assert monitor.due() == []  # one probe in flight per replica
+
+
+def test_healthy_replicas_are_swept_every_interval(clock: FakeClock) -> None:
+    _, monitor, _ = make(clock)
+    for i in monitor.due():
+        monitor.finish(i, OK)
+    clock.advance(0.999)
+    assert monitor.due() == []
+    assert monitor.next_wakeup() == pytest.approx(0.001)
+    clock.advance(0.001)
+    assert monitor.due() == [A, B, C]
+
+
+def test_a_replica_with_errors_is_probed_at_the_fast_interval(clock: FakeClock) -> None:
+    balancer, monitor, _ = make(clock)
+    for i in monitor.due():
+        monitor.finish(i, OK)
+    balancer.record_failure(B, classify(refused()))
+    clock.advance(0.2)
+    assert monitor.due() == [B]
+
+
+def test_the_worker_never_sleeps_longer_than_the_fast_interval(clock: FakeClock) -> None:
+    # A replica can become suspect at any moment; it must be probed soon after.
+    _, monitor, _ = make(clock, health_check_interval_ms=60_000)
+    for i in monitor.due():
+        monitor.finish(i, OK)
+    assert monitor.next_wakeup() == pytest.approx(0.2)
+
+
+def test_a_probe_in_flight_is_not_doubled(clock: FakeClock) -> None:
+    _, monitor, _ = make(clock)
+    assert monitor.due() == [A, B, C]
+    for i in (B, C):
+        monitor.finish(i, OK)
+    clock.advance(5)
+    assert monitor.due() == [B, C]  # A's probe (hung?) still runs
+
+
+# -- down ------------------------------------------------------------------------------------
+
+
+def test_a_failed_probe_counts_an_error_so_statements_route_away(clock: FakeClock) -> None:
+    balancer, monitor, recorder = make(clock)
+    monitor.due()
+    assert monitor.finish(A, FAIL) is Verdict.COUNT_ERROR
+    assert errors(balancer) == [1, 0, 0]
+    assert balancer.plan() == ["b:8123", "c:8123", "a:8123"]
+    assert monitor.statuses()[A].probe_state is ProbeState.DOWN
+    assert [e for e in recorder.events if isinstance(e, ReplicaDownEvent)] == [
+        ReplicaDownEvent("a:8123", "probe failed: timed out")
+    ]
+
+
+def test_every_failed_probe_of_a_down_replica_counts_so_ignored_errors_are_soon_exceeded(clock: FakeClock) -> None:
+    balancer, monitor, recorder = make(clock)
+    for _ in range(3):
+        probe(monitor, A, FAIL)
+        clock.advance(0.2)
+    assert errors(balancer)[A] == 3
+    assert sum(isinstance(e, ReplicaDownEvent) for e in recorder.events) == 1  # one transition
+
+
+def test_fall_is_the_number_of_consecutive_failures_before_counting(clock: FakeClock) -> None:
+    balancer, monitor, _ = make(clock, health_check_fall=3)
+    verdicts = []
+    for outcome in (FAIL, FAIL, OK, FAIL, FAIL, FAIL, FAIL):
+        verdicts.append(probe(monitor, A, outcome))
+        clock.advance(1)
+    assert verdicts[:6] == [Verdict.NOTHING] * 5 + [Verdict.COUNT_ERROR]
+    assert verdicts[6] is Verdict.COUNT_ERROR
+    assert errors(balancer)[A] == 2
+
+
+# -- re-admission ----------------------------------------------------------------------------
+
+
+def test_rise_consecutive_successes_readmit_after_an_outage(clock: FakeClock) -> None:
+    balancer, monitor, recorder = make(clock)
+    probe(monitor, A, FAIL)
+    balancer.record_failure(A, classify(refused()))  # statements failed too
+    clock.advance(0.2)
+    assert probe(monitor, A, OK) is Verdict.NOTHING  # rise=2: one is not enough
+    assert errors(balancer)[A] == 2
+    clock.advance(0.2)
+    assert probe(monitor, A, OK) is Verdict.READMIT
+    assert errors(balancer)[A] == 0
+    assert balancer.statuses()[A].is_up
+    assert balancer.plan()[0] == "a:8123"
+    assert ReplicaRecoveredEvent("a:8123", "probe") in recorder.events
+    assert monitor.statuses()[A].probe_state is ProbeState.UP
+
+
+def test_a_failure_in_between_restarts_the_rise_count(clock: FakeClock) -> None:
+    balancer, monitor, _ = make(clock, health_check_rise=3)
+    for outcome in (FAIL, OK, OK, FAIL, OK, OK):
+        probe(monitor, A, outcome)
+        clock.advance(0.2)
+    assert errors(balancer)[A] == 2
+    assert probe(monitor, A, OK) is Verdict.READMIT
+
+
+def test_an_outage_the_probes_saw_clears_every_error_counted_around_it(clock: FakeClock) -> None:
+    balancer, monitor, _ = make(clock)
+    balancer.record_failure(A, classify(read_timeout()))  # a statement hung on it
+    probe(monitor, A, FAIL)  # and the probes saw it down
+    clock.advance(0.2)
+    probe(monitor, A, OK)
+    clock.advance(0.2)
+    assert probe(monitor, A, OK) is Verdict.READMIT
+    assert errors(balancer)[A] == 0
+
+
+def test_refused_connections_are_healed_by_probes_that_started_after_them(clock: FakeClock) -> None:
+    balancer, monitor, _ = make(clock)
+    for i in monitor.due():
+        monitor.finish(i, OK)
+    clock.advance(1)
+    assert monitor.due() == [A, B, C]
+    # Killed and restarted between two probes: the statements saw refused connections and
+    # cut-off responses, the probes never saw it down.
+    balancer.record_failure(A, classify(refused()))
+    balancer.record_failure(A, classify(reset_after_send()))
+    assert monitor.finish(A, OK) is Verdict.NOTHING  # started before the errors: proves nothing
+    clock.advance(0.2)
+    assert probe(monitor, A, OK) is Verdict.NOTHING
+    clock.advance(0.2)
+    assert probe(monitor, A, OK) is Verdict.READMIT
+    assert errors(balancer)[A] == 0
+
+
+@pytest.mark.parametrize(
+    "count_error",
+    [
+        pytest.param(lambda b: b.record_error(A, "stale data"), id="recorded by the application"),
+        pytest.param(lambda b: b.record_failure(A, classify(read_timeout())), id="statement timed out"),
+        pytest.param(lambda b: b.record_failure(A, classify(server_error(242, "TABLE_IS_READ_ONLY"))),
+                     id="server answered a replica error"),
+    ],
+)
+def test_errors_a_ping_cannot_disprove_are_not_healed_by_one(clock: FakeClock, count_error: Any) -> None:
+    balancer, monitor, recorder = make(clock)
+    count_error(balancer)
+    balancer.record_failure(A, classify(refused()))  # even mixed with a healable one
+    for _ in range(5):
+        clock.advance(0.2)
+        assert probe(monitor, A, OK) is Verdict.NOTHING
+    assert errors(balancer)[A] == 2
+    assert not [e for e in recorder.events if isinstance(e, ReplicaRecoveredEvent)]
+
+
+def test_once_such_errors_decayed_away_a_new_reachability_error_is_healable(clock: FakeClock) -> None:
+    balancer, monitor, _ = make(clock)
+    balancer.plan_indices()  # the decay clock starts with the first selection
+    balancer.record_error(A, "stale data")
+    clock.advance(60)  # one half-life: 1 >> 1 == 0
+    balancer.plan_indices()  # a statement's selection applies the decay
+    assert errors(balancer)[A] == 0
+    balancer.record_failure(A, classify(refused()))
+    probe(monitor, A, OK)
+    clock.advance(0.2)
+    assert probe(monitor, A, OK) is Verdict.READMIT
+
+
+def test_slowdowns_survive_a_readmission(clock: FakeClock) -> None:
+    balancer, monitor, _ = make(clock)
+    balancer.record_slowdown(A)
+    probe(monitor, A, FAIL)
+    for _ in range(2):
+        clock.advance(0.2)
+        probe(monitor, A, OK)
+    assert (balancer.statuses()[A].errors_count, balancer.statuses()[A].slowdowns_count) == (0, 1)
+
+
+def test_every_probe_is_an_event_and_the_status_keeps_the_last_one(clock: FakeClock) -> None:
+    _, monitor, recorder = make(clock)
+    monitor.due()
+    monitor.finish(A, ProbeOutcome(True, 0.004))
+    monitor.finish(B, ProbeOutcome(False, 0.5, "refused"))
+    assert recorder.events[0] == ProbeEvent("a:8123", True, 0.004, None)
+    assert ProbeEvent("b:8123", False, 0.5, "refused") in recorder.events
+    a, b, c = monitor.statuses()
+    assert (a.probe_state, a.probe_latency, a.last_probe_error) == (ProbeState.UP, 0.004, None)
+    assert a.last_probe_time is not None
+    assert (b.probe_state, b.last_probe_error) == (ProbeState.DOWN, "refused")
+    assert (c.probe_state, c.last_probe_time) == (ProbeState.UNKNOWN, None)
+
+
+def test_detached_monitor_hears_nothing_more(clock: FakeClock) -> None:
+    balancer, monitor, _ = make(clock)
+    monitor.detach()
+    assert monitor not in balancer.listeners._listeners
