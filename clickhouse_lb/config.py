@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigurationError
+from .health import DEFAULT_HEALTH, HEALTH_SETTING_NAMES, HealthSettings, parse_health_settings
 from .settings import (
     BALANCING_SETTING_NAMES,
     BalancingSettings,
@@ -78,15 +79,20 @@ def async_client_option_names() -> frozenset[str]:
 
 @dataclass(frozen=True)
 class PoolConfig:
-    """Everything a pool needs: replicas, balancing settings, options for every replica's client."""
+    """Everything a pool needs: replicas, balancing settings, options for every replica's
+    client, and how the background health probes run."""
 
     replicas: list[Replica]
     settings: BalancingSettings
     client_options: dict[str, Any]
+    health: HealthSettings = DEFAULT_HEALTH
 
     def __repr__(self) -> str:
         shown = {k: ("***" if k in _SECRET_OPTIONS and v else v) for k, v in self.client_options.items()}
-        return f"PoolConfig(replicas={self.replicas!r}, settings={self.settings!r}, client_options={shown!r})"
+        return (
+            f"PoolConfig(replicas={self.replicas!r}, settings={self.settings!r}, client_options={shown!r}, "
+            f"health={self.health!r})"
+        )
 
     @property
     def connect_timeout_seconds(self) -> float | None:
@@ -105,14 +111,19 @@ def resolve_pool_config(
     client_options: Mapping[str, Any],
     valid_client_options: frozenset[str],
 ) -> PoolConfig:
-    """Merge a DSN and keyword arguments (keywords win), validate every name and value."""
+    """Merge a DSN and keyword arguments (keywords win), validate every name and value.
+    Health-check settings (``health_check_*``) may come in ``balancing`` or among the client
+    options (``get_pool``'s ``**kwargs``); a DSN carries them as query parameters."""
     options = dict(client_options)
+    health = {name: options.pop(name) for name in HEALTH_SETTING_NAMES if name in options}
+    balancing = dict(balancing)
+    health.update({name: balancing.pop(name) for name in HEALTH_SETTING_NAMES if name in balancing})
     for name in options:
         if name in _POOL_OWNED:
             raise ConfigurationError(f"Option {name!r} is not accepted by a pool: {_POOL_OWNED[name]}")
         if name not in valid_client_options:
             raise unknown_name_error(
-                "option", name, set(valid_client_options) | set(BALANCING_SETTING_NAMES)
+                "option", name, set(valid_client_options) | set(BALANCING_SETTING_NAMES) | set(HEALTH_SETTING_NAMES)
             )
     given = {name: value for name, value in balancing.items() if value is not None}
     replicas: list[Replica] = []
@@ -127,7 +138,13 @@ def resolve_pool_config(
         if parts.secure and "secure" not in options and "interface" not in options:
             options["secure"] = True
         server_settings = dict(options.get("settings") or {})
-        for name, value in parts.options.items():
+        dsn_options = dict(parts.options)
+        for name in HEALTH_SETTING_NAMES:
+            if name in dsn_options:
+                value = dsn_options.pop(name)
+                if health.get(name) is None:
+                    health[name] = value
+        for name, value in dsn_options.items():
             if name in _POOL_OWNED:
                 raise ConfigurationError(f"DSN option {name!r} is not accepted by a pool: {_POOL_OWNED[name]}")
             if name in valid_client_options:
@@ -145,7 +162,7 @@ def resolve_pool_config(
             "No replicas given: pass hosts=['ch-1:8123', 'ch-2:8123'] or dsn='clickhouse://ch-1:8123,ch-2:8123/db'"
         )
     settings = parse_balancing_settings(given)
-    return PoolConfig(replicas, settings, options)
+    return PoolConfig(replicas, settings, options, parse_health_settings(health))
 
 
 def connect_timeout_argument(seconds: float) -> int:

@@ -99,6 +99,7 @@ _MINIMUMS = {
     "health_check_fall": 1,
 }
 
+DEFAULT_HEALTH = HealthSettings()
 NO_PROBES = HealthSettings(health_check_interval_ms=0)
 
 

@@ -298,3 +298,25 @@ def test_detached_monitor_hears_nothing_more(clock: FakeClock) -> None:
     balancer, monitor, _ = make(clock)
     monitor.detach()
     assert monitor not in balancer.listeners._listeners
+
+
+# -- where the settings come from ------------------------------------------------------------
+
+
+def test_probe_settings_per_pool_in_a_dsn_and_in_a_sqlalchemy_url() -> None:
+    import clickhouse_lb
+    from clickhouse_lb.sqlalchemy.url import engine_args_from_url
+
+    sa = pytest.importorskip("sqlalchemy")
+    with clickhouse_lb.get_pool(["a:8123", "b:8123"], health_check_interval_ms=0) as pool:
+        assert not pool.config.health.enabled
+    dsn = "clickhouse://a:8123,b:8123/db?health_check_rise=3&health_check_fast_interval_ms=100"
+    with clickhouse_lb.get_pool(dsn=dsn, health_check_rise=4) as pool:  # keywords win over the DSN
+        assert (pool.config.health.health_check_rise, pool.config.health.health_check_fast_interval_ms) == (4, 100)
+        assert "health_check_rise" not in (pool.config.client_options.get("settings") or {})
+    url = sa.engine.make_url("clickhousedb+lb://u:p@a,b:8123/db?health_check_timeout_ms=250")
+    assert engine_args_from_url(url).config.health.health_check_timeout_ms == 250
+    with pytest.raises(ConfigurationError, match="Did you mean health_check_rise"):
+        engine_args_from_url(sa.engine.make_url("clickhousedb+lb://u:p@a,b:8123/db?health_check_rize=2"))
+    with pytest.raises(ConfigurationError, match="Bad health_check_fall 'x'"):
+        clickhouse_lb.get_pool(["a:8123"], health_check_fall="x")
