@@ -4,11 +4,14 @@ into the other (the async one imports aiohttp, the sync one must not)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
 from .balancer import Balancer, ReplicaStatus
 from .config import PoolConfig
+from .health import HealthMonitor, probe_statuses_off
 from .settings import BalancingSettings, Replica, split_statement_settings
+from .stats import PoolStats, StatsSnapshot
 
 __all__ = ["PoolBase"]
 
@@ -22,6 +25,13 @@ class PoolBase:
         self.config = config
         self._balancer = balancer or Balancer(config.replicas, config.settings, listeners=listeners)
         self._closed = False
+        self._stats = PoolStats()
+        self._balancer.listeners.add(self._stats)
+        #: Decides the background probes (None when health_check_interval_ms=0); the pools
+        #: add the worker that sends them.
+        self._health: HealthMonitor | None = (
+            HealthMonitor(self._balancer, config.health) if config.health.enabled else None
+        )
 
     @property
     def settings(self) -> BalancingSettings:
@@ -40,8 +50,18 @@ class PoolBase:
     @property
     def replicas(self) -> list[ReplicaStatus]:
         """Per replica: host, port, errors_count, slowdowns_count, estimated_recovery_time,
-        last_error, is_up ... (named like ``system.clusters``)."""
-        return self._balancer.statuses()
+        last_error, is_up ... (named like ``system.clusters``), and what the health probes
+        saw: probe_state, last_probe_time, probe_latency, last_probe_error."""
+        statuses = self._balancer.statuses()
+        probes = self._health.statuses() if self._health else probe_statuses_off(len(statuses))
+        return [
+            dataclasses.replace(status, **probe._asdict()) for status, probe in zip(statuses, probes)
+        ]
+
+    @property
+    def stats(self) -> StatsSnapshot:
+        """Running totals: statements, failovers, failures by kind, probes."""
+        return self._stats.snapshot()
 
     def plan(self, load_balancing: str | None = None) -> list[str]:
         """``["host:port", ...]``: the order the next statement would try the replicas

@@ -40,6 +40,7 @@ from .errors import ConfigurationError, ReplicaConnectError, SessionLostError
 from .events import logger
 from .failover import StatementAttempts, run_async
 from .pool import client_options_for, connect_failure, get_pool
+from .probing import AsyncProbeWorker
 from .settings import BALANCING_SETTING_NAMES, NO_OVERRIDES, Replica, StatementOverrides
 
 __all__ = ["AsyncPinnedSession", "AsyncReplicaPool", "get_async_pool"]
@@ -121,6 +122,9 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         self._clients = [_ReplicaClient() for _ in config.replicas]
         self._loop: asyncio.AbstractEventLoop | None = None
         self._hostname_resolved = config.settings.local_hostname is not None
+        self._prober = (
+            AsyncProbeWorker(self._health, self._balancer.addresses, self._options) if self._health else None
+        )
 
     # -- loop, ordering --------------------------------------------------------------------
 
@@ -143,7 +147,11 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
             self._hostname_resolved = True
 
     async def _plan(self, overrides: StatementOverrides = NO_OVERRIDES) -> list[int]:
-        """The replica order for one statement (advances ``round_robin``)."""
+        """The replica order for one statement (advances ``round_robin``); counts the
+        statement and makes sure the health probes run on this loop."""
+        self._stats.count_statement()
+        if self._prober is not None:
+            self._prober.ensure_started()
         if (overrides.load_balancing or self._balancer.settings.load_balancing).uses_hostnames:
             await self._resolve_hostname()
         return self._balancer.plan_indices(overrides)
@@ -260,8 +268,11 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
     # -- lifecycle -------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Close every replica client. Statements after this raise ProgrammingError."""
+        """Stop the health probes and close every replica client. Statements after this raise
+        ProgrammingError."""
         self._closed = True
+        if self._prober is not None:
+            await self._prober.close()
         clients = []
         for slot in self._clients:
             if slot.client is not None:

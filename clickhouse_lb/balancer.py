@@ -33,6 +33,11 @@ class ReplicaStatus:
     is the number of seconds until both reach zero; ``is_up`` is False while the latest
     attempt on the replica failed (until one succeeds again); ``last_error_time`` is a
     ``time.time()`` timestamp.
+
+    From the health probes: ``probe_state`` (``up``, ``down``, ``unknown`` before the first
+    probe, ``off`` when probing is turned off), ``last_probe_time`` (``time.time()``),
+    ``probe_latency`` (seconds, latest answered probe) and ``last_probe_error``.
+    ``delay``: the replica's replication delay in seconds, when known.
     """
 
     host: str
@@ -45,6 +50,11 @@ class ReplicaStatus:
     last_error: str | None
     last_error_time: float | None
     is_up: bool
+    probe_state: str = "off"
+    last_probe_time: float | None = None
+    probe_latency: float | None = None
+    last_probe_error: str | None = None
+    delay: float | None = None
 
 
 class Balancer:

@@ -148,7 +148,7 @@ class Verdict(str, Enum):
 class ProbeStatus(NamedTuple):
     """A replica's probe state for ``pool.replicas`` and ``clickhouse-lb status``."""
 
-    probe_state: ProbeState
+    probe_state: str  # a ProbeState value
     last_probe_time: float | None  # time.time() of the latest finished probe
     probe_latency: float | None  # seconds, of the latest answered probe
     last_probe_error: str | None
@@ -279,7 +279,7 @@ class ProbeSchedule:
     def statuses(self) -> list[ProbeStatus]:
         with self._lock:
             return [
-                ProbeStatus(r.state, r.last_time, r.last_latency, r.last_error) for r in self._replicas
+                ProbeStatus(r.state.value, r.last_time, r.last_latency, r.last_error) for r in self._replicas
             ]
 
     def abandon_in_flight(self) -> None:
@@ -376,4 +376,4 @@ class HealthMonitor:
 
 
 def probe_statuses_off(size: int) -> list[ProbeStatus]:
-    return [ProbeStatus(ProbeState.OFF, None, None, None)] * size
+    return [ProbeStatus(ProbeState.OFF.value, None, None, None)] * size

@@ -31,6 +31,7 @@ from .config import PoolConfig, connect_timeout_argument, resolve_pool_config, s
 from .errors import ReplicaConnectError, SessionLostError
 from .events import logger
 from .failover import StatementAttempts, run_sync
+from .probing import ProbeWorker
 from .settings import LoadBalancing, Replica, StatementOverrides
 
 __all__ = ["PinnedSession", "ReplicaPool", "get_pool"]
@@ -108,6 +109,9 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         self._factory: ClientFactory = client_factory or clickhouse_connect.get_client
         self._options = client_options_for(config)
         self._clients = [_ReplicaClient() for _ in config.replicas]
+        self._prober = (
+            ProbeWorker(self._health, self._balancer.addresses, self._options) if self._health else None
+        )
 
     # -- clients ---------------------------------------------------------------------------
 
@@ -150,7 +154,14 @@ class ReplicaPool(SyncClientAPI, PoolBase):
 
     # -- statements ------------------------------------------------------------------------
 
+    def _started(self) -> None:
+        """Every statement: count it, and make sure the probes run (in this process)."""
+        self._stats.count_statement()
+        if self._prober is not None:
+            self._prober.ensure_started()
+
     def _attempts(self, method: str, overrides: StatementOverrides, retry_after_send: bool) -> StatementAttempts:
+        self._started()
         return StatementAttempts(
             self._balancer,
             self._balancer.plan_indices(overrides),
@@ -176,6 +187,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
     def ping(self, timeout: float | None = None) -> bool:
         """True when some replica answers ``/ping`` (tried in plan order); each replica that
         does not answer gets an error counted, as a failed attempt would."""
+        self._started()
         for index in self._balancer.plan_indices():
             try:
                 answered = self._client(index).ping(timeout) if timeout else self._client(index).ping()
@@ -196,6 +208,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         if self._closed:
             raise ProgrammingError("This ReplicaPool is closed")
         extra: dict[str, Any] = {"session_id": str(uuid.uuid4())} if session else {"autogenerate_session_id": False}
+        self._started()
         attempts = StatementAttempts(
             self._balancer, self._balancer.plan_indices(), operation="session", retry_after_send=True
         )
@@ -221,8 +234,11 @@ class ReplicaPool(SyncClientAPI, PoolBase):
     # -- lifecycle -------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close every replica client. Statements after this raise ProgrammingError."""
+        """Stop the health probes and close every replica client. Statements after this raise
+        ProgrammingError."""
         self._closed = True
+        if self._prober is not None:
+            self._prober.close()
         for slot in self._clients:
             with slot.lock:
                 client, slot.client = slot.client, None
