@@ -161,7 +161,7 @@ def _describe(exc: BaseException) -> str:
 def classify(exc: BaseException) -> Failure:
     """Replica failure or query failure, and whether the request may have been sent."""
     if isinstance(exc, ReplicaConnectError):
-        return Failure(replica=True, sent=False, code=None, reason=exc.reason, kind="connect")
+        return Failure(replica=True, sent=False, code=None, reason=exc.reason, kind=exc.kind)
     reason = _describe(exc)
     code = error_code(exc)
     if code is not None:

@@ -87,9 +87,11 @@ class ReplicaConnectError(OperationalError):
     server while it is created), so the statement was never sent there: failover treats it as
     safe to retry, even for a write. Threads or tasks that waited for that same creation share
     this outcome instead of each waiting out the same timeout again. ``__cause__`` is the
-    original failure; ``reason`` its redacted description."""
+    original failure; ``reason`` its redacted description; ``kind`` its failure kind (a server
+    error at creation is not a refused connection)."""
 
-    def __init__(self, address: str, reason: str) -> None:
+    def __init__(self, address: str, reason: str, kind: str = "connect") -> None:
         self.address = address
         self.reason = reason
+        self.kind = kind
         super().__init__(f"Could not connect to replica {address}: {reason}")

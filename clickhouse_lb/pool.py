@@ -84,7 +84,7 @@ def connect_failure(address: str, exc: Exception) -> ReplicaConnectError | None:
     failure = classify(exc)
     if not failure.replica:
         return None
-    error = ReplicaConnectError(address, failure.reason)
+    error = ReplicaConnectError(address, failure.reason, failure.kind)
     error.__cause__ = exc
     return error
 
