@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -125,6 +126,8 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         self._prober = (
             AsyncProbeWorker(self._health, self._balancer.addresses, self._options) if self._health else None
         )
+        if self._prober is not None:  # a pool dropped without close() must not leave its task running
+            weakref.finalize(self, self._prober.stop)
 
     # -- loop, ordering --------------------------------------------------------------------
 

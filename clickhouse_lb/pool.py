@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -112,6 +113,8 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         self._prober = (
             ProbeWorker(self._health, self._balancer.addresses, self._options) if self._health else None
         )
+        if self._prober is not None:  # a pool dropped without close() must not leave its worker running
+            weakref.finalize(self, self._prober.stop)
 
     # -- clients ---------------------------------------------------------------------------
 

@@ -129,6 +129,14 @@ class ProbeWorker:
         except Exception:  # pragma: no cover
             logger.exception("clickhouse_lb health probe of %s", self._urls[index])
 
+    def stop(self) -> None:
+        """Ask the worker to stop, without waiting (the pool was garbage-collected unclosed)."""
+        self._closed = True
+        self._stop.set()
+        helpers = self._helpers
+        if helpers is not None:
+            helpers.shutdown(wait=False, cancel_futures=True)
+
     def close(self) -> None:
         """Stop the worker (waits for it briefly; it never runs statements)."""
         with self._lock:
@@ -203,7 +211,7 @@ class AsyncProbeWorker:
             while True:
                 try:
                     for index in self.monitor.due():
-                        probe = asyncio.create_task(self._probe(pinger, index))
+                        probe = asyncio.create_task(self._probe(pinger, index), name="clickhouse-lb-probe")
                         probes.add(probe)
                         probe.add_done_callback(probes.discard)
                     wait = self.monitor.next_wakeup()
@@ -225,6 +233,13 @@ class AsyncProbeWorker:
             raise
         except Exception:  # pragma: no cover
             logger.exception("clickhouse_lb health probe of %s", self._urls[index])
+
+    def stop(self) -> None:
+        """Cancel the task without waiting (the pool was garbage-collected unclosed)."""
+        self._closed = True
+        task = self._task
+        if task is not None and not task.done() and self._pid == os.getpid() and not task.get_loop().is_closed():
+            task.get_loop().call_soon_threadsafe(task.cancel)
 
     async def close(self) -> None:
         """Stop the task (and wait for it when it runs on this loop)."""
