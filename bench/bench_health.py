@@ -16,6 +16,7 @@ the probe settings, on a local 3-replica cluster.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import statistics
 import threading
@@ -159,6 +160,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
+    for noisy in ("clickhouse_lb", "clickhouse_connect"):  # failovers and probe failures are the point here
+        logging.getLogger(noisy).setLevel(logging.ERROR)
     load_before = os.getloadavg()
     rows = []
     with LocalCluster(replicas=3) as cluster:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from clickhouse_connect.driver.exceptions import OperationalError, ProgrammingError
 
 __all__ = [
+    "AllReplicasStaleError",
     "AllReplicasUnavailableError",
     "AttemptFailure",
     "ConfigurationError",
@@ -95,3 +96,20 @@ class ReplicaConnectError(OperationalError):
         self.reason = reason
         self.kind = kind
         super().__init__(f"Could not connect to replica {address}: {reason}")
+
+
+class AllReplicasStaleError(OperationalError):
+    """Every replica lags at least ``max_replica_delay_for_distributed_queries`` seconds and
+    ``fallback_to_stale_replicas_for_distributed_queries`` is 0 (the server's
+    ``ALL_REPLICAS_ARE_STALE``, code 369). ``delays`` maps each replica to its delay in seconds."""
+
+    def __init__(self, delays: dict[str, float | None], max_delay: float) -> None:
+        self.delays = dict(delays)
+        self.max_delay = max_delay
+        shown = ", ".join(f"{address}: {delay:g} s" for address, delay in self.delays.items() if delay is not None)
+        super().__init__(
+            f"All replicas are stale: every one lags at least max_replica_delay_for_distributed_queries="
+            f"{max_delay:g} s ({shown}). Set fallback_to_stale_replicas_for_distributed_queries=1 to read "
+            "from the least stale one, or raise the limit."
+        )
+        self.code = 369  # after the base class, which may set its own
