@@ -27,7 +27,7 @@ from typing import Any, Generic, TypeVar
 
 from ._redact import redact
 from .errors import ConfigurationError
-from .settings import Replica
+from .replicas import Replica
 
 __all__ = [
     "CLUSTER_QUERY",

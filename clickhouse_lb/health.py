@@ -34,10 +34,11 @@ from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any, NamedTuple, Protocol
 
+from ._values import as_int
 from .classify import REACHABILITY_KINDS
 from .errors import ConfigurationError
 from .events import ErrorRecordedEvent, ListenerSet, ProbeEvent, ReplicaDownEvent, ReplicaRecoveredEvent, logger
-from .settings import _as_int, unknown_name_error
+from .settings import unknown_name_error
 from .state import Clock
 
 __all__ = [
@@ -110,7 +111,7 @@ def parse_health_settings(values: Mapping[str, Any]) -> HealthSettings:
         if name not in HEALTH_SETTING_NAMES:
             raise unknown_name_error("health check setting", name, HEALTH_SETTING_NAMES)
         if value is not None:
-            parsed[name] = _as_int(name, value, minimum=_MINIMUMS[name])
+            parsed[name] = as_int(name, value, minimum=_MINIMUMS[name])
     settings = HealthSettings(**parsed)
     if settings.enabled and settings.health_check_fast_interval_ms > settings.health_check_interval_ms:
         raise ConfigurationError(
@@ -348,13 +349,13 @@ class HealthMonitor:
         else:
             logger.debug("probe of %s failed after %.1f ms: %s", address, outcome.latency * 1000, outcome.error)
         listeners = self.target.listeners
-        listeners.emit("on_probe", ProbeEvent(address, outcome.ok, outcome.latency, outcome.error))
+        listeners.probe(ProbeEvent(address, outcome.ok, outcome.latency, outcome.error))
         if verdict is Verdict.COUNT_ERROR:
             reason = f"probe failed: {outcome.error}" if outcome.error else "probe failed"
             self.target.record_error(index, reason, kind="probe")
             if not was_down:
                 logger.warning("replica %s is down: %s", address, reason)
-                listeners.emit("on_replica_down", ReplicaDownEvent(address, reason))
+                listeners.replica_down(ReplicaDownEvent(address, reason))
         elif verdict is Verdict.READMIT:
             self.target.readmit(index, "probe")
         return verdict

@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._values import as_bool, as_int
 from .errors import AllReplicasStaleError
-from .settings import _as_bool, _as_int
 
 __all__ = ["LAG_SETTING_NAMES", "LagSettings", "order_by_freshness", "parse_lag_settings"]
 
@@ -54,10 +54,10 @@ def parse_lag_settings(values: Mapping[str, Any], base: LagSettings = DEFAULT_LA
     return LagSettings(
         base.max_replica_delay_for_distributed_queries
         if max_delay is None
-        else _as_int("max_replica_delay_for_distributed_queries", max_delay, minimum=0),
+        else as_int("max_replica_delay_for_distributed_queries", max_delay, minimum=0),
         base.fallback_to_stale_replicas_for_distributed_queries
         if fallback is None
-        else _as_bool("fallback_to_stale_replicas_for_distributed_queries", fallback),
+        else as_bool("fallback_to_stale_replicas_for_distributed_queries", fallback),
     )
 
 

@@ -18,7 +18,7 @@ from clickhouse_lb.discovery import (
     http_port_for,
     replicas_from_rows,
 )
-from clickhouse_lb.settings import Replica
+from clickhouse_lb.replicas import Replica
 
 ROWS = [
     ClusterRow(1, 1, "ch-1", "10.0.0.1", 9000),

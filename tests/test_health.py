@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from clickhouse_lb.balancer import Balancer
-from clickhouse_lb.classify import classify
 from clickhouse_lb.errors import ConfigurationError
 from clickhouse_lb.events import ProbeEvent, ReplicaDownEvent, ReplicaRecoveredEvent
 from clickhouse_lb.health import (
@@ -21,7 +20,8 @@ from clickhouse_lb.health import (
     Verdict,
     parse_health_settings,
 )
-from clickhouse_lb.settings import BalancingSettings, LoadBalancing, Replica
+from clickhouse_lb.replicas import Replica
+from clickhouse_lb.settings import BalancingSettings, LoadBalancing
 
 from .conftest import FakeClock
 from .fakes import read_timeout, refused, reset_after_send, server_error
@@ -123,7 +123,7 @@ def test_a_replica_with_errors_is_probed_at_the_fast_interval(clock: FakeClock) 
     balancer, monitor, _ = make(clock)
     for i in monitor.due():
         monitor.finish(i, OK)
-    balancer.record_failure(B, classify(refused()))
+    balancer.count_failure(B, refused())
     clock.advance(0.2)
     assert monitor.due() == [B]
 
@@ -186,7 +186,7 @@ def test_fall_is_the_number_of_consecutive_failures_before_counting(clock: FakeC
 def test_rise_consecutive_successes_readmit_after_an_outage(clock: FakeClock) -> None:
     balancer, monitor, recorder = make(clock)
     probe(monitor, A, FAIL)
-    balancer.record_failure(A, classify(refused()))  # statements failed too
+    balancer.count_failure(A, refused())  # statements failed too
     clock.advance(0.2)
     assert probe(monitor, A, OK) is Verdict.NOTHING  # rise=2: one is not enough
     assert errors(balancer)[A] == 2
@@ -210,7 +210,7 @@ def test_a_failure_in_between_restarts_the_rise_count(clock: FakeClock) -> None:
 
 def test_an_outage_the_probes_saw_clears_every_error_counted_around_it(clock: FakeClock) -> None:
     balancer, monitor, _ = make(clock)
-    balancer.record_failure(A, classify(read_timeout()))  # a statement hung on it
+    balancer.count_failure(A, read_timeout())  # a statement hung on it
     probe(monitor, A, FAIL)  # and the probes saw it down
     clock.advance(0.2)
     probe(monitor, A, OK)
@@ -227,8 +227,8 @@ def test_refused_connections_are_healed_by_probes_that_started_after_them(clock:
     assert monitor.due() == [A, B, C]
     # Killed and restarted between two probes: the statements saw refused connections and
     # cut-off responses, the probes never saw it down.
-    balancer.record_failure(A, classify(refused()))
-    balancer.record_failure(A, classify(reset_after_send()))
+    balancer.count_failure(A, refused())
+    balancer.count_failure(A, reset_after_send())
     assert monitor.finish(A, OK) is Verdict.NOTHING  # started before the errors: proves nothing
     clock.advance(0.2)
     assert probe(monitor, A, OK) is Verdict.NOTHING
@@ -241,15 +241,15 @@ def test_refused_connections_are_healed_by_probes_that_started_after_them(clock:
     "count_error",
     [
         pytest.param(lambda b: b.record_error(A, "stale data"), id="recorded by the application"),
-        pytest.param(lambda b: b.record_failure(A, classify(read_timeout())), id="statement timed out"),
-        pytest.param(lambda b: b.record_failure(A, classify(server_error(242, "TABLE_IS_READ_ONLY"))),
+        pytest.param(lambda b: b.count_failure(A, read_timeout()), id="statement timed out"),
+        pytest.param(lambda b: b.count_failure(A, server_error(242, "TABLE_IS_READ_ONLY")),
                      id="server answered a replica error"),
     ],
 )
 def test_errors_a_ping_cannot_disprove_are_not_healed_by_one(clock: FakeClock, count_error: Any) -> None:
     balancer, monitor, recorder = make(clock)
     count_error(balancer)
-    balancer.record_failure(A, classify(refused()))  # even mixed with a healable one
+    balancer.count_failure(A, refused())  # even mixed with a healable one
     for _ in range(5):
         clock.advance(0.2)
         assert probe(monitor, A, OK) is Verdict.NOTHING
@@ -264,7 +264,7 @@ def test_once_such_errors_decayed_away_a_new_reachability_error_is_healable(cloc
     clock.advance(60)  # one half-life: 1 >> 1 == 0
     balancer.plan_indices()  # a statement's selection applies the decay
     assert errors(balancer)[A] == 0
-    balancer.record_failure(A, classify(refused()))
+    balancer.count_failure(A, refused())
     probe(monitor, A, OK)
     clock.advance(0.2)
     assert probe(monitor, A, OK) is Verdict.READMIT

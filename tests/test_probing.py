@@ -19,11 +19,11 @@ import pytest
 
 from clickhouse_lb._ping import AsyncPinger, SyncPinger, ping_url
 from clickhouse_lb.balancer import Balancer
-from clickhouse_lb.classify import classify
 from clickhouse_lb.events import ProbeEvent, ReplicaRecoveredEvent
 from clickhouse_lb.health import HealthMonitor, HealthSettings, ProbeOutcome
 from clickhouse_lb.probing import AsyncProbeWorker, ProbeWorker
-from clickhouse_lb.settings import BalancingSettings, Replica
+from clickhouse_lb.replicas import Replica
+from clickhouse_lb.settings import BalancingSettings
 
 from .fakes import refused
 
@@ -112,7 +112,7 @@ def test_probing_off_starts_nothing() -> None:
 
 def test_a_replica_that_answers_again_is_readmitted_by_the_worker() -> None:
     balancer, worker, _, waiter = sync_worker()
-    balancer.record_failure(0, classify(refused()))
+    balancer.count_failure(0, refused())
     worker.ensure_started()
     try:
         assert waiter.wait_for(lambda ev: ReplicaRecoveredEvent("a:8123", "probe") in ev)
@@ -216,7 +216,7 @@ def async_worker() -> tuple[Balancer, AsyncProbeWorker, AsyncScriptedPinger, Asy
 
 async def test_the_async_worker_readmits_and_close_cancels_its_task() -> None:
     balancer, worker, pinger, waiter = async_worker()
-    balancer.record_failure(0, classify(refused()))
+    balancer.count_failure(0, refused())
     assert not worker.running
     worker.ensure_started()
     task = worker._task
