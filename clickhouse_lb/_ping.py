@@ -2,6 +2,9 @@
 statement's): the sync flavour on urllib3, the async one on aiohttp (imported only when used).
 
 A replica answers ``200 Ok.``; anything else, or nothing within the timeout, is a failed ping.
+
+The replication delay is read the same way, with the pool's credentials: the largest
+``absolute_delay`` of the replica's replicated tables (``system.replicas``; 0 without any).
 """
 
 from __future__ import annotations
@@ -10,19 +13,43 @@ import ssl
 import time
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 import urllib3
 
 from .classify import classify
 from .health import ProbeOutcome
 
-__all__ = ["AsyncPinger", "SyncPinger", "ping_url"]
+__all__ = ["DELAY_QUERY", "AsyncPinger", "SyncPinger", "delay_url", "ping_url"]
+
+DELAY_QUERY = "SELECT max(absolute_delay) FROM system.replicas"
 
 
 def ping_url(address: str, options: Mapping[str, Any]) -> str:
     """``http(s)://host:port/ping`` for a replica address, HTTPS as the pool's clients use it."""
     secure = bool(options.get("secure")) or str(options.get("interface", "")).lower() == "https"
     return f"{'https' if secure else 'http'}://{address}/ping"
+
+
+def delay_url(address: str, options: Mapping[str, Any]) -> str:
+    """The URL that reads a replica's replication delay (:data:`DELAY_QUERY`)."""
+    return ping_url(address, options).removesuffix("/ping") + "/?query=" + quote(DELAY_QUERY)
+
+
+def auth_headers(options: Mapping[str, Any]) -> dict[str, str]:
+    """Credentials as the HTTP interface takes them (never in the URL, so never in a log)."""
+    if options.get("access_token"):
+        return {"Authorization": f"Bearer {options['access_token']}"}
+    headers = {"X-ClickHouse-User": str(options.get("username") or "default")}
+    if options.get("password"):
+        headers["X-ClickHouse-Key"] = str(options["password"])
+    return headers
+
+
+def _delay(status: int, body: bytes) -> float:
+    if status != 200:
+        raise ValueError(f"HTTP {status}: {body[:120]!r}")
+    return float(body.strip() or 0)
 
 
 def _ssl_context(options: Mapping[str, Any]) -> ssl.SSLContext:
@@ -51,6 +78,7 @@ class SyncPinger:
         secure = ping_url("x", options).startswith("https")
         kwargs: dict[str, Any] = {"ssl_context": _ssl_context(options)} if secure else {}
         self._http = urllib3.PoolManager(num_pools=64, maxsize=1, retries=False, **kwargs)
+        self._headers = auth_headers(options)
 
     def ping(self, url: str) -> ProbeOutcome:
         start = time.perf_counter()
@@ -60,6 +88,16 @@ class SyncPinger:
         except Exception as exc:
             error = classify(exc).reason
         return ProbeOutcome(error is None, time.perf_counter() - start, error)
+
+    def delay(self, url: str) -> tuple[float | None, str | None]:
+        """``(delay in seconds, None)``, or ``(None, why not)``."""
+        try:
+            response = self._http.request(
+                "GET", url, headers=self._headers, timeout=urllib3.Timeout(total=self.timeout)
+            )
+            return _delay(response.status, response.data), None
+        except Exception as exc:
+            return None, classify(exc).reason
 
     def close(self) -> None:
         self._http.clear()
@@ -75,6 +113,7 @@ class AsyncPinger:
         secure = ping_url("x", options).startswith("https")
         connector = aiohttp.TCPConnector(ssl=_ssl_context(options) if secure else False, limit_per_host=1)
         self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout))
+        self._headers = auth_headers(options)
 
     async def ping(self, url: str) -> ProbeOutcome:
         start = time.perf_counter()
@@ -84,6 +123,13 @@ class AsyncPinger:
         except Exception as exc:
             error = classify(exc).reason or type(exc).__name__
         return ProbeOutcome(error is None, time.perf_counter() - start, error)
+
+    async def delay(self, url: str) -> tuple[float | None, str | None]:
+        try:
+            async with self._session.get(url, headers=self._headers) as response:
+                return _delay(response.status, await response.read()), None
+        except Exception as exc:
+            return None, classify(exc).reason or type(exc).__name__
 
     async def close(self) -> None:
         await self._session.close()

@@ -25,6 +25,7 @@ from .errors import ReplicaConnectError, SessionLostError
 from .events import Listener
 from .failover import StatementAttempts
 from .health import HealthMonitor, probe_statuses_off
+from .lag import order_by_freshness, statement_lag_settings
 from .pool_config import PoolConfig, connect_timeout_argument
 from .replicas import Replica
 from .settings import BalancingSettings, split_statement_settings
@@ -163,9 +164,11 @@ class PoolBase:
 
     def plan(self, load_balancing: str | None = None) -> list[str]:
         """``["host:port", ...]``: the order the next statement would try the replicas
-        (optionally under another strategy). A look only: it does not advance ``round_robin``."""
+        (optionally under another strategy), lagging replicas last. A look only: it does not
+        advance ``round_robin``."""
         overrides, _ = split_statement_settings({"load_balancing": load_balancing} if load_balancing else None)
-        return self._balancer.plan(overrides)
+        order = self._fresh_first(self._balancer.plan_indices(overrides, advance=False))
+        return [self._balancer.addresses[i] for i in order]
 
     def record_error(self, address: str | Replica, reason: str = "recorded by the application") -> int:
         """Count an error against a replica, as a failed attempt would (for application-level
@@ -210,6 +213,22 @@ class PoolBase:
         self._stats.count_statement()
         if self._prober is not None:
             self._prober.ensure_started()
+
+    def _fresh_first(self, order: list[int], statement_settings: Mapping[str, Any] | None = None) -> list[int]:
+        """The plan with replicas lagging ``max_replica_delay_for_distributed_queries`` or more
+        moved last (or left out), as the server does; the statement's own settings win. Free
+        while no replica is known to lag that much."""
+        health = self._health
+        if health is None:
+            return order
+        worst = health.schedule.worst_delay()
+        if not worst:
+            return order
+        lag = statement_lag_settings(statement_settings, self.config.lag)
+        limit = lag.max_replica_delay_for_distributed_queries
+        if not limit or worst < limit:
+            return order
+        return order_by_freshness(order, health.schedule.delays(), lag, self._balancer.addresses)
 
     def _attempts(self, operation: str, order: list[int], *, retry_after_send: bool) -> StatementAttempts:
         self._started()

@@ -187,7 +187,7 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
     async def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self._check_open()
         call = self._prepare(method, args, kwargs)
-        order = await self._plan(call.overrides)
+        order = self._fresh_first(await self._plan(call.overrides), call.settings)
         attempts = self._attempts(method, order, retry_after_send=call.retry_after_send)
 
         async def attempt(index: int) -> Any:
@@ -221,7 +221,7 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         (temporary tables, SET). Close it when done; :meth:`session` does that for you."""
         self._check_open()
         extra = pin_options(session)
-        attempts = self._attempts("session", await self._plan(), retry_after_send=True)
+        attempts = self._attempts("session", self._fresh_first(await self._plan()), retry_after_send=True)
 
         async def connect(index: int) -> tuple[int, AsyncClient]:
             return index, await self._new_client(index, **extra)
@@ -312,6 +312,13 @@ def get_async_pool(
     failover_backoff_ms: int | None = None,
     failover_timeout: float | None = None,
     auto_insert_deduplication_token: bool | None = None,
+    health_check_interval_ms: int | None = None,
+    health_check_fast_interval_ms: int | None = None,
+    health_check_timeout_ms: int | None = None,
+    health_check_rise: int | None = None,
+    health_check_fall: int | None = None,
+    max_replica_delay_for_distributed_queries: int | None = None,
+    fallback_to_stale_replicas_for_distributed_queries: bool | None = None,
     listeners: Iterable[Listener] = (),
     **client_options: Any,
 ) -> AsyncReplicaPool:

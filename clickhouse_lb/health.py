@@ -72,6 +72,8 @@ class HealthSettings:
     health_check_rise: int = 2
     #: Consecutive failed probes that mark a replica down (each failed probe from then on counts an error).
     health_check_fall: int = 1
+    #: Each replica's replication delay (``system.replicas``) is read this often; 0: never.
+    health_check_delay_interval_ms: int = 5000
 
     @property
     def enabled(self) -> bool:
@@ -89,6 +91,10 @@ class HealthSettings:
     def timeout(self) -> float:
         return self.health_check_timeout_ms / 1000.0
 
+    @property
+    def delay_interval(self) -> float | None:
+        return self.health_check_delay_interval_ms / 1000.0 if self.health_check_delay_interval_ms else None
+
 
 HEALTH_SETTING_NAMES: tuple[str, ...] = tuple(f.name for f in fields(HealthSettings))
 
@@ -98,6 +104,7 @@ _MINIMUMS = {
     "health_check_timeout_ms": 1,
     "health_check_rise": 1,
     "health_check_fall": 1,
+    "health_check_delay_interval_ms": 0,
 }
 
 DEFAULT_HEALTH = HealthSettings()
@@ -153,10 +160,14 @@ class ProbeStatus(NamedTuple):
     last_probe_time: float | None  # time.time() of the latest finished probe
     probe_latency: float | None  # seconds, of the latest answered probe
     last_probe_error: str | None
+    delay: float | None = None  # replication delay in seconds, latest read
 
 
 class _Replica:
     __slots__ = (
+        "delay",
+        "delay_in_flight",
+        "delay_started",
         "epoch",
         "failures",
         "healable",
@@ -182,6 +193,9 @@ class _Replica:
         self.epoch = 0  # bumped by every error counted against the replica
         self.started_epoch = 0  # the epoch the in-flight probe started in
         self.healable = True  # every error in the current count is one a ping disproves
+        self.delay: float | None = None  # seconds, latest read (None: never read)
+        self.delay_in_flight = False
+        self.delay_started: float | None = None
 
 
 class ProbeSchedule:
@@ -192,6 +206,7 @@ class ProbeSchedule:
         self._clock = clock
         self._lock = threading.Lock()
         self._replicas = [_Replica() for _ in range(size)]
+        self._worst_delay = 0.0
 
     def _interval(self, replica: _Replica, suspect: bool) -> float:
         if suspect or replica.state is not ProbeState.UP:
@@ -274,13 +289,52 @@ class ProbeSchedule:
                 return Verdict.READMIT
             return Verdict.NOTHING
 
+    # -- replication delay ------------------------------------------------------------------
+
+    def delay_due(self) -> list[int]:
+        """The replicas whose replication delay to read now (at the slower delay interval;
+        never one the probes do not see up)."""
+        interval = self.settings.delay_interval
+        if interval is None:
+            return []
+        now = self._clock()
+        chosen = []
+        with self._lock:
+            for i, replica in enumerate(self._replicas):
+                if replica.delay_in_flight or replica.state is not ProbeState.UP:
+                    continue
+                if replica.delay_started is None or now - replica.delay_started >= interval:
+                    replica.delay_in_flight = True
+                    replica.delay_started = now
+                    chosen.append(i)
+        return chosen
+
+    def finish_delay(self, index: int, delay: float | None) -> None:
+        """A delay read finished; ``None``: it failed (the last known delay is kept: the
+        liveness probes, not this, decide whether the replica is up)."""
+        with self._lock:
+            replica = self._replicas[index]
+            replica.delay_in_flight = False
+            if delay is not None:
+                replica.delay = delay
+                self._worst_delay = max((r.delay for r in self._replicas if r.delay is not None), default=0.0)
+
+    def delays(self) -> list[float | None]:
+        return [r.delay for r in self._replicas]
+
+    def worst_delay(self) -> float:
+        """The largest known delay (0.0 when none is known): statements skip the lag rule
+        entirely while it is below the limit (one attribute read per statement)."""
+        return self._worst_delay
+
     def is_down(self, index: int) -> bool:
         return self._replicas[index].state is ProbeState.DOWN
 
     def statuses(self) -> list[ProbeStatus]:
         with self._lock:
             return [
-                ProbeStatus(r.state.value, r.last_time, r.last_latency, r.last_error) for r in self._replicas
+                ProbeStatus(r.state.value, r.last_time, r.last_latency, r.last_error, r.delay)
+                for r in self._replicas
             ]
 
     def abandon_in_flight(self) -> None:
@@ -288,6 +342,7 @@ class ProbeSchedule:
         with self._lock:
             for replica in self._replicas:
                 replica.in_flight = False
+                replica.delay_in_flight = False
 
     def reset(self) -> None:
         """After fork: the child has none of the parent's threads, and the lock may have been
@@ -295,6 +350,7 @@ class ProbeSchedule:
         self._lock = threading.Lock()
         for replica in self._replicas:
             replica.in_flight = False
+            replica.delay_in_flight = False
 
 
 class HealthTarget(Protocol):
@@ -362,6 +418,17 @@ class HealthMonitor:
 
     def statuses(self) -> list[ProbeStatus]:
         return self.schedule.statuses()
+
+    def delay_due(self) -> list[int]:
+        return self.schedule.delay_due()
+
+    def finish_delay(self, index: int, delay: float | None, error: str | None = None) -> None:
+        address = self.target.addresses[index]
+        if delay is None:
+            logger.debug("reading the replication delay of %s failed: %s", address, error)
+        else:
+            logger.debug("replication delay of %s: %g s", address, delay)
+        self.schedule.finish_delay(index, delay)
 
     # -- the balancer's events -------------------------------------------------------------
 

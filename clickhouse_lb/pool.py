@@ -136,7 +136,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
     def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self._check_open()
         call = self._prepare(method, args, kwargs)
-        order = self._balancer.plan_indices(call.overrides)
+        order = self._fresh_first(self._balancer.plan_indices(call.overrides), call.settings)
         attempts = self._attempts(method, order, retry_after_send=call.retry_after_send)
 
         def attempt(index: int) -> Any:
@@ -168,7 +168,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         (temporary tables, SET). Close it when done; :meth:`session` does that for you."""
         self._check_open()
         extra = pin_options(session)
-        attempts = self._attempts("session", self._balancer.plan_indices(), retry_after_send=True)
+        attempts = self._attempts("session", self._fresh_first(self._balancer.plan_indices()), retry_after_send=True)
 
         def connect(index: int) -> tuple[int, Client]:
             return index, self._new_client(index, **extra)
@@ -257,6 +257,13 @@ def get_pool(
     failover_backoff_ms: int | None = None,
     failover_timeout: float | None = None,
     auto_insert_deduplication_token: bool | None = None,
+    health_check_interval_ms: int | None = None,
+    health_check_fast_interval_ms: int | None = None,
+    health_check_timeout_ms: int | None = None,
+    health_check_rise: int | None = None,
+    health_check_fall: int | None = None,
+    max_replica_delay_for_distributed_queries: int | None = None,
+    fallback_to_stale_replicas_for_distributed_queries: bool | None = None,
     listeners: Iterable[Listener] = (),
     **client_options: Any,
 ) -> ReplicaPool:
@@ -270,8 +277,12 @@ def get_pool(
     ``connections_with_failover_max_tries=3``, ``connect_timeout_with_failover_ms=1000``;
     ``local_hostname`` defaults to this machine's canonical name. Ours: ``failover_backoff_ms=0``
     (pause before each new pass), ``failover_timeout=None`` (total seconds per statement),
-    ``auto_insert_deduplication_token=True``. A value left as ``None`` comes from the DSN, or
-    is the default.
+    ``auto_insert_deduplication_token=True``. Background health probes (``GET /ping``):
+    ``health_check_interval_ms=1000`` (0 turns them off), ``health_check_fast_interval_ms=200``,
+    ``health_check_timeout_ms=500``, ``health_check_rise=2``, ``health_check_fall=1``. Replica
+    lag, as the server: ``max_replica_delay_for_distributed_queries=300`` (seconds; 0: not
+    checked), ``fallback_to_stale_replicas_for_distributed_queries=True``. A value left as
+    ``None`` comes from the DSN, or is the default.
 
     Every other keyword (``username``, ``password``, ``database``, ``secure``, ``compress``,
     ``send_receive_timeout``, ``settings``, ...) goes to each replica's

@@ -19,6 +19,7 @@ from typing import Any
 from ._redact import mask_options
 from .errors import ConfigurationError
 from .health import DEFAULT_HEALTH, HEALTH_SETTING_NAMES, HealthSettings, parse_health_settings
+from .lag import DEFAULT_LAG, LAG_SETTING_NAMES, LagSettings, parse_lag_settings
 from .replicas import DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, Replica, parse_dsn, parse_replicas
 from .settings import BALANCING_SETTING_NAMES, BalancingSettings, parse_balancing_settings, unknown_name_error
 
@@ -87,12 +88,13 @@ class PoolConfig:
     settings: BalancingSettings
     client_options: dict[str, Any]
     health: HealthSettings = DEFAULT_HEALTH
+    lag: LagSettings = DEFAULT_LAG
 
     def __repr__(self) -> str:
         shown = mask_options(self.client_options)
         return (
             f"PoolConfig(replicas={self.replicas!r}, settings={self.settings!r}, client_options={shown!r}, "
-            f"health={self.health!r})"
+            f"health={self.health!r}, lag={self.lag!r})"
         )
 
     @property
@@ -104,11 +106,16 @@ class PoolConfig:
         return None
 
 
+#: Every setting a pool takes by name: balancing, health probes, replica lag.
+POOL_SETTING_NAMES: tuple[str, ...] = (*BALANCING_SETTING_NAMES, *HEALTH_SETTING_NAMES, *LAG_SETTING_NAMES)
+_OWN_SECTIONS = (*HEALTH_SETTING_NAMES, *LAG_SETTING_NAMES)
+
+
 def balancing_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
     """The balancing settings among a factory's arguments (``get_pool``'s ``locals()``): both
     factories spell every setting out as a keyword, for ``help()`` and type checkers, and
     hand them on through here."""
-    return {name: arguments[name] for name in BALANCING_SETTING_NAMES if name in arguments}
+    return {name: arguments[name] for name in POOL_SETTING_NAMES if name in arguments}
 
 
 def resolve_pool_config(
@@ -120,18 +127,19 @@ def resolve_pool_config(
     valid_client_options: frozenset[str],
 ) -> PoolConfig:
     """Merge a DSN and keyword arguments (keywords win), validate every name and value.
-    Health-check settings (``health_check_*``) may come in ``balancing`` or among the client
-    options (``get_pool``'s ``**kwargs``); a DSN carries them as query parameters."""
+    Health-check (``health_check_*``) and lag settings may come in ``balancing`` or among the
+    client options (``**kwargs``); a DSN carries them as query parameters."""
     options = dict(client_options)
-    health = {name: options.pop(name) for name in HEALTH_SETTING_NAMES if name in options}
+    own = {name: options.pop(name) for name in _OWN_SECTIONS if name in options}
     balancing = dict(balancing)
-    health.update({name: balancing.pop(name) for name in HEALTH_SETTING_NAMES if name in balancing})
+    own.update({name: balancing.pop(name) for name in _OWN_SECTIONS if name in balancing})
+    own = {name: value for name, value in own.items() if value is not None}
     for name in options:
         if name in _POOL_OWNED:
             raise ConfigurationError(f"Option {name!r} is not accepted by a pool: {_POOL_OWNED[name]}")
         if name not in valid_client_options:
             raise unknown_name_error(
-                "option", name, set(valid_client_options) | set(BALANCING_SETTING_NAMES) | set(HEALTH_SETTING_NAMES)
+                "option", name, set(valid_client_options) | set(POOL_SETTING_NAMES)
             )
     given = {name: value for name, value in balancing.items() if value is not None}
     replicas: list[Replica] = []
@@ -147,11 +155,10 @@ def resolve_pool_config(
             options["secure"] = True
         server_settings = dict(options.get("settings") or {})
         dsn_options = dict(parts.options)
-        for name in HEALTH_SETTING_NAMES:
+        for name in _OWN_SECTIONS:
             if name in dsn_options:
                 value = dsn_options.pop(name)
-                if health.get(name) is None:
-                    health[name] = value
+                own.setdefault(name, value)
         for name, value in dsn_options.items():
             if name in _POOL_OWNED:
                 raise ConfigurationError(f"DSN option {name!r} is not accepted by a pool: {_POOL_OWNED[name]}")
@@ -170,7 +177,9 @@ def resolve_pool_config(
             "No replicas given: pass hosts=['ch-1:8123', 'ch-2:8123'] or dsn='clickhouse://ch-1:8123,ch-2:8123/db'"
         )
     settings = parse_balancing_settings(given)
-    return PoolConfig(replicas, settings, options, parse_health_settings(health))
+    health = parse_health_settings({k: v for k, v in own.items() if k in HEALTH_SETTING_NAMES})
+    lag = parse_lag_settings({k: v for k, v in own.items() if k in LAG_SETTING_NAMES})
+    return PoolConfig(replicas, settings, options, health, lag)
 
 
 def connect_timeout_argument(seconds: float) -> int:

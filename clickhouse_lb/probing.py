@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from ._ping import AsyncPinger, SyncPinger, ping_url
+from ._ping import AsyncPinger, SyncPinger, delay_url, ping_url
 from .events import logger
 from .health import HealthMonitor, ProbeOutcome
 
@@ -35,11 +35,15 @@ _MIN_WAIT = 0.005
 class _Pinger(Protocol):
     def ping(self, url: str) -> ProbeOutcome: ...
 
+    def delay(self, url: str) -> tuple[float | None, str | None]: ...
+
     def close(self) -> None: ...
 
 
 class _AsyncPinger(Protocol):
     async def ping(self, url: str) -> ProbeOutcome: ...
+
+    async def delay(self, url: str) -> tuple[float | None, str | None]: ...
 
     async def close(self) -> None: ...
 
@@ -69,6 +73,7 @@ class ProbeWorker:
     ) -> None:
         self.monitor = monitor
         self._urls = [ping_url(address, options) for address in addresses]
+        self._delay_urls = [delay_url(address, options) for address in addresses]
         timeout = monitor.settings.timeout
         self._pinger_factory = pinger_factory or (lambda: SyncPinger(options, timeout))
         self._lock = threading.Lock()
@@ -112,6 +117,8 @@ class ProbeWorker:
             try:
                 for index in self.monitor.due():
                     helpers.submit(self._probe, index)
+                for index in self.monitor.delay_due():
+                    helpers.submit(self._read_delay, index)
                 wait = self.monitor.next_wakeup()
             except RuntimeError:  # the helpers were shut down by close()
                 return
@@ -136,6 +143,15 @@ class ProbeWorker:
         helpers = self._helpers
         if helpers is not None:
             helpers.shutdown(wait=False, cancel_futures=True)
+
+    def _read_delay(self, index: int) -> None:
+        pinger = self._pinger
+        if pinger is None or self._stop.is_set():
+            return
+        try:
+            self.monitor.finish_delay(index, *pinger.delay(self._delay_urls[index]))
+        except Exception:  # pragma: no cover
+            logger.exception("clickhouse_lb replication delay of %s", self._urls[index])
 
     def close(self) -> None:
         """Stop the worker (waits for it briefly; it never runs statements)."""
@@ -176,6 +192,7 @@ class AsyncProbeWorker:
     ) -> None:
         self.monitor = monitor
         self._urls = [ping_url(address, options) for address in addresses]
+        self._delay_urls = [delay_url(address, options) for address in addresses]
         timeout = monitor.settings.timeout
         self._pinger_factory = pinger_factory or (lambda: AsyncPinger(options, timeout))
         self._task: asyncio.Task[None] | None = None
@@ -214,6 +231,10 @@ class AsyncProbeWorker:
                         probe = asyncio.create_task(self._probe(pinger, index), name="clickhouse-lb-probe")
                         probes.add(probe)
                         probe.add_done_callback(probes.discard)
+                    for index in self.monitor.delay_due():
+                        probe = asyncio.create_task(self._read_delay(pinger, index), name="clickhouse-lb-probe")
+                        probes.add(probe)
+                        probe.add_done_callback(probes.discard)
                     wait = self.monitor.next_wakeup()
                 except Exception:  # pragma: no cover - the worker must outlive any surprise
                     logger.exception("clickhouse_lb health worker")
@@ -240,6 +261,14 @@ class AsyncProbeWorker:
         task = self._task
         if task is not None and not task.done() and self._pid == os.getpid() and not task.get_loop().is_closed():
             task.get_loop().call_soon_threadsafe(task.cancel)
+
+    async def _read_delay(self, pinger: _AsyncPinger, index: int) -> None:
+        try:
+            self.monitor.finish_delay(index, *(await pinger.delay(self._delay_urls[index])))
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # pragma: no cover
+            logger.exception("clickhouse_lb replication delay of %s", self._urls[index])
 
     async def close(self) -> None:
         """Stop the task (and wait for it when it runs on this loop)."""

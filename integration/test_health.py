@@ -157,9 +157,9 @@ def test_probes_off_keep_the_decay_only_behaviour(cluster: ClusterBase) -> None:
         wait_until(lambda: len(served) > 20, BOUND, "statements to run")
         cluster.kill(0)
         wait_until(lambda: pool.replicas[0].errors_count > 0, BOUND, "statements to count r1's failure")
-        counted = pool.replicas[0].errors_count
-        cluster.restart(0)
+        cluster.restart(0)  # takes a while: every statement in flight at the kill has ended by now
         restarted = time.monotonic()
+        counted = pool.replicas[0].errors_count
         wait_until(lambda: len([t for t, _ in served if t > restarted]) > 100, BOUND * 4, "statements after restart")
         assert all(who != cluster.names[0] for t, who in served if t > restarted)  # decay has not run out
         replica = pool.replicas[0]
@@ -186,3 +186,12 @@ async def test_the_async_pool_readmits_a_restarted_replica(cluster: ClusterBase)
         assert str(await pool.command(WHO)) == cluster.names[0]
         assert [t.get_name() for t in asyncio.all_tasks()].count("clickhouse-lb-health") == 1
     assert "clickhouse-lb-health" not in [t.get_name() for t in asyncio.all_tasks()]
+
+
+def test_replication_delays_are_read_from_every_replica(cluster: ClusterBase) -> None:
+    # The local cluster has no replication lag yet (issue 12): every delay reads 0. What lag does
+    # to routing is tested with delays handed in (tests/test_lag_routing.py).
+    with clickhouse_lb.get_pool(cluster.hosts, health_check_delay_interval_ms=100, password=cluster.password) as pool:
+        pool.command(WHO)
+        wait_until(lambda: all(r.delay is not None for r in pool.replicas), BOUND, "every delay read")
+        assert [r.delay for r in pool.replicas] == [0.0, 0.0, 0.0]

@@ -320,3 +320,35 @@ def test_probe_settings_per_pool_in_a_dsn_and_in_a_sqlalchemy_url() -> None:
         engine_args_from_url(sa.engine.make_url("clickhousedb+lb://u:p@a,b:8123/db?health_check_rize=2"))
     with pytest.raises(ConfigurationError, match="Bad health_check_fall 'x'"):
         clickhouse_lb.get_pool(["a:8123"], health_check_fall="x")
+
+
+# -- replication delay -----------------------------------------------------------------------
+
+
+def test_delays_are_read_at_their_own_slower_interval_and_only_from_replicas_seen_up(clock: FakeClock) -> None:
+    _, monitor, _ = make(clock, health_check_delay_interval_ms=5000)
+    assert monitor.delay_due() == []  # nothing seen up yet
+    monitor.due()
+    monitor.finish(A, OK)
+    monitor.finish(B, OK)
+    monitor.finish(C, FAIL)
+    assert monitor.delay_due() == [A, B]  # not C: down
+    assert monitor.delay_due() == []  # in flight
+    monitor.finish_delay(A, 12.0)
+    monitor.finish_delay(B, None, "Code: 497. ACCESS_DENIED")  # a failed read keeps the last known value
+    clock.advance(4.9)
+    assert monitor.delay_due() == []
+    clock.advance(0.1)
+    assert monitor.delay_due() == [A, B]
+    monitor.finish_delay(B, 400.0)
+    assert [s.delay for s in monitor.statuses()] == [12.0, 400.0, None]
+    assert monitor.schedule.worst_delay() == 400.0
+    monitor.finish_delay(A, None)
+    assert monitor.statuses()[A].delay == 12.0
+
+
+def test_delay_interval_zero_never_reads_delays(clock: FakeClock) -> None:
+    _, monitor, _ = make(clock, health_check_delay_interval_ms=0)
+    monitor.due()
+    monitor.finish(A, OK)
+    assert monitor.delay_due() == []

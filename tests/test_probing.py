@@ -14,10 +14,11 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 
-from clickhouse_lb._ping import AsyncPinger, SyncPinger, ping_url
+from clickhouse_lb._ping import AsyncPinger, SyncPinger, delay_url, ping_url
 from clickhouse_lb.balancer import Balancer
 from clickhouse_lb.events import ProbeEvent, ReplicaRecoveredEvent
 from clickhouse_lb.health import HealthMonitor, HealthSettings, ProbeOutcome
@@ -27,7 +28,10 @@ from clickhouse_lb.settings import BalancingSettings
 
 from .fakes import refused
 
-FAST = HealthSettings(health_check_interval_ms=50, health_check_fast_interval_ms=5, health_check_timeout_ms=200)
+FAST = HealthSettings(
+    health_check_interval_ms=50, health_check_fast_interval_ms=5, health_check_timeout_ms=200,
+    health_check_delay_interval_ms=20,
+)
 WAIT = 10.0  # bounds a failure only
 
 
@@ -39,6 +43,8 @@ class ScriptedPinger:
         self.release = threading.Event()
         self.calls: list[str] = []
         self.closed = False
+        self.delays: dict[str, float] = {}
+        self.delay_reads: list[str] = []
 
     def ping(self, url: str) -> ProbeOutcome:
         self.calls.append(url)
@@ -46,6 +52,10 @@ class ScriptedPinger:
         if answer == "hang":
             self.release.wait(WAIT)
         return ProbeOutcome(answer == "ok", 0.001, None if answer == "ok" else answer)
+
+    def delay(self, url: str) -> tuple[float | None, str | None]:
+        self.delay_reads.append(url)
+        return self.delays.get(url.partition("/?")[0], 0.0), None
 
     def close(self) -> None:
         self.closed = True
@@ -121,6 +131,21 @@ def test_a_replica_that_answers_again_is_readmitted_by_the_worker() -> None:
         worker.close()
 
 
+def test_the_worker_reads_replication_delays() -> None:
+    _, worker, pinger, waiter = sync_worker()
+    pinger.delays["http://b:8123"] = 450.0
+    worker.ensure_started()
+    try:
+        # Reads of one replica never overlap: a second read means the first was recorded.
+        def read_twice(_: object) -> bool:
+            return all(sum(u.startswith(f"http://{h}:8123/") for u in pinger.delay_reads) >= 2 for h in "ab")
+
+        assert waiter.wait_for(read_twice)
+        assert [s.delay for s in worker.monitor.statuses()] == [0.0, 450.0]
+    finally:
+        worker.close()
+
+
 def test_a_hung_replica_does_not_delay_the_probes_of_the_others() -> None:
     _balancer, worker, pinger, waiter = sync_worker()
     pinger.answers["http://a:8123/ping"] = "hang"
@@ -178,6 +203,9 @@ class AsyncScriptedPinger:
     async def ping(self, url: str) -> ProbeOutcome:
         answer = self.answers.get(url, "ok")
         return ProbeOutcome(answer == "ok", 0.001, None if answer == "ok" else answer)
+
+    async def delay(self, url: str) -> tuple[float | None, str | None]:
+        return 7.0, None
 
     async def close(self) -> None:
         self.closed = True
@@ -252,6 +280,14 @@ def test_the_async_worker_follows_the_pool_to_a_new_event_loop() -> None:
 
 class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
+        if self.path.startswith("/?query="):  # the delay read: credentials in headers only
+            authorized = self.headers.get("X-ClickHouse-User") == "u" and self.headers.get("X-ClickHouse-Key") == "pw"
+            body = b"42\n" if authorized else b"Code: 516. AUTHENTICATION_FAILED"
+            self.send_response(200 if authorized else 403)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         body = b"Ok.\n" if self.path == "/ping" else b"nope"
         self.send_response(200 if self.path == "/ping" else 404)
         self.send_header("Content-Length", str(len(body)))
@@ -299,6 +335,30 @@ def test_ping_url_follows_the_clients_scheme() -> None:
     assert ping_url("ch-1:8123", {}) == "http://ch-1:8123/ping"
     assert ping_url("[::1]:8443", {"secure": True}) == "https://[::1]:8443/ping"
     assert ping_url("ch-1:8443", {"interface": "https"}) == "https://ch-1:8443/ping"
+
+
+def test_delay_reads_with_the_pools_credentials(http_replica: str) -> None:
+    url = delay_url(http_replica, {})
+    assert "system.replicas" in unquote(url)
+    pinger = SyncPinger({"username": "u", "password": "pw"}, timeout=0.5)
+    wrong = SyncPinger({"username": "u", "password": "nope"}, timeout=0.5)
+    try:
+        assert pinger.delay(url) == (42.0, None)
+        delay, error = wrong.delay(url)
+        assert delay is None
+        assert "403" in str(error)
+        assert "nope" not in str(error)
+    finally:
+        pinger.close()
+        wrong.close()
+
+
+async def test_async_delay_read(http_replica: str) -> None:
+    pinger = AsyncPinger({"username": "u", "password": "pw"}, timeout=0.5)
+    try:
+        assert await pinger.delay(delay_url(http_replica, {})) == (42.0, None)
+    finally:
+        await pinger.close()
 
 
 def test_sync_ping(http_replica: str, silent_replica: str, closed_port: str) -> None:

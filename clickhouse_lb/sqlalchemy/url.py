@@ -33,10 +33,8 @@ from sqlalchemy.engine import URL
 
 from clickhouse_lb._values import as_bool, parse_priorities
 from clickhouse_lb.errors import ConfigurationError
-from clickhouse_lb.health import HEALTH_SETTING_NAMES
-from clickhouse_lb.pool_config import PoolConfig, resolve_pool_config, sync_client_option_names
+from clickhouse_lb.pool_config import POOL_SETTING_NAMES, PoolConfig, resolve_pool_config, sync_client_option_names
 from clickhouse_lb.replicas import DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, Replica, parse_replicas
-from clickhouse_lb.settings import BALANCING_SETTING_NAMES
 
 from ._compat import url_database
 
@@ -78,7 +76,7 @@ class EngineArgs:
         options = dict(self.client_options)
         session = self.session
         for name, value in connect_args.items():
-            if name in BALANCING_SETTING_NAMES or name in HEALTH_SETTING_NAMES:
+            if name in POOL_SETTING_NAMES:
                 balancing[name] = value
             elif name == "autogenerate_session_id":
                 session = as_bool(name, value)
@@ -108,7 +106,7 @@ def _check_not_a_typo(name: str) -> None:
     rather than a server setting the server rejects at the first query."""
     if name in _SERVER_LOOKALIKES:
         return
-    valid = sorted((*BALANCING_SETTING_NAMES, *HEALTH_SETTING_NAMES, *DIALECT_PARAMETERS))
+    valid = sorted((*POOL_SETTING_NAMES, *DIALECT_PARAMETERS))
     close = difflib.get_close_matches(name, valid, n=3, cutoff=0.85)
     if close or name.startswith(_BALANCING_PREFIXES):
         hint = f" Did you mean {', '.join(close)}?" if close else ""
@@ -205,7 +203,7 @@ def engine_args_from_url(
         if name in DIALECT_PARAMETERS:
             continue
         value = _single(query, name)
-        if name in BALANCING_SETTING_NAMES or name in HEALTH_SETTING_NAMES:
+        if name in POOL_SETTING_NAMES:
             balancing[name] = value
         elif name in _REFUSED:
             options[name] = value  # refused by _resolve, with the reason
