@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
@@ -22,7 +23,7 @@ from ._statements import PreparedCall, prepare_call
 from .balancer import Balancer, ReplicaStatus
 from .classify import classify
 from .errors import ReplicaConnectError, SessionLostError
-from .events import Listener
+from .events import Listener, ListenerSet
 from .failover import StatementAttempts
 from .health import HealthMonitor, probe_statuses_off
 from .lag import order_by_freshness, statement_lag_settings
@@ -97,6 +98,13 @@ class ClientSlot(Generic[C]):
             self.creations += 1
 
 
+def _detach(listeners: ListenerSet, own: tuple[Listener, ...]) -> None:
+    """Take a pool's own listeners off its balancer (which may outlive it: the async SQLAlchemy
+    dialect shares one balancer between the pools of successive event loops)."""
+    for listener in own:
+        listeners.remove(listener)
+
+
 class _Prober(Protocol):
     """The pool's probe worker (a thread for the sync pool, a task for the async one)."""
 
@@ -131,6 +139,9 @@ class PoolBase:
         self._health: HealthMonitor | None = (
             HealthMonitor(self._balancer, config.health) if config.health.enabled else None
         )
+        own: tuple[Listener, ...] = (self._stats,) if self._health is None else (self._stats, self._health)
+        #: Called by close(), or when the pool is garbage-collected unclosed.
+        self._detach_listeners = weakref.finalize(self, _detach, self._balancer.listeners, own)
 
     @property
     def settings(self) -> BalancingSettings:

@@ -249,6 +249,7 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         self._closed = True
         if self._prober is not None:
             await self._prober.close()
+        self._detach_listeners()
         clients = []
         for slot in self._clients:
             if slot.client is not None:

@@ -196,6 +196,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         self._closed = True
         if self._prober is not None:
             self._prober.close()
+        self._detach_listeners()
         for slot in self._clients:
             with slot.lock:
                 client, slot.client = slot.client, None

@@ -389,3 +389,23 @@ async def test_async_ping(http_replica: str, silent_replica: str, closed_port: s
         assert hung.latency < 3.0
     finally:
         await pinger.close()
+
+
+def test_a_pool_takes_its_listeners_off_a_shared_balancer_when_closed_or_dropped() -> None:
+    import gc
+
+    from clickhouse_lb.pool import ReplicaPool
+    from clickhouse_lb.pool_config import resolve_pool_config, sync_client_option_names
+
+    config = resolve_pool_config(["a:8123", "b:8123"], dsn=None, balancing={}, client_options={},
+                                 valid_client_options=sync_client_option_names())
+    balancer = Balancer(config.replicas, config.settings)
+    closed = ReplicaPool(config, balancer=balancer)
+    assert len(balancer.listeners._listeners) == 2  # its stats and its health monitor
+    closed.close()
+    assert balancer.listeners._listeners == ()
+    dropped = ReplicaPool(config, balancer=balancer)  # like the async dialect's pool of a finished loop
+    assert len(balancer.listeners._listeners) == 2
+    del dropped
+    gc.collect()
+    assert balancer.listeners._listeners == ()
