@@ -143,6 +143,7 @@ async def test_error_counts_rise_and_decay(cluster: ClusterBase) -> None:
         load_balancing="in_order",
         distributed_replica_error_half_life=1,
         distributed_replica_max_ignored_errors=10,  # keep r1 first while it fails
+        health_check_delay_interval_ms=0,  # the injected failures are for statements, not delay reads
     ) as pool:
         cluster.fail_next(0, n=3, code=210)  # NETWORK_ERROR: a replica failure
         assert [await who(pool) for _ in range(4)] == [cluster.names[1]] * 3 + [cluster.names[0]]

@@ -200,7 +200,8 @@ def test_query_failures_are_not_retried_nor_counted(cluster: ClusterBase) -> Non
 
 
 def test_server_side_replica_errors_fail_over(cluster: ClusterBase) -> None:
-    with make_pool(cluster, load_balancing="in_order") as pool:
+    # The injected failures are for statements: no background delay reads to take them.
+    with make_pool(cluster, load_balancing="in_order", health_check_delay_interval_ms=0) as pool:
         cluster.fail_next(0, n=2, code=210)
         assert who(pool, 1) == {"r2": 1}
         assert pool.replicas[0].errors_count == 1
@@ -241,7 +242,8 @@ def test_inserts_and_reads(cluster: ClusterBase) -> None:
 def test_insert_that_failed_after_sending_is_retried_with_its_token(cluster: ClusterBase) -> None:
     cluster.on_all("DROP TABLE IF EXISTS lb_retry")
     cluster.on_all("CREATE TABLE lb_retry (id UInt32) ENGINE = MergeTree ORDER BY id")
-    with make_pool(cluster, load_balancing="in_order") as pool:
+    # The injected failure is for the insert: no background delay reads to take it.
+    with make_pool(cluster, load_balancing="in_order", health_check_delay_interval_ms=0) as pool:
         cluster.fail_next(0, n=1, code=210)  # the server answers NETWORK_ERROR after the send
         pool.insert("lb_retry", [[7]], column_names=["id"])
         assert cluster.query(0, "SELECT count() FROM lb_retry").strip() == "0"
@@ -251,7 +253,8 @@ def test_insert_that_failed_after_sending_is_retried_with_its_token(cluster: Clu
 def test_non_idempotent_write_is_not_retried_after_sending(cluster: ClusterBase) -> None:
     cluster.on_all("DROP TABLE IF EXISTS lb_once")
     cluster.on_all("CREATE TABLE lb_once (id UInt32) ENGINE = MergeTree ORDER BY id")
-    with make_pool(cluster, load_balancing="in_order") as pool:
+    # The injected failure is for the write: no background delay reads to take it.
+    with make_pool(cluster, load_balancing="in_order", health_check_delay_interval_ms=0) as pool:
         assert who(pool, 1) == {"r1": 1}  # the replica's client exists: the next request is the write
         cluster.fail_next(0, n=1, code=210)
         with pytest.raises(DatabaseError):
