@@ -250,6 +250,7 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         if self._prober is not None:
             await self._prober.close()
         self._detach_listeners()
+        self._release_shared_state()
         clients = []
         for slot in self._clients:
             if slot.client is not None:
@@ -321,6 +322,7 @@ def get_async_pool(
     max_replica_delay_for_distributed_queries: int | None = None,
     fallback_to_stale_replicas_for_distributed_queries: bool | None = None,
     listeners: Iterable[Listener] = (),
+    share_state: bool | None = None,
     **client_options: Any,
 ) -> AsyncReplicaPool:
     """An :class:`AsyncReplicaPool`: the same arguments as :func:`clickhouse_lb.get_pool`
@@ -343,5 +345,6 @@ def get_async_pool(
         balancing=balancing_arguments(locals()),
         client_options=client_options,
         valid_client_options=async_client_option_names(),
+        share_state=share_state,
     )
     return AsyncReplicaPool(config, listeners=listeners)

@@ -197,6 +197,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         if self._prober is not None:
             self._prober.close()
         self._detach_listeners()
+        self._release_shared_state()
         for slot in self._clients:
             with slot.lock:
                 client, slot.client = slot.client, None
@@ -266,6 +267,7 @@ def get_pool(
     max_replica_delay_for_distributed_queries: int | None = None,
     fallback_to_stale_replicas_for_distributed_queries: bool | None = None,
     listeners: Iterable[Listener] = (),
+    share_state: bool | None = None,
     **client_options: Any,
 ) -> ReplicaPool:
     """A :class:`ReplicaPool` over ``hosts`` (``["ch-1:8123", ...]``, ``"ch-1:8123,ch-2:8123"``,
@@ -285,6 +287,11 @@ def get_pool(
     checked), ``fallback_to_stale_replicas_for_distributed_queries=True``. A value left as
     ``None`` comes from the DSN, or is the default.
 
+    ``share_state=True`` (the default; ``share_state=0`` in a DSN): the error counts, decay
+    clock and round-robin counter are shared with every other pool and engine of the process
+    over the same replicas, settings, user and database (see :mod:`clickhouse_lb.shared_state`),
+    so pools built per request still balance. ``False``: this pool keeps its own.
+
     Every other keyword (``username``, ``password``, ``database``, ``secure``, ``compress``,
     ``send_receive_timeout``, ``settings``, ...) goes to each replica's
     ``clickhouse_connect.get_client``. Bad names and values raise
@@ -296,5 +303,6 @@ def get_pool(
         balancing=balancing_arguments(locals()),
         client_options=client_options,
         valid_client_options=sync_client_option_names(),
+        share_state=share_state,
     )
     return ReplicaPool(config, listeners=listeners)

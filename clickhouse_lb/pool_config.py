@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._redact import mask_options
+from ._values import as_bool
 from .errors import ConfigurationError
 from .health import DEFAULT_HEALTH, HEALTH_SETTING_NAMES, HealthSettings, parse_health_settings
 from .lag import DEFAULT_LAG, LAG_SETTING_NAMES, LagSettings, parse_lag_settings
@@ -30,6 +31,10 @@ __all__ = [
     "resolve_pool_config",
     "sync_client_option_names",
 ]
+
+#: The option (keyword, DSN and URL parameter) that turns state sharing off for one pool or engine
+#: (see :mod:`clickhouse_lb.shared_state`).
+SHARE_STATE = "share_state"
 
 #: Options the pool decides per replica; a user may not pass them through.
 _POOL_OWNED = {
@@ -89,12 +94,15 @@ class PoolConfig:
     client_options: dict[str, Any]
     health: HealthSettings = DEFAULT_HEALTH
     lag: LagSettings = DEFAULT_LAG
+    #: Share the balancing state with the process's other pools over the same replica set
+    #: (clickhouse_lb.shared_state); False: a state of this pool's own.
+    share_state: bool = True
 
     def __repr__(self) -> str:
         shown = mask_options(self.client_options)
         return (
             f"PoolConfig(replicas={self.replicas!r}, settings={self.settings!r}, client_options={shown!r}, "
-            f"health={self.health!r}, lag={self.lag!r})"
+            f"health={self.health!r}, lag={self.lag!r}, share_state={self.share_state!r})"
         )
 
     @property
@@ -125,10 +133,12 @@ def resolve_pool_config(
     balancing: Mapping[str, Any],
     client_options: Mapping[str, Any],
     valid_client_options: frozenset[str],
+    share_state: bool | str | int | None = None,
 ) -> PoolConfig:
     """Merge a DSN and keyword arguments (keywords win), validate every name and value.
     Health-check (``health_check_*``) and lag settings may come in ``balancing`` or among the
-    client options (``**kwargs``); a DSN carries them as query parameters."""
+    client options (``**kwargs``); a DSN carries them as query parameters. ``share_state``:
+    None takes the DSN's ``share_state=``, or True."""
     options = dict(client_options)
     own = {name: options.pop(name) for name in _OWN_SECTIONS if name in options}
     balancing = dict(balancing)
@@ -139,7 +149,7 @@ def resolve_pool_config(
             raise ConfigurationError(f"Option {name!r} is not accepted by a pool: {_POOL_OWNED[name]}")
         if name not in valid_client_options:
             raise unknown_name_error(
-                "option", name, set(valid_client_options) | set(POOL_SETTING_NAMES)
+                "option", name, set(valid_client_options) | set(POOL_SETTING_NAMES) | {SHARE_STATE}
             )
     given = {name: value for name, value in balancing.items() if value is not None}
     replicas: list[Replica] = []
@@ -159,6 +169,9 @@ def resolve_pool_config(
             if name in dsn_options:
                 value = dsn_options.pop(name)
                 own.setdefault(name, value)
+        dsn_share_state = dsn_options.pop(SHARE_STATE, None)
+        if share_state is None and dsn_share_state is not None:
+            share_state = dsn_share_state
         for name, value in dsn_options.items():
             if name in _POOL_OWNED:
                 raise ConfigurationError(f"DSN option {name!r} is not accepted by a pool: {_POOL_OWNED[name]}")
@@ -179,7 +192,8 @@ def resolve_pool_config(
     settings = parse_balancing_settings(given)
     health = parse_health_settings({k: v for k, v in own.items() if k in HEALTH_SETTING_NAMES})
     lag = parse_lag_settings({k: v for k, v in own.items() if k in LAG_SETTING_NAMES})
-    return PoolConfig(replicas, settings, options, health, lag)
+    share = True if share_state is None else as_bool(SHARE_STATE, share_state)
+    return PoolConfig(replicas, settings, options, health, lag, share_state=share)
 
 
 def connect_timeout_argument(seconds: float) -> int:
