@@ -154,7 +154,7 @@ class PoolBase:
         self._health: HealthMonitor | None = (
             HealthMonitor(self._balancer, config.health) if config.health.enabled else None
         )
-        own: tuple[Listener, ...] = (self._stats,) if self._health is None else (self._stats, self._health)
+        own: tuple[Listener, ...] = (self._stats,)
         #: Called by close(), or when the pool is garbage-collected unclosed.
         self._detach_listeners = weakref.finalize(self, _detach, self._balancer.listeners, own)
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from ._redact import redact
-from .classify import Failure, classify
+from .classify import PING_DISPROVABLE_KINDS, Failure, classify
 from .errors import ConfigurationError
 from .events import ErrorRecordedEvent, Listener, ListenerSet, ReplicaRecoveredEvent, logger
 from .ordering import plan_order, round_robin_order, static_ranks
@@ -192,7 +192,7 @@ class Balancer:
     def record_error(self, index: int, reason: str, kind: str = "recorded") -> int:
         """Count an error; ``kind`` says what failed (see :class:`ErrorRecordedEvent`)."""
         reason = redact(reason)
-        count = self.state.record_error(index, reason)
+        count = self.state.record_error(index, reason, sticky=kind not in PING_DISPROVABLE_KINDS)
         address = self.addresses[index]
         logger.debug("error recorded against %s (errors_count=%d): %s", address, count, reason)
         if self.listeners:
@@ -206,6 +206,11 @@ class Balancer:
             return False
         self._recovered([index], reason)
         return True
+
+    def health_marks(self) -> tuple[list[int], list[bool]]:
+        """Per replica: errors ever counted, and whether the count holds one a ping cannot
+        disprove (see :meth:`ReplicaSetState.health_marks`)."""
+        return self.state.health_marks()
 
     def error_counts(self) -> list[int]:
         """Errors per replica, decayed to now (a look: the decay clock does not move)."""

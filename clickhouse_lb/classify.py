@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from ._redact import redact
 from .errors import ReplicaConnectError
 
-__all__ = ["REACHABILITY_KINDS", "REPLICA_ERROR_CODES", "Failure", "classify", "error_code"]
+__all__ = ["PING_DISPROVABLE_KINDS", "REACHABILITY_KINDS", "REPLICA_ERROR_CODES", "Failure", "classify", "error_code"]
 
 #: Server error codes that mean "this replica cannot serve now" (src/Common/ErrorCodes.cpp).
 REPLICA_ERROR_CODES: dict[int, str] = {
@@ -99,6 +99,9 @@ _TIMEOUTS = frozenset({"ReadTimeoutError", "SocketTimeoutError", "ServerTimeoutE
 
 #: Failure kinds that say only "the replica could not be reached": an answered ``/ping`` disproves them.
 REACHABILITY_KINDS = frozenset({"connect", "disconnect", "http_status"})
+
+#: Error kinds a run of successful health probes may clear: the above, failed probes and pings.
+PING_DISPROVABLE_KINDS = REACHABILITY_KINDS | {"probe", "ping"}
 
 _CODE_RE = re.compile(r"(?:\bCode:\s*|exception, code:\s*)(\d+)")
 _HTTP_STATUS_RE = re.compile(r"HTTP status (\d{3})")

@@ -35,9 +35,8 @@ from enum import Enum
 from typing import Any, NamedTuple, Protocol
 
 from ._values import as_int
-from .classify import REACHABILITY_KINDS
 from .errors import ConfigurationError
-from .events import ErrorRecordedEvent, ListenerSet, ProbeEvent, ReplicaDownEvent, ReplicaRecoveredEvent, logger
+from .events import ListenerSet, ProbeEvent, ReplicaDownEvent, logger
 from .settings import unknown_name_error
 from .state import Clock
 
@@ -53,8 +52,6 @@ __all__ = [
     "parse_health_settings",
 ]
 
-#: Error kinds a successful probe run may clear (besides after an outage the probes saw).
-PING_HEALABLE_KINDS = REACHABILITY_KINDS | {"probe", "ping"}
 
 
 @dataclass(frozen=True)
@@ -168,9 +165,7 @@ class _Replica:
         "delay",
         "delay_in_flight",
         "delay_started",
-        "epoch",
         "failures",
-        "healable",
         "in_flight",
         "last_error",
         "last_latency",
@@ -178,6 +173,7 @@ class _Replica:
         "last_time",
         "started_epoch",
         "state",
+        "streak_epoch",
         "successes",
     )
 
@@ -190,9 +186,10 @@ class _Replica:
         self.last_time: float | None = None  # wall clock
         self.last_latency: float | None = None
         self.last_error: str | None = None
-        self.epoch = 0  # bumped by every error counted against the replica
-        self.started_epoch = 0  # the epoch the in-flight probe started in
-        self.healable = True  # every error in the current count is one a ping disproves
+        # Epoch: the number of errors ever counted against the replica (the state's). A probe
+        # that started before the latest error proves nothing about it.
+        self.started_epoch = 0  # of the probe in flight
+        self.streak_epoch = 0  # of the current run of successes
         self.delay: float | None = None  # seconds, latest read (None: never read)
         self.delay_in_flight = False
         self.delay_started: float | None = None
@@ -213,8 +210,9 @@ class ProbeSchedule:
             return self.settings.fast_interval
         return self.settings.interval
 
-    def due(self, suspects: Sequence[bool]) -> list[int]:
-        """The replicas to probe now (each is then in flight until :meth:`finish`)."""
+    def due(self, suspects: Sequence[bool], epochs: Sequence[int]) -> list[int]:
+        """The replicas to probe now (each is then in flight until :meth:`finish`).
+        ``epochs``: errors ever counted per replica (``ReplicaSetState.health_marks``)."""
         now = self._clock()
         chosen = []
         with self._lock:
@@ -225,7 +223,7 @@ class ProbeSchedule:
                 if last is None or now - last >= self._interval(replica, suspects[i]):
                     replica.in_flight = True
                     replica.last_started = now
-                    replica.started_epoch = replica.epoch
+                    replica.started_epoch = epochs[i]
                     chosen.append(i)
         return chosen
 
@@ -243,23 +241,12 @@ class ProbeSchedule:
                 wait = min(wait, replica.last_started + self._interval(replica, suspects[i]) - now)
         return max(0.0, wait)
 
-    def note_error(self, index: int, kind: str) -> None:
-        """An error was counted against the replica (by anyone): successes so far no longer
-        count towards re-admission, and an error a ping cannot disprove makes it stick."""
-        with self._lock:
-            replica = self._replicas[index]
-            replica.epoch += 1
-            replica.successes = 0
-            if kind not in PING_HEALABLE_KINDS:
-                replica.healable = False
-
-    def note_cleared(self, index: int) -> None:
-        """The replica's error count reached zero (decay): nothing is left to stick."""
-        with self._lock:
-            self._replicas[index].healable = True
-
-    def finish(self, index: int, outcome: ProbeOutcome, *, errors_count: int, wall_time: float) -> Verdict:
-        """Record a finished probe; the verdict says what to do to the replica's count."""
+    def finish(
+        self, index: int, outcome: ProbeOutcome, *, errors_count: int, epoch: int, sticky: bool, wall_time: float
+    ) -> Verdict:
+        """Record a finished probe; the verdict says what to do to the replica's count.
+        ``errors_count``, ``epoch``, ``sticky``: the replica's count, errors ever counted, and
+        whether the count holds an error a ping does not disprove, as of now."""
         settings = self.settings
         with self._lock:
             replica = self._replicas[index]
@@ -276,16 +263,18 @@ class ProbeSchedule:
             replica.failures = 0
             replica.last_latency = outcome.latency
             replica.last_error = None
-            if replica.started_epoch == replica.epoch:  # no error was counted while it ran
+            if replica.streak_epoch != epoch:  # an error since the streak began: start again
+                replica.successes = 0
+                replica.streak_epoch = epoch
+            if replica.started_epoch == epoch:  # no error was counted while it ran
                 replica.successes += 1
             if replica.state is ProbeState.DOWN:
                 if replica.successes < settings.health_check_rise:
                     return Verdict.NOTHING
                 replica.state = ProbeState.UP
-                replica.healable = True
                 return Verdict.READMIT
             replica.state = ProbeState.UP
-            if errors_count and replica.healable and replica.successes >= settings.health_check_rise:
+            if errors_count and not sticky and replica.successes >= settings.health_check_rise:
                 return Verdict.READMIT
             return Verdict.NOTHING
 
@@ -364,6 +353,9 @@ class HealthTarget(Protocol):
 
     def error_counts(self) -> list[int]: ...
 
+    def health_marks(self) -> tuple[list[int], list[bool]]:
+        """Per replica: errors ever counted, and whether the count holds one a ping cannot disprove."""
+
     def record_error(self, index: int, reason: str, kind: str = ...) -> int: ...
 
     def readmit(self, index: int, reason: str) -> bool:
@@ -372,21 +364,18 @@ class HealthTarget(Protocol):
 
 class HealthMonitor:
     """The probe schedule tied to a balancer: the drivers ask :meth:`due`, probe, and hand each
-    outcome to :meth:`finish`. Also a listener of the balancer's own events, to learn about
-    errors counted by statements and the application."""
+    outcome to :meth:`finish`. What it must know of the errors counted by statements and by
+    the application (when the latest came, whether a ping may clear them) it reads from the
+    balancing state, so that pools sharing one state (``share_state``) see the same."""
 
     def __init__(self, target: HealthTarget, settings: HealthSettings, *, clock: Clock = time.monotonic) -> None:
         self.target = target
         self.settings = settings
         self.schedule = ProbeSchedule(len(target.addresses), settings, clock=clock)
-        self._index = {address: i for i, address in enumerate(target.addresses)}
-        target.listeners.add(self)
-
-    def detach(self) -> None:
-        self.target.listeners.remove(self)
 
     def due(self) -> list[int]:
-        return self.schedule.due(self._suspects())
+        epochs, _ = self.target.health_marks()
+        return self.schedule.due(self._suspects(), epochs)
 
     def next_wakeup(self) -> float:
         return self.schedule.next_wakeup(self._suspects())
@@ -398,8 +387,11 @@ class HealthMonitor:
     def finish(self, index: int, outcome: ProbeOutcome) -> Verdict:
         address = self.target.addresses[index]
         errors = self.target.error_counts()[index]
+        epochs, sticky = self.target.health_marks()
         was_down = self.schedule.is_down(index)
-        verdict = self.schedule.finish(index, outcome, errors_count=errors, wall_time=time.time())
+        verdict = self.schedule.finish(
+            index, outcome, errors_count=errors, epoch=epochs[index], sticky=sticky[index], wall_time=time.time()
+        )
         if outcome.ok:
             logger.debug("probe of %s answered in %.1f ms", address, outcome.latency * 1000)
         else:
@@ -429,18 +421,6 @@ class HealthMonitor:
         else:
             logger.debug("replication delay of %s: %g s", address, delay)
         self.schedule.finish_delay(index, delay)
-
-    # -- the balancer's events -------------------------------------------------------------
-
-    def on_error_recorded(self, event: ErrorRecordedEvent) -> None:
-        index = self._index.get(event.address)
-        if index is not None:
-            self.schedule.note_error(index, event.kind)
-
-    def on_replica_recovered(self, event: ReplicaRecoveredEvent) -> None:
-        index = self._index.get(event.address)
-        if index is not None and event.reason in ("decayed", "probe"):
-            self.schedule.note_cleared(index)
 
 
 def probe_statuses_off(size: int) -> list[ProbeStatus]:

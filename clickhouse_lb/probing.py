@@ -166,7 +166,6 @@ class ProbeWorker:
             helpers.shutdown(wait=False, cancel_futures=True)
         if pinger is not None:
             pinger.close()
-        self.monitor.detach()
 
     def _forget_after_fork(self) -> None:
         """In a child process: the parent's thread, helpers and connections are not ours."""
@@ -280,7 +279,6 @@ class AsyncProbeWorker:
                 await asyncio.gather(task, return_exceptions=True)
             elif not task.get_loop().is_closed():
                 task.get_loop().call_soon_threadsafe(task.cancel)
-        self.monitor.detach()
 
     def _forget_after_fork(self) -> None:
         self._task = None

@@ -294,12 +294,6 @@ def test_every_probe_is_an_event_and_the_status_keeps_the_last_one(clock: FakeCl
     assert (c.probe_state, c.last_probe_time) == ("unknown", None)
 
 
-def test_detached_monitor_hears_nothing_more(clock: FakeClock) -> None:
-    balancer, monitor, _ = make(clock)
-    monitor.detach()
-    assert monitor not in balancer.listeners._listeners
-
-
 # -- where the settings come from ------------------------------------------------------------
 
 
@@ -352,3 +346,36 @@ def test_delay_interval_zero_never_reads_delays(clock: FakeClock) -> None:
     monitor.due()
     monitor.finish(A, OK)
     assert monitor.delay_due() == []
+
+
+# -- pools sharing one balancing state (share_state) -----------------------------------------
+
+
+def test_what_a_ping_may_clear_is_known_to_every_pool_sharing_the_state(clock: FakeClock) -> None:
+    # Two pools over one state: the application flags stale data through one; the other's
+    # probes, which see the replica answer, must not clear it.
+    first, monitor, _ = make(clock)
+    second = Balancer(first.replicas, first.settings, clock=clock, state=first.state)
+    second_monitor = HealthMonitor(second, monitor.settings, clock=clock)
+    first.record_error(A, "stale data")
+    for _ in range(4):
+        clock.advance(0.2)
+        second_monitor.due()
+        assert second_monitor.finish(A, OK) is Verdict.NOTHING
+    assert errors(second)[A] == 1
+
+
+def test_a_probe_started_before_another_pools_error_proves_nothing_about_it(clock: FakeClock) -> None:
+    first, _, _ = make(clock)
+    second = Balancer(first.replicas, first.settings, clock=clock, state=first.state)
+    monitor = HealthMonitor(second, HealthSettings(), clock=clock)
+    assert A in monitor.due()
+    first.count_failure(A, refused())  # counted through the other pool, while the probe ran
+    assert monitor.finish(A, OK) is Verdict.NOTHING
+    clock.advance(0.2)
+    monitor.due()
+    assert monitor.finish(A, OK) is Verdict.NOTHING  # one success since the error: rise is 2
+    clock.advance(0.2)
+    monitor.due()
+    assert monitor.finish(A, OK) is Verdict.READMIT
+    assert errors(first)[A] == 0

@@ -286,7 +286,7 @@ def test_sync_ping(http_replica: str, silent_replica: str, closed_port: str) -> 
         pinger.close()
 
 
-def test_a_pool_takes_its_listeners_off_a_shared_balancer_when_closed_or_dropped() -> None:
+def test_a_pool_takes_its_listener_off_a_shared_balancer_when_closed_or_dropped() -> None:
     import gc
 
     from clickhouse_lb.pool import ReplicaPool
@@ -296,11 +296,11 @@ def test_a_pool_takes_its_listeners_off_a_shared_balancer_when_closed_or_dropped
                                  valid_client_options=sync_client_option_names())
     balancer = Balancer(config.replicas, config.settings)
     closed = ReplicaPool(config, balancer=balancer)
-    assert len(balancer.listeners._listeners) == 2  # its stats and its health monitor
+    assert len(balancer.listeners._listeners) == 1  # its stats
     closed.close()
     assert balancer.listeners._listeners == ()
     dropped = ReplicaPool(config, balancer=balancer)  # like the async dialect's pool of a finished loop
-    assert len(balancer.listeners._listeners) == 2
+    assert len(balancer.listeners._listeners) == 1
     del dropped
     gc.collect()
     assert balancer.listeners._listeners == ()
