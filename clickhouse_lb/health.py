@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from enum import Enum
@@ -362,32 +363,47 @@ class HealthTarget(Protocol):
         """Clear the replica's error count (keep slowdowns); False when there was nothing to clear."""
 
 
+class BalancerGone(RuntimeError):
+    """The pool (and its balancer) was garbage-collected: its probe worker ends."""
+
+
 class HealthMonitor:
     """The probe schedule tied to a balancer: the drivers ask :meth:`due`, probe, and hand each
     outcome to :meth:`finish`. What it must know of the errors counted by statements and by
     the application (when the latest came, whether a ping may clear them) it reads from the
-    balancing state, so that pools sharing one state (``share_state``) see the same."""
+    balancing state, so that pools sharing one state (``share_state``) see the same.
+
+    It holds its balancer weakly: a worker must not keep a dropped pool's balancer (and the
+    shared state it holds) alive; once it is gone, the monitor raises :class:`BalancerGone`."""
 
     def __init__(self, target: HealthTarget, settings: HealthSettings, *, clock: Clock = time.monotonic) -> None:
-        self.target = target
+        self._target = weakref.ref(target)
         self.settings = settings
         self.schedule = ProbeSchedule(len(target.addresses), settings, clock=clock)
 
+    @property
+    def target(self) -> HealthTarget:
+        target = self._target()
+        if target is None:
+            raise BalancerGone("the pool of these probes is gone")
+        return target
+
     def due(self) -> list[int]:
-        epochs, _ = self.target.health_marks()
-        return self.schedule.due(self._suspects(), epochs)
+        target = self.target
+        epochs, _ = target.health_marks()
+        return self.schedule.due(self._suspects(target), epochs)
 
     def next_wakeup(self) -> float:
-        return self.schedule.next_wakeup(self._suspects())
+        return self.schedule.next_wakeup(self._suspects(self.target))
 
-    def _suspects(self) -> list[bool]:
-        suspects = self.target.suspects()
-        return [s or self.schedule.is_down(i) for i, s in enumerate(suspects)]
+    def _suspects(self, target: HealthTarget) -> list[bool]:
+        return [s or self.schedule.is_down(i) for i, s in enumerate(target.suspects())]
 
     def finish(self, index: int, outcome: ProbeOutcome) -> Verdict:
-        address = self.target.addresses[index]
-        errors = self.target.error_counts()[index]
-        epochs, sticky = self.target.health_marks()
+        target = self.target  # one strong reference for the whole decision
+        address = target.addresses[index]
+        errors = target.error_counts()[index]
+        epochs, sticky = target.health_marks()
         was_down = self.schedule.is_down(index)
         verdict = self.schedule.finish(
             index, outcome, errors_count=errors, epoch=epochs[index], sticky=sticky[index], wall_time=time.time()
@@ -396,16 +412,16 @@ class HealthMonitor:
             logger.debug("probe of %s answered in %.1f ms", address, outcome.latency * 1000)
         else:
             logger.debug("probe of %s failed after %.1f ms: %s", address, outcome.latency * 1000, outcome.error)
-        listeners = self.target.listeners
+        listeners = target.listeners
         listeners.probe(ProbeEvent(address, outcome.ok, outcome.latency, outcome.error))
         if verdict is Verdict.COUNT_ERROR:
             reason = f"probe failed: {outcome.error}" if outcome.error else "probe failed"
-            self.target.record_error(index, reason, kind="probe")
+            target.record_error(index, reason, kind="probe")
             if not was_down:
                 logger.warning("replica %s is down: %s", address, reason)
                 listeners.replica_down(ReplicaDownEvent(address, reason))
         elif verdict is Verdict.READMIT:
-            self.target.readmit(index, "probe")
+            target.readmit(index, "probe")
         return verdict
 
     def statuses(self) -> list[ProbeStatus]:

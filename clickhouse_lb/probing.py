@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from ._ping import AsyncPinger, SyncPinger, delay_url, ping_url
 from .events import logger
-from .health import HealthMonitor, ProbeOutcome
+from .health import BalancerGone, HealthMonitor, ProbeOutcome
 
 __all__ = ["AsyncProbeWorker", "ProbeWorker"]
 
@@ -120,12 +120,14 @@ class ProbeWorker:
                 for index in self.monitor.delay_due():
                     helpers.submit(self._read_delay, index)
                 wait = self.monitor.next_wakeup()
-            except RuntimeError:  # the helpers were shut down by close()
-                return
+            except RuntimeError:  # the helpers were shut down by close(), or the pool is gone
+                break
             except Exception:  # pragma: no cover - the worker must outlive any surprise
                 logger.exception("clickhouse_lb health worker")
                 wait = self.monitor.settings.interval
             stop.wait(max(_MIN_WAIT, wait))
+        stop.set()
+        helpers.shutdown(wait=False, cancel_futures=True)
 
     def _probe(self, index: int) -> None:
         pinger = self._pinger
@@ -133,6 +135,8 @@ class ProbeWorker:
             return
         try:
             self.monitor.finish(index, pinger.ping(self._urls[index]))
+        except BalancerGone:
+            self._stop.set()
         except Exception:  # pragma: no cover
             logger.exception("clickhouse_lb health probe of %s", self._urls[index])
 
@@ -150,6 +154,8 @@ class ProbeWorker:
             return
         try:
             self.monitor.finish_delay(index, *pinger.delay(self._delay_urls[index]))
+        except BalancerGone:
+            self._stop.set()
         except Exception:  # pragma: no cover
             logger.exception("clickhouse_lb replication delay of %s", self._urls[index])
 
@@ -235,6 +241,8 @@ class AsyncProbeWorker:
                         probes.add(probe)
                         probe.add_done_callback(probes.discard)
                     wait = self.monitor.next_wakeup()
+                except BalancerGone:
+                    return
                 except Exception:  # pragma: no cover - the worker must outlive any surprise
                     logger.exception("clickhouse_lb health worker")
                     wait = self.monitor.settings.interval
@@ -251,6 +259,8 @@ class AsyncProbeWorker:
             self.monitor.finish(index, await pinger.ping(self._urls[index]))
         except asyncio.CancelledError:
             raise
+        except BalancerGone:  # the loop notices too, and ends
+            return
         except Exception:  # pragma: no cover
             logger.exception("clickhouse_lb health probe of %s", self._urls[index])
 
@@ -266,6 +276,8 @@ class AsyncProbeWorker:
             self.monitor.finish_delay(index, *(await pinger.delay(self._delay_urls[index])))
         except asyncio.CancelledError:
             raise
+        except BalancerGone:
+            return
         except Exception:  # pragma: no cover
             logger.exception("clickhouse_lb replication delay of %s", self._urls[index])
 

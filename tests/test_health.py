@@ -102,14 +102,14 @@ def test_bad_settings_name_the_value_and_the_rule(values: dict[str, Any], messag
 
 
 def test_first_look_probes_every_replica_once(clock: FakeClock) -> None:
-    _, monitor, _ = make(clock)
+    _balancer, monitor, _ = make(clock)
     assert monitor.next_wakeup() == 0.0
     assert monitor.due() == [A, B, C]
     assert monitor.due() == []  # one probe in flight per replica
 
 
 def test_healthy_replicas_are_swept_every_interval(clock: FakeClock) -> None:
-    _, monitor, _ = make(clock)
+    _balancer, monitor, _ = make(clock)
     for i in monitor.due():
         monitor.finish(i, OK)
     clock.advance(0.999)
@@ -130,14 +130,14 @@ def test_a_replica_with_errors_is_probed_at_the_fast_interval(clock: FakeClock) 
 
 def test_the_worker_never_sleeps_longer_than_the_fast_interval(clock: FakeClock) -> None:
     # A replica can become suspect at any moment; it must be probed soon after.
-    _, monitor, _ = make(clock, health_check_interval_ms=60_000)
+    _balancer, monitor, _ = make(clock, health_check_interval_ms=60_000)
     for i in monitor.due():
         monitor.finish(i, OK)
     assert monitor.next_wakeup() == pytest.approx(0.2)
 
 
 def test_a_probe_in_flight_is_not_doubled(clock: FakeClock) -> None:
-    _, monitor, _ = make(clock)
+    _balancer, monitor, _ = make(clock)
     assert monitor.due() == [A, B, C]
     for i in (B, C):
         monitor.finish(i, OK)
@@ -320,7 +320,7 @@ def test_probe_settings_per_pool_in_a_dsn_and_in_a_sqlalchemy_url() -> None:
 
 
 def test_delays_are_read_at_their_own_slower_interval_and_only_from_replicas_seen_up(clock: FakeClock) -> None:
-    _, monitor, _ = make(clock, health_check_delay_interval_ms=5000)
+    _balancer, monitor, _ = make(clock, health_check_delay_interval_ms=5000)
     assert monitor.delay_due() == []  # nothing seen up yet
     monitor.due()
     monitor.finish(A, OK)
@@ -342,7 +342,7 @@ def test_delays_are_read_at_their_own_slower_interval_and_only_from_replicas_see
 
 
 def test_delay_interval_zero_never_reads_delays(clock: FakeClock) -> None:
-    _, monitor, _ = make(clock, health_check_delay_interval_ms=0)
+    _balancer, monitor, _ = make(clock, health_check_delay_interval_ms=0)
     monitor.due()
     monitor.finish(A, OK)
     assert monitor.delay_due() == []

@@ -304,3 +304,20 @@ def test_a_pool_takes_its_listener_off_a_shared_balancer_when_closed_or_dropped(
     del dropped
     gc.collect()
     assert balancer.listeners._listeners == ()
+
+
+def test_a_worker_ends_when_its_pool_is_gone_and_keeps_nothing_alive() -> None:
+    import gc
+    import weakref
+
+    balancer, worker, _, waiter = sync_worker()
+    worker.ensure_started()
+    assert waiter.wait_for(probes_of("a:8123", 1))
+    thread = worker._thread
+    assert thread is not None
+    gone = weakref.ref(balancer)
+    del balancer  # the pool dropped without close(): nothing but the worker could hold it
+    gc.collect()
+    assert gone() is None  # the shared balancing state it held can be given back
+    thread.join(WAIT)
+    assert not thread.is_alive()
