@@ -115,8 +115,9 @@ def readmit_round(cluster: LocalCluster, health: dict[str, int]) -> tuple[float 
     """(answer -> readmit event, answer -> first statement on r1, r1's estimated_recovery_time then)."""
     events = Events()
     r1, name = cluster.hosts[0], cluster.names[0]
-    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", listeners=[events], **health) as pool, \
-            load(pool) as served:
+    # share_state=False: each round starts from clean counts (not the previous round's state).
+    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", listeners=[events], share_state=False,
+                                **health) as pool, load(pool) as served:
         wait(lambda: len(served) > 20)
         cluster.kill(0)
         wait(lambda: pool.replicas[0].errors_count > 0)
@@ -142,7 +143,9 @@ def readmit_round(cluster: LocalCluster, health: dict[str, int]) -> tuple[float 
 
 def markdown_round(cluster: LocalCluster, health: dict[str, int], fault: str) -> float:
     events = Events()
-    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", listeners=[events], **health) as pool:
+    with clickhouse_lb.get_pool(
+        cluster.hosts, load_balancing="in_order", listeners=[events], share_state=False, **health
+    ) as pool:
         pool.command(WHO)
         wait(lambda: all(r.probe_state == "up" for r in pool.replicas))
         started = time.monotonic()
