@@ -12,8 +12,7 @@ Here the delays come from the health probes (``None``: not known, which counts a
 the rule is applied to the plan the strategy made, so that errors and priorities still order
 the fresh replicas among themselves.
 
-Not wired yet: the probes do not read ``system.replicas`` (that needs the local cluster's
-replication, issue 12). :func:`order_by_freshness` and the settings are ready and tested.
+The pools apply it (``PoolBase._fresh_first``) to every statement, ``plan()`` and sessions.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -189,9 +190,40 @@ async def test_the_async_pool_readmits_a_restarted_replica(cluster: ClusterBase)
 
 
 def test_replication_delays_are_read_from_every_replica(cluster: ClusterBase) -> None:
-    # The local cluster has no replication lag yet (issue 12): every delay reads 0. What lag does
-    # to routing is tested with delays handed in (tests/test_lag_routing.py).
     with clickhouse_lb.get_pool(cluster.hosts, health_check_delay_interval_ms=100, password=cluster.password) as pool:
         pool.command(WHO)
         wait_until(lambda: all(r.delay is not None for r in pool.replicas), BOUND, "every delay read")
-        assert [r.delay for r in pool.replicas] == [0.0, 0.0, 0.0]
+        assert [r.delay for r in pool.replicas] == [0.0, 0.0, 0.0]  # nothing to replicate yet
+
+
+@pytest.fixture
+def replicated_table(cluster: ClusterBase) -> Iterator[str]:
+    name = f"lag_{uuid.uuid4().hex[:10]}"
+    cluster.query(0, f"CREATE TABLE {name} ON CLUSTER lb_cluster (x UInt32) ENGINE = ReplicatedMergeTree ORDER BY x")
+    yield name
+    cluster.heal()
+    cluster.query(0, f"DROP TABLE IF EXISTS {name} ON CLUSTER lb_cluster SYNC")
+
+
+def test_a_lagging_replica_gets_no_reads_while_fresh_ones_exist_and_gets_them_back_when_it_catches_up(
+    cluster: ClusterBase, replicated_table: str
+) -> None:
+    if not hasattr(cluster, "stop_replication"):
+        pytest.skip("needs LocalCluster's stop_replication")  # DockerCluster has no such fault
+    with clickhouse_lb.get_pool(
+        cluster.hosts, load_balancing="in_order", password=cluster.password,
+        max_replica_delay_for_distributed_queries=1, health_check_delay_interval_ms=100,
+    ) as pool:
+        assert str(pool.command(WHO)) == cluster.names[0]  # starts the probes
+        cluster.stop_replication(0)
+        cluster.query(1, f"INSERT INTO {replicated_table} VALUES (1)")  # r1 does not apply it
+        wait_until(lambda: (pool.replicas[0].delay or 0) >= 1, BOUND, "r1's delay to reach the 1 s limit")
+        assert {str(pool.command(WHO)) for _ in range(10)} == {cluster.names[1]}
+        assert pool.plan()[-1] == cluster.hosts[0]
+        # Per statement: a higher limit takes r1 back, no fallback with a lower one skips it.
+        assert str(pool.command(WHO, settings={"max_replica_delay_for_distributed_queries": 3600})) == cluster.names[0]
+        assert pool.replicas[0].errors_count == 0  # lag is not an error
+        cluster.start_replication(0)
+        cluster.query(0, f"SYSTEM SYNC REPLICA {replicated_table}")
+        wait_until(lambda: pool.replicas[0].delay == 0, BOUND, "r1's delay to read 0 again")
+        assert {str(pool.command(WHO)) for _ in range(10)} == {cluster.names[0]}
