@@ -1,6 +1,6 @@
 """Lag-aware ordering (pure): stale replicas after the fresh ones, or skipped, as the server does.
 
-Not integration-tested yet: the probes do not read replication delays (see clickhouse_lb/lag.py).
+In the pools: tests/test_lag_routing.py (delays handed in) and integration/test_health.py (real lag).
 """
 
 from __future__ import annotations
