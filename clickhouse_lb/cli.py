@@ -31,6 +31,7 @@ from typing import Any, TextIO
 from ._console import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, format_table, short_error
 from ._redact import redact
 from ._version import __version__
+from .balancer import ReplicaStatus
 from .errors import ConfigurationError
 from .pool import ReplicaPool, get_pool
 from .settings import LoadBalancing
@@ -198,13 +199,21 @@ def check_replicas(pool: ReplicaPool, timeout: float) -> list[ReplicaCheck]:
 
 def start_probes(pool: ReplicaPool, wait: float) -> None:
     """Start the pool's health probes (a statement would) and wait, at most ``wait`` seconds,
-    for their first sweep, so that the report shows what they saw."""
+    for their first sweep and the replication delays of the replicas they see up, so that the
+    report shows what they saw."""
     prober = getattr(pool, "_prober", None)
     if prober is None:
         return
     prober.ensure_started()
+    delays = pool.config.health.health_check_delay_interval_ms > 0
+
+    def seen(status: ReplicaStatus) -> bool:
+        if status.last_probe_time is None:
+            return False
+        return not delays or status.probe_state != "up" or status.delay is not None
+
     deadline = time.monotonic() + wait
-    while any(r.last_probe_time is None for r in pool.replicas) and time.monotonic() < deadline:
+    while not all(seen(r) for r in pool.replicas) and time.monotonic() < deadline:
         time.sleep(0.01)
 
 

@@ -50,6 +50,7 @@ def test_status_with_one_replica_killed(cluster: ClusterBase, capsys: pytest.Cap
         assert live["latency_ms"] is not None
         assert live["errors_count"] == 0
         assert live["probe_state"] == "up"
+        assert live["delay"] == 0.0  # read from system.replicas: nothing to replicate
     # The same check as a table, satisfied with two healthy replicas (one host list argument).
     assert main(["status", ",".join(cluster.hosts), "--min-healthy", "2", "--timeout", "2"]) == 0
     table = capsys.readouterr().out
