@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from clickhouse_connect.driver.exceptions import OperationalError, ProgrammingError
+from clickhouse_connect.driver.exceptions import NotSupportedError, OperationalError, ProgrammingError
 
 __all__ = [
     "AllReplicasUnavailableError",
     "AttemptFailure",
     "ConfigurationError",
+    "PoolMemberError",
     "ReplicaConnectError",
     "SessionLostError",
 ]
@@ -93,3 +94,10 @@ class ReplicaConnectError(OperationalError):
         self.address = address
         self.reason = reason
         super().__init__(f"Could not connect to replica {address}: {reason}")
+
+
+class PoolMemberError(NotSupportedError):
+    """A clickhouse-connect Client member used on a pool in a way that has no pool meaning
+    (``pool.url``: one per replica; assigning ``pool.server_version``: a fact the replicas
+    report). The message says what to use instead. A DB-API ``NotSupportedError``, never an
+    ``AttributeError``: the member exists, the use does not make sense for N replicas."""

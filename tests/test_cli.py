@@ -38,6 +38,7 @@ def fake_factory(cluster: FakeCluster, seen: dict[str, Any]) -> cli.PoolFactory:
 
     def factory(hosts: Any, *, dsn: str | None = None, **options: Any) -> ReplicaPool:
         seen.update(hosts=hosts, dsn=dsn, **options)
+        assert options.pop("connect_on_create") is False  # status reports every replica itself
         return make_pool(cluster, **options)
 
     return factory
