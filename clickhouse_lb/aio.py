@@ -31,7 +31,7 @@ from clickhouse_connect.driver.exceptions import ProgrammingError
 
 from ._async_client_api import AsyncClientAPI
 from ._client_api import STATEMENT_METHODS
-from ._client_members import read_statement
+from ._client_members import async_read_statement
 from ._pool_base import ClientSlot, PinnedBase, PoolBase, client_options_for, pin_options
 from ._statements import settings_positions
 from .balancer import Balancer
@@ -239,7 +239,7 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
 
         return await run_async(attempts, attempt, self._policy)
 
-    create_insert_context = read_statement(AsyncClient.create_insert_context)
+    create_insert_context = async_read_statement(AsyncClient.create_insert_context)
 
     async def close_connections(self) -> None:
         """Close the idle HTTP connections of every replica's client; the pool stays usable."""
