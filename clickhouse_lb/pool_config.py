@@ -55,7 +55,7 @@ def create_client_spellings(options: Mapping[str, Any], valid_client_options: fr
             raise ConfigurationError(f"Bad generic_args {type(generic).__name__}: expected a dict of options")
         settings = dict(options.get("settings") or {})
         for name, value in generic.items():
-            if name == "headers":
+            if name == "headers" and "headers" in valid_client_options:  # clickhouse-connect >= 1.0
                 options.setdefault("headers", value)
             elif name in valid_client_options or name in _POOL_OWNED or name in _USERNAME_ALIASES:
                 options[name] = value

@@ -564,8 +564,8 @@ def factory(request: pytest.FixtureRequest) -> Callable[..., Any]:
         ({"interface": "https"}, {"interface": "https"}),
         (
             {"generic_args": {"user": "bob", "query_limit": "5", "compression": "lz4", "max_threads": "2",
-                              "ch_max_memory_usage": "1000", "headers": {"X-A": "1"}}},
-            {"username": "bob", "query_limit": "5", "compress": "lz4", "headers": {"X-A": "1"},
+                              "ch_max_memory_usage": "1000"}},
+            {"username": "bob", "query_limit": "5", "compress": "lz4",
              "settings": {"max_threads": "2", "max_memory_usage": "1000"}},
         ),
     ],
@@ -575,6 +575,12 @@ def test_the_constructor_reads_options_as_get_client_does(
 ) -> None:
     pool = factory(["a:8123", "b:8123"], connect_on_create=False, **given)
     assert pool.config.client_options == expected
+
+
+@pytest.mark.skipif("headers" not in sync_client_option_names(), reason="clickhouse-connect 0.x takes no headers=")
+def test_generic_args_headers_are_the_clients_headers(factory: Callable[..., Any]) -> None:
+    pool = factory(["a:8123"], connect_on_create=False, generic_args={"headers": {"X-A": "1"}})
+    assert pool.config.client_options == {"headers": {"X-A": "1"}}
 
 
 def test_a_dsn_in_clickhouse_connects_form_with_user_in_the_query(factory: Callable[..., Any]) -> None:
