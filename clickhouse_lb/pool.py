@@ -6,8 +6,9 @@ clickhouse-connect client of that replica, and fails over (see :mod:`clickhouse_
 Everything but the blocking calls is shared with the async pool (:mod:`clickhouse_lb._pool_base`).
 
 Each replica's clickhouse-connect client is created on first use (creating one talks to the
-server), so a pool over partly-down replicas constructs fine and a replica that is down at
-first use is just a failed attempt. Pooled clients carry no session id, so one client serves
+server); ``get_pool`` creates one at once, in plan order, to check credentials and database as
+``get_client`` does, so a pool over partly-down replicas constructs fine and a replica that is
+down at first use is just a failed attempt. Pooled clients carry no session id, so one client serves
 many threads; state that must stay on one server goes through :meth:`ReplicaPool.session`.
 """
 
