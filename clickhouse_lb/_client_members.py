@@ -146,6 +146,8 @@ class ClientChanges:
 
     def __init__(self) -> None:
         self._changes: dict[ChangeKey, Any] = {}
+        #: Moves with every change: a client made while a change was being made replays again.
+        self.version = 0
 
     def record(self, key: ChangeKey, value: Any) -> None:
         if key[0] == "attr" and key[1] in SHARED_MAPS:  # a whole new dict replaces its item changes
@@ -153,6 +155,7 @@ class ClientChanges:
                 del self._changes[old]
         self._changes.pop(key, None)  # moved to the end: replayed in the order last made
         self._changes[key] = value
+        self.version += 1
 
     def get(self, key: ChangeKey) -> tuple[bool, Any]:
         if key in self._changes:
@@ -160,7 +163,7 @@ class ClientChanges:
         return False, None
 
     def replay(self, client: Any) -> None:
-        for key, value in self._changes.items():
+        for key, value in list(self._changes.items()):  # a snapshot: another thread may record
             _apply(client, key, value)
 
     def __len__(self) -> int:
@@ -267,10 +270,6 @@ class ClientMembers:
         """The client facts are read from; the sync pool connects one when none exists."""
         raise NotImplementedError
 
-    def _note_created(self, index: int) -> None:
-        if self._reference is None:
-            self._reference = index
-
     # -- members ---------------------------------------------------------------------------
 
     def _member_value(self, name: str) -> Any:
@@ -283,11 +282,26 @@ class ClientMembers:
         return getattr(client, name)
 
     def _change(self, key: ChangeKey, value: Any) -> None:
-        """Apply one change to every existing client (the reference first: a value it refuses
-        is refused before anything is recorded), then record it for the clients to come."""
-        for client in self._existing_clients():
-            _apply(client, key, value)
+        """Apply one change to the reference client (a value it refuses is refused before
+        anything is recorded), record it for the clients to come, then apply it to the other
+        existing clients. Recording before looking at the others closes the race with a client
+        being made in another thread: either it is in its slot by then, or :meth:`_placed`
+        sees the new version and replays."""
+        reference = self._reference_or_none()
+        if reference is not None:
+            _apply(reference, key, value)
         self._changes.record(key, value)
+        for client in self._existing_clients():
+            if client is not reference:
+                _apply(client, key, value)
+
+    def _placed(self, index: int, client: Any, version: int) -> None:
+        """A new pooled client is in its slot: it becomes the reference if it is the first, and
+        replays again if a change was recorded since ``version`` (taken before it was made)."""
+        if self._reference is None:
+            self._reference = index
+        if self._changes.version != version:
+            self._changes.replay(client)
 
     def set_client_setting(self, key: str, value: Any) -> None:
         """Set a ClickHouse setting on every replica's client, now and on those created later."""

@@ -170,13 +170,14 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
             if slot.client is not None:
                 return slot.client
             slot.raise_shared_failure(seen)
+            version = self._changes.version
             with slot.creating(self._balancer.addresses[index]):
                 client = await self._new_client(index, autogenerate_session_id=False)
             if self._closed:  # closed while the client was being created
                 await _close_quietly(client)
                 raise self._closed_error()
             slot.client = client
-            self._note_created(index)
+            self._placed(index, client, version)
             return client
 
     async def client(self, address: str | Replica) -> AsyncClient:

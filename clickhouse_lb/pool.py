@@ -118,13 +118,14 @@ class ReplicaPool(SyncClientAPI, PoolBase):
             if slot.client is not None:
                 return slot.client
             slot.raise_shared_failure(seen)
+            version = self._changes.version
             with slot.creating(self._balancer.addresses[index]):
                 client = self._new_client(index, autogenerate_session_id=False)
             if self._closed:  # closed while the client was being created
                 _close_quietly(client)
                 raise self._closed_error()
             slot.client = client
-            self._note_created(index)
+            self._placed(index, client, version)
             return client
 
     def client(self, address: str | Replica) -> Client:

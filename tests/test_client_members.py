@@ -336,6 +336,24 @@ def test_a_client_recreated_after_a_restart_gets_the_changes_replayed_in_order(f
     assert result["headers"]["Authorization"] == "Bearer t0k3n"
 
 
+def test_a_change_made_while_a_client_is_being_made_reaches_it() -> None:
+    """Another thread changes the pool after the new client replayed the record but before it
+    is in its slot: the change is neither applied to it (not in a slot yet) nor in its replay."""
+    cluster = MemberCluster()
+    pool = next(_sync()).make_pool(cluster)
+    pool.query_limit = 1
+
+    class Racing(MemberClient):
+        def __setattr__(self, name: str, value: Any) -> None:
+            super().__setattr__(name, value)
+            if name == "query_limit" and value == 1:  # the replay, in the creating thread
+                pool.database = "during"
+
+    cluster.client_class = Racing
+    pool.command("SELECT 1")
+    assert cluster.clients[0].database == "during"
+
+
 def test_database_switch_is_what_the_next_statements_use(flavour: Flavour) -> None:
     cluster = MemberCluster()
     pool = connected(flavour, cluster, database="old")

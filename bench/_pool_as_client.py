@@ -1,0 +1,28 @@
+"""pytest plugin for bench/clickhouse_connect_suite.py: ``create_client`` / ``get_client``
+become ``clickhouse_lb.get_pool`` over ``$CLICKHOUSE_LB_SUITE_HOSTS`` (loaded with ``-p``,
+before the suite's conftest imports them)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import clickhouse_connect
+import clickhouse_connect.driver
+
+import clickhouse_lb
+
+HOSTS = os.environ["CLICKHOUSE_LB_SUITE_HOSTS"].split(",")
+
+
+def pooled_client(**kwargs: Any) -> Any:
+    # The suite names one server: the pool gets the replicas instead.
+    kwargs.pop("host", None)
+    kwargs.pop("port", None)
+    return clickhouse_lb.get_pool(HOSTS, load_balancing="in_order", **kwargs)
+
+
+for module in (clickhouse_connect, clickhouse_connect.driver):
+    for name in ("create_client", "get_client"):
+        if hasattr(module, name):
+            setattr(module, name, pooled_client)
