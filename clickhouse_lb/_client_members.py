@@ -31,6 +31,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator, MutableMap
 from types import MappingProxyType
 from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar, cast
 
+from clickhouse_connect.driver.client import Client
+
 from .errors import PoolMemberError
 
 __all__ = [
@@ -241,6 +243,22 @@ def _per_replica_property(name: str, note: str) -> property:
     return property(get, set_, doc=f"Per replica: {note.format(name=name)}.")
 
 
+def on_reference(original: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any, P], R]:
+    """A method with ``original``'s parameters and result that runs on the reference client."""
+    name = original.__name__
+
+    def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return cast(R, self._on_reference(name, args, kwargs))
+
+    functools.update_wrapper(method, original)
+    method.__doc__ = (
+        f"clickhouse-connect's ``{name}`` on the reference client (the first replica the pool connected "
+        "to); a query context made here runs on any replica through ``pool.query(context=...)``.\n\n"
+        + (original.__doc__ or "")
+    )
+    return method
+
+
 class ClientMembers:
     """The non-statement Client members both pools share (no I/O here: the pools give
     :meth:`_reference_client` and the clients). Subclasses: the pools."""
@@ -327,10 +345,10 @@ class ClientMembers:
         clients = self._existing_clients() or [self._reference_client()]
         return all(client.min_version(version_str) for client in clients)
 
-    def create_query_context(self, *args: Any, **kwargs: Any) -> Any:
-        """clickhouse-connect's ``create_query_context`` on the reference client; pass the
-        context to ``pool.query(context=...)`` (or the other query methods)."""
-        return self._reference_client().create_query_context(*args, **kwargs)
+    def _on_reference(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return getattr(self._reference_client(), method)(*args, **kwargs)
+
+    create_query_context = on_reference(Client.create_query_context)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name.startswith("_") or not self._sealed or hasattr(type(self), name) or name in self.__dict__:
@@ -357,6 +375,8 @@ def install_members(cls: type) -> None:
 
 
 install_members(ClientMembers)
+
+
 
 
 def read_statement(original: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any, P], R]:
