@@ -7,7 +7,10 @@ github.com/ClickHouse/clickhouse-connect at the tag of the clickhouse-connect in
 venv you run this with, e.g. ``git archive v0.15.1 tests pyproject.toml | tar -x -C /tmp/cc``,
 then::
 
-    python bench/clickhouse_connect_suite.py /tmp/cc [pytest args ...]
+    python bench/clickhouse_connect_suite.py /tmp/cc [test paths and pytest args ...]
+
+(default: the whole ``tests/integration_tests``). Each run's pytest output is kept in
+``/tmp/cc/plain.log`` and ``/tmp/cc/pool.log``.
 
 It needs the suite's test dependencies (pytest, pytest-asyncio, pandas, pyarrow, numpy,
 SQLAlchemy) and ``clickhouse-lb[local]``. The replicas of the local cluster are independent
@@ -38,13 +41,15 @@ def run(suite: Path, hosts: list[str], pooled: bool, extra: list[str]) -> tuple[
         "PYTHONPATH": os.pathsep.join([str(suite), str(HERE)]),
     }
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-               "--timeout=120", "tests/integration_tests", *extra]
+               "--timeout=120", *(extra or ["tests/integration_tests"])]
     if pooled:
         env["CLICKHOUSE_LB_SUITE_HOSTS"] = ",".join(hosts)
         command[3:3] = ["-p", "_pool_as_client"]
-    done = subprocess.run(command, cwd=suite, env=env, capture_output=True, text=True, check=False)
-    lines = [line for line in done.stdout.splitlines() if line.strip()]
-    return (lines[-1] if lines else done.stderr[-2000:]), done.returncode
+    log = suite / ("pool.log" if pooled else "plain.log")
+    with log.open("w") as out:
+        done = subprocess.run(command, cwd=suite, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
+    lines = [line for line in log.read_text().splitlines() if line.strip()]
+    return (lines[-1] if lines else "(no output)"), done.returncode
 
 
 def main() -> None:
