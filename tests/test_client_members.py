@@ -624,3 +624,22 @@ def test_the_constructor_still_refuses_what_a_pool_decides(
 ) -> None:
     with pytest.raises(ConfigurationError, match=message):
         factory(["a:8123"], connect_on_create=False, **given)
+
+
+@pytest.mark.skipif(not _async_available(), reason="clickhouse-connect 0.x has no native AsyncClient")
+def test_async_facts_before_any_replica_answered_say_to_await_the_pool() -> None:
+    flavours = _async()  # kept: the generator closes its loop when dropped
+    flavour = next(flavours)
+    pool = flavour.make_pool(MemberCluster())
+    with pytest.raises(ProgrammingError, match=r"await get_async_pool"):
+        _ = pool.server_version
+    assert flavour.run(pool.connect()) is pool
+    assert pool.server_version == "25.8.1"
+    flavours.close()
+
+
+def test_sync_facts_before_any_client_connect_one() -> None:
+    cluster = MemberCluster()
+    pool = next(_sync()).make_pool(cluster)
+    assert pool.server_version == "25.8.1"
+    assert [c.host for c in cluster.clients] == ["a"]
