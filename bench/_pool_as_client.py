@@ -13,13 +13,16 @@ import clickhouse_connect.driver
 import clickhouse_lb
 
 HOSTS = os.environ["CLICKHOUSE_LB_SUITE_HOSTS"].split(",")
+ORIGINAL = clickhouse_connect.driver.create_client
 
 
 def pooled_client(**kwargs: Any) -> Any:
     # The suite names one server: the pool gets the replicas instead.
     kwargs.pop("host", None)
     kwargs.pop("port", None)
-    return clickhouse_lb.get_pool(HOSTS, load_balancing="in_order", **kwargs)
+    pool = clickhouse_lb.get_pool(HOSTS, load_balancing="in_order", connect_on_create=False, **kwargs)
+    pool._factory = ORIGINAL  # the replicas' own clients: not this patched create_client
+    return pool.connect()
 
 
 for module in (clickhouse_connect, clickhouse_connect.driver):

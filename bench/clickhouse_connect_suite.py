@@ -9,7 +9,8 @@ then::
 
     python bench/clickhouse_connect_suite.py /tmp/cc [test paths and pytest args ...]
 
-(default: the whole ``tests/integration_tests``). Each run's pytest output is kept in
+(default: the whole ``tests/integration_tests``; ``CLICKHOUSE_LB_SUITE_MODES=pool`` runs the
+pooled run only). Each run's pytest output is kept in
 ``/tmp/cc/plain.log`` and ``/tmp/cc/pool.log``.
 
 It needs the suite's test dependencies (pytest, pytest-asyncio, pandas, pyarrow, numpy,
@@ -56,7 +57,8 @@ def main() -> None:
     suite = Path(sys.argv[1]).resolve()
     extra = sys.argv[2:]
     with LocalCluster(3) as cluster:
-        for pooled in (False, True):
+        modes = os.environ.get("CLICKHOUSE_LB_SUITE_MODES", "plain,pool").split(",")
+        for pooled in [mode == "pool" for mode in modes]:
             summary, code = run(suite, cluster.hosts, pooled, extra)
             label = "get_pool (3 replicas, in_order)" if pooled else "plain create_client"
             passed = re.search(r"(\d+) passed", summary)
