@@ -11,9 +11,11 @@ import clickhouse_connect
 import clickhouse_connect.driver
 
 import clickhouse_lb
+from clickhouse_lb.pool_config import sync_client_option_names
 
 HOSTS = os.environ["CLICKHOUSE_LB_SUITE_HOSTS"].split(",")
 ORIGINAL = clickhouse_connect.driver.create_client
+sync_client_option_names()  # read from the real create_client's signature, before it is patched
 
 
 def pooled_client(**kwargs: Any) -> Any:
