@@ -21,7 +21,7 @@ from ._statements import PreparedCall, prepare_call
 from .balancer import Balancer, ReplicaStatus, new_replica_set_state
 from .classify import classify
 from .errors import ReplicaConnectError, SessionLostError
-from .events import Listener
+from .events import Listener, check_listeners
 from .failover import StatementAttempts
 from .pool_config import PoolConfig, connect_timeout_argument
 from .replicas import Replica
@@ -108,6 +108,7 @@ class PoolBase:
         balancer: Balancer | None = None,
     ) -> None:
         self.config = config
+        listeners = check_listeners(listeners)
         # -- shared balancing state (clickhouse_lb.shared_state) --------------------------------
         # A pool given no balancer shares its counts with the other pools and engines of the
         # process over the same replica set (unless share_state=False); the hold is given back

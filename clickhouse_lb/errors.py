@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from clickhouse_connect.driver.exceptions import OperationalError, ProgrammingError
 
+from ._redact import redact
+
 __all__ = [
     "AllReplicasUnavailableError",
     "AttemptFailure",
@@ -27,8 +29,13 @@ class ConfigurationError(ProgrammingError, ValueError):
     """Bad pool configuration: raised at ``get_pool``/``create_engine``, before any I/O.
 
     The message names the bad value and, where there is a closed set, the valid choices.
-    It is also a ``ValueError`` so generic argument validation code catches it.
+    It is also a ``ValueError`` so generic argument validation code catches it. The message
+    always goes through :func:`clickhouse_lb._redact.redact`: it quotes what the user wrote,
+    which may hold a password.
     """
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(redact(str(message)))
 
 
 @dataclass(frozen=True)

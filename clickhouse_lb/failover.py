@@ -41,7 +41,7 @@ _MAX_BACKOFF_SECONDS = 10.0
 class StatementAttempts:
     """The failover state of one statement: its schedule, its failures, its decisions."""
 
-    __slots__ = ("_balancer", "failures", "operation", "retry_after_send", "schedule", "size", "started")
+    __slots__ = ("_balancer", "failures", "operation", "order", "retry_after_send", "size", "started", "total")
 
     def __init__(
         self,
@@ -54,16 +54,23 @@ class StatementAttempts:
         self._balancer = balancer
         tries = balancer.settings.connections_with_failover_max_tries
         self.size = len(order)
-        self.schedule: list[int] = list(order) * tries
+        # The schedule is the plan repeated ``tries`` times, computed (scheduled(n)), never
+        # materialised: replicas x tries may be large.
+        self.order = order
+        self.total = self.size * tries
         self.operation = operation
         self.retry_after_send = retry_after_send
         self.failures: list[tuple[int, Failure]] = []
         self.started = time.monotonic()
 
+    def scheduled(self, number: int) -> int:
+        """The replica index of attempt ``number`` (0-based): the plan, pass after pass."""
+        return self.order[number % self.size]
+
     def begin(self) -> int:
         """The replica index for the next attempt (every earlier attempt failed)."""
         number = len(self.failures)
-        index = self.schedule[number]
+        index = self.scheduled(number)
         logger.debug("%s: attempt %d on %s", self.operation, number + 1, self._balancer.addresses[index])
         return index
 
@@ -91,20 +98,20 @@ class StatementAttempts:
             )
             return False
         attempt = len(self.failures)
-        if attempt < len(self.schedule):
+        if attempt < self.total:
             self._announce_failover(index, failure, attempt)
         return True
 
     def _announce_failover(self, index: int, failure: Failure, attempt: int) -> None:
         balancer = self._balancer
         address = balancer.addresses[index]
-        next_address = balancer.addresses[self.schedule[attempt]]
+        next_address = balancer.addresses[self.scheduled(attempt)]
         logger.warning(
             "%s failed on replica %s (attempt %d/%d): %s; failing over to %s",
             self.operation,
             address,
             attempt,
-            len(self.schedule),
+            self.total,
             failure.reason,
             next_address,
         )
@@ -122,7 +129,7 @@ class StatementAttempts:
         return random.uniform(0.0, ceiling)
 
     def remaining(self) -> int:
-        return len(self.schedule) - len(self.failures)
+        return self.total - len(self.failures)
 
     def out_of_time(self) -> bool:
         """Past the statement's ``failover_timeout`` (counted from its first attempt)."""
