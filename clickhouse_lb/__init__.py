@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from . import errors
     from .aio import AsyncReplicaPool, get_async_pool
     from .balancer import ReplicaStatus
-    from .errors import AllReplicasUnavailableError, ConfigurationError, SessionLostError
+    from .errors import AllReplicasUnavailableError, ConfigurationError, SessionLostError, WriteOutcomeUnknownError
     from .events import ErrorRecordedEvent, FailoverEvent, PoolListener, ReplicaRecoveredEvent
     from .pool import PinnedSession, ReplicaPool, get_pool
     from .replicas import Replica
@@ -37,6 +37,7 @@ __all__ = [
     "ReplicaRecoveredEvent",
     "ReplicaStatus",
     "SessionLostError",
+    "WriteOutcomeUnknownError",
     "__version__",
     "errors",
     "get_async_pool",
@@ -66,6 +67,7 @@ _EXPORTS = {
     "ReplicaRecoveredEvent": ".events",
     "ReplicaStatus": ".balancer",
     "SessionLostError": ".errors",
+    "WriteOutcomeUnknownError": ".errors",
     "get_async_pool": ".aio",
     "get_pool": ".pool",
 }

@@ -194,8 +194,12 @@ class PoolBase:
             auto_token=self._balancer.settings.auto_insert_deduplication_token,
         )
 
-    def _attempts(self, operation: str, order: list[int], *, retry_after_send: bool) -> StatementAttempts:
-        return StatementAttempts(self._balancer, order, operation=operation, retry_after_send=retry_after_send)
+    def _attempts(
+        self, operation: str, order: list[int], *, retry_after_send: bool, write: bool = True
+    ) -> StatementAttempts:
+        return StatementAttempts(
+            self._balancer, order, operation=operation, retry_after_send=retry_after_send, write=write
+        )
 
     def __repr__(self) -> str:
         return (
@@ -222,10 +226,12 @@ class PinnedBase(Generic[C]):
     def _prepare(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> PreparedCall:
         return prepare_call(method, args, kwargs, self._settings_position.get(method), auto_token=False)
 
-    def _lost(self, exc: Exception) -> SessionLostError | None:
+    def _lost(self, exc: Exception, write: bool = True) -> SessionLostError | None:
         """The error for a failed statement: None for a query failure (raise it unchanged)."""
         failure = self._balancer.count_failure(self._index, exc)
-        return SessionLostError(self.address, failure.reason) if failure.replica else None
+        if not failure.replica:
+            return None
+        return SessionLostError(self.address, failure.reason, may_have_been_applied=failure.sent and write)
 
     def __getattr__(self, name: str) -> Any:
         # Everything that is not a statement (server_tz, create_query_context, ...) is the

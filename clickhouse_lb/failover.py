@@ -28,7 +28,7 @@ from tenacity import AsyncRetrying, RetryCallState, RetryError, Retrying
 
 from .balancer import Balancer
 from .classify import Failure
-from .errors import AllReplicasUnavailableError, AttemptFailure
+from .errors import AllReplicasUnavailableError, AttemptFailure, WriteOutcomeUnknownError
 from .events import FailoverEvent, logger
 
 __all__ = ["StatementAttempts", "async_policy", "run_async", "run_sync", "sync_policy"]
@@ -41,7 +41,9 @@ _MAX_BACKOFF_SECONDS = 10.0
 class StatementAttempts:
     """The failover state of one statement: its schedule, its failures, its decisions."""
 
-    __slots__ = ("_balancer", "failures", "operation", "order", "retry_after_send", "size", "started", "total")
+    __slots__ = (
+        "_balancer", "failures", "operation", "order", "retry_after_send", "size", "started", "total", "write",
+    )
 
     def __init__(
         self,
@@ -50,6 +52,7 @@ class StatementAttempts:
         *,
         operation: str,
         retry_after_send: bool,
+        write: bool = True,
     ) -> None:
         self._balancer = balancer
         tries = balancer.settings.connections_with_failover_max_tries
@@ -60,6 +63,7 @@ class StatementAttempts:
         self.total = self.size * tries
         self.operation = operation
         self.retry_after_send = retry_after_send
+        self.write = write
         self.failures: list[tuple[int, Failure]] = []
         self.started = time.monotonic()
 
@@ -136,6 +140,17 @@ class StatementAttempts:
         timeout = self._balancer.settings.failover_timeout
         return timeout is not None and time.monotonic() >= self.started + timeout
 
+    def unconfirmed_write(self, exc: BaseException) -> WriteOutcomeUnknownError | None:
+        """The error for a write given up because its request was sent (None otherwise)."""
+        if not self.failures or not isinstance(exc, Exception):
+            return None
+        index, failure = self.failures[-1]
+        if not (failure.replica and failure.sent and not self.retry_after_send):
+            return None
+        error = WriteOutcomeUnknownError(self.operation, self._balancer.addresses[index], failure.reason)
+        error.__cause__ = exc
+        return error
+
     def exhausted(self) -> AllReplicasUnavailableError:
         """The error for a statement whose every attempt failed on a replica."""
         addresses = self._balancer.addresses
@@ -145,7 +160,8 @@ class StatementAttempts:
             last[addresses[index]] = failure.reason
             attempts.append(AttemptFailure(addresses[index], number, failure.reason))
         logger.error("%s failed on every replica: %s", self.operation, "; ".join(map(str, attempts[-self.size :])))
-        return AllReplicasUnavailableError(attempts, last)
+        sent = any(failure.sent for _, failure in self.failures)
+        return AllReplicasUnavailableError(attempts, last, may_have_been_applied=self.write and sent, write=self.write)
 
 
 # tenacity's stop, wait and retry callbacks: the statement's StatementAttempts is the first
@@ -196,7 +212,7 @@ def _first_attempt_failed(attempts: StatementAttempts, index: int, exc: Exceptio
     """Decide after a failed first attempt: raise, give up, or let tenacity go on."""
     attempts.failed(index, exc)
     if not attempts.should_retry(exc):
-        raise exc
+        raise attempts.unconfirmed_write(exc) or exc
     if attempts.remaining() == 0:
         raise attempts.exhausted() from exc
 
@@ -242,6 +258,11 @@ def run_sync(attempts: StatementAttempts, call: Callable[[int], T], policy: Retr
         return retried
     except RetryError as exc:
         raise attempts.exhausted() from exc.last_attempt.exception()
+    except Exception as exc:
+        unconfirmed = attempts.unconfirmed_write(exc)
+        if unconfirmed is None:
+            raise
+        raise unconfirmed from exc
 
 
 async def run_async(
@@ -262,3 +283,8 @@ async def run_async(
         return retried
     except RetryError as exc:
         raise attempts.exhausted() from exc.last_attempt.exception()
+    except Exception as exc:
+        unconfirmed = attempts.unconfirmed_write(exc)
+        if unconfirmed is None:
+            raise
+        raise unconfirmed from exc
