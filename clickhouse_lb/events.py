@@ -133,7 +133,8 @@ def _checked(listener: object) -> Listener:
 def check_listeners(listeners: Iterable[Listener]) -> tuple[Listener, ...]:
     """``listeners=`` as given to a pool: an iterable of listener objects (checked before any
     I/O or shared-state lease)."""
-    if isinstance(listeners, (str, bytes)) or not isinstance(listeners, Iterable):
+    given: object = listeners
+    if isinstance(given, (str, bytes)) or not isinstance(given, Iterable):
         raise ConfigurationError(
             f"Bad listeners {shown(listeners)}: expected a list of listeners (see clickhouse_lb.PoolListener)"
         )

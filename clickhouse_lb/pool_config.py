@@ -111,7 +111,9 @@ class PoolConfig:
 
 #: ``compress=``: a boolean, or one of these algorithms (clickhouse-connect's).
 COMPRESS_CHOICES = ("lz4", "zstd", "br", "brotli", "gzip", "deflate")
-_BOOL_OPTIONS = frozenset({"secure", "verify", "autogenerate_session_id", "apply_server_timezone", "show_clickhouse_errors"})
+_BOOL_OPTIONS = frozenset(
+    {"secure", "verify", "autogenerate_session_id", "apply_server_timezone", "show_clickhouse_errors"}
+)
 _STR_OPTIONS = frozenset({"username", "password", "database", "access_token", "ca_cert", "client_cert",
                           "client_cert_key", "server_host_name", "http_proxy", "https_proxy", "tls_mode"})
 

@@ -217,7 +217,7 @@ def _check_raw_userinfo(dsn: str) -> None:
     if "@" in authority or "@" not in tail:
         return
     path_or_fragment = tail.split("?", 1)[0] + (tail.split("#", 1)[1] if "#" in tail else "")
-    user, colon, port = authority.partition(":")
+    _user, colon, port = authority.partition(":")
     bad_port = colon and not (port.isascii() and port.isdigit())
     if "@" in path_or_fragment or bad_port:
         raise ConfigurationError(

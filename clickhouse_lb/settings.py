@@ -113,7 +113,9 @@ def parse_local_hostname(value: object) -> str | None:
         return None
     text = value.strip() if isinstance(value, str) else None
     if not text or len(text) > 253 or not text.isprintable() or any(c.isspace() for c in text):
-        raise ConfigurationError(f"Bad local_hostname {shown(value)}: expected a host name (1..253 printable characters)")
+        raise ConfigurationError(
+            f"Bad local_hostname {shown(value)}: expected a host name (1..253 printable characters)"
+        )
     return text
 
 

@@ -71,5 +71,6 @@ def test_cleanup_never_touches_a_live_owners_cluster() -> None:
     with LocalCluster(replicas=1, distinct_addresses=False) as cluster:
         base_dir = cluster.base_dir
         assert base_dir not in LocalCluster.cleanup_orphans(base_dir.parent)
-        assert base_dir.exists() and cluster.is_alive(0)
+        assert base_dir.exists()
+        assert cluster.is_alive(0)
     assert not base_dir.exists()  # close() removes its own directory

@@ -75,7 +75,8 @@ def test_a_password_with_every_special_character_parses_when_percent_encoded() -
 )
 def test_redact_masks_every_form_of_secret(text: str) -> None:
     shown = redact(text)
-    assert SECRET not in shown and "eyJzdWIi" not in shown, shown
+    assert SECRET not in shown, shown
+    assert "eyJzdWIi" not in shown, shown
     assert "***" in shown
 
 
@@ -148,7 +149,8 @@ def test_repeated_dsn_parameter_is_refused() -> None:
 
 def test_dsn_and_hosts_together_are_refused() -> None:
     message = _error(hosts="h3", dsn=f"clickhouse://u:{SECRET}@h1,h2/db")
-    assert "dsn" in message and "hosts" in message
+    assert "dsn" in message
+    assert "hosts" in message
 
 
 @pytest.mark.parametrize(
@@ -168,7 +170,8 @@ def test_dsn_and_hosts_together_are_refused() -> None:
 )
 def test_numbers_out_of_their_documented_bounds_are_refused(kwargs: dict[str, Any], names: str) -> None:
     message = _error(hosts="h1,h2", **kwargs)
-    assert names in message and ".." in message  # the bounds are named
+    assert names in message
+    assert ".." in message
 
 
 # -- accepted at construction, failing only at the first statement ----------------------------
@@ -205,7 +208,11 @@ def test_valid_client_options_pass_and_dsn_strings_become_numbers() -> None:
 
 @pytest.mark.parametrize(
     "settings",
-    [{"load_balancing": "banana"}, {"load_balancing_first_offset": 2**70}, {"distributed_replica_max_ignored_errors": -1}],
+    [
+        {"load_balancing": "banana"},
+        {"load_balancing_first_offset": 2**70},
+        {"distributed_replica_max_ignored_errors": -1},
+    ],
 )
 def test_per_statement_overrides_are_bounded(settings: dict[str, Any]) -> None:
     with pytest.raises(ConfigurationError):

@@ -44,7 +44,7 @@ def test_strings_are_accepted_for_numbers() -> None:
     [
         ({"load_balancing": "fastest"}, r"Unknown load_balancing 'fastest'; valid choices: random, nearest_hostname"),
         ({"distributed_replica_error_cap": -1}, r"distributed_replica_error_cap -1: expected 1..1000000000 errors"),
-        ({"connections_with_failover_max_tries": 0}, r"connections_with_failover_max_tries 0: expected 1..1000 tries per replica"),
+        ({"connections_with_failover_max_tries": 0}, r"failover_max_tries 0: expected 1..1000 tries per replica"),
         ({"distributed_replica_error_half_life": "soon"}, r"half_life 'soon': expected a number of seconds"),
         ({"distributed_replica_error_half_life": -5}, r"half_life -5: expected 0\.\.1e\+10 seconds"),
         ({"connect_timeout_with_failover_ms": True}, r"expected an integer"),
