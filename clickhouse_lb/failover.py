@@ -95,7 +95,8 @@ class StatementAttempts:
         if failure.sent and not self.retry_after_send:
             logger.warning(
                 "%s on %s failed after the request was sent (%s); not retried: the write may "
-                "have been applied (give inserts an insert_deduplication_token to make them retryable)",
+                "have been applied (give inserts an insert_deduplication_token, other statements "
+                "settings={'idempotent': True}, to make them retryable)",
                 self.operation,
                 self._balancer.addresses[index],
                 failure.reason,
