@@ -125,6 +125,7 @@ def test_chaos_mixed_reads_and_writes(chaos_cluster: LocalCluster) -> None:
         connections_with_failover_max_tries=20,
         failover_backoff_ms=200,
         distributed_replica_error_half_life=5,
+        failover_timeout=30,  # no statement outlives the chaos by much, whatever it meets
     )
     stop = threading.Event()
     tally = Tally()
@@ -135,7 +136,7 @@ def test_chaos_mixed_reads_and_writes(chaos_cluster: LocalCluster) -> None:
     time.sleep(SECONDS)  # the test's duration, not a synchronisation
     stop.set()
     for thread in (monkey, *workers):
-        thread.join(timeout=120)
+        thread.join(timeout=90)  # a restart waits up to 60 s for a replica; a statement 30 s
         assert not thread.is_alive(), f"{thread.name} hung"
     cluster.heal()
     pool.close()
