@@ -243,3 +243,26 @@ def test_listener_add_and_remove_from_many_threads_lose_nothing() -> None:
         t.join()
     assert not listeners
     assert len(listeners) == 0
+
+
+# -- the failover schedule ----------------------------------------------------------------------
+
+
+def test_the_failover_schedule_is_computed_not_materialised() -> None:
+    import tracemalloc
+
+    from clickhouse_lb.balancer import Balancer
+    from clickhouse_lb.failover import StatementAttempts
+    from clickhouse_lb.replicas import parse_replicas
+    from clickhouse_lb.settings import parse_balancing_settings
+
+    replicas = parse_replicas([f"h{i}" for i in range(200)])
+    balancer = Balancer(replicas, parse_balancing_settings({"connections_with_failover_max_tries": 1000}))
+    order = list(range(200))[::-1]
+    tracemalloc.start()
+    attempts = StatementAttempts(balancer, order, operation="query", retry_after_send=True)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 100_000  # replicas x tries would be 200,000 entries (1.6 MB of pointers alone)
+    assert attempts.remaining() == 200 * 1000
+    assert [attempts.scheduled(n) for n in range(450)] == (order * 3)[:450]
