@@ -16,7 +16,13 @@ if TYPE_CHECKING:
     from . import errors
     from .aio import AsyncReplicaPool, get_async_pool
     from .balancer import ReplicaStatus
-    from .errors import AllReplicasStaleError, AllReplicasUnavailableError, ConfigurationError, SessionLostError
+    from .errors import (
+        AllReplicasStaleError,
+        AllReplicasUnavailableError,
+        ConfigurationError,
+        SessionLostError,
+        WriteOutcomeUnknownError,
+    )
     from .events import (
         ErrorRecordedEvent,
         FailoverEvent,
@@ -47,6 +53,7 @@ __all__ = [
     "ReplicaRecoveredEvent",
     "ReplicaStatus",
     "SessionLostError",
+    "WriteOutcomeUnknownError",
     "__version__",
     "errors",
     "get_async_pool",
@@ -79,6 +86,7 @@ _EXPORTS = {
     "ReplicaRecoveredEvent": ".events",
     "ReplicaStatus": ".balancer",
     "SessionLostError": ".errors",
+    "WriteOutcomeUnknownError": ".errors",
     "get_async_pool": ".aio",
     "get_pool": ".pool",
 }

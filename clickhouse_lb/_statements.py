@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ._values import as_bool
 from .settings import NO_OVERRIDES, StatementOverrides, split_statement_settings
 
 __all__ = ["INSERT_METHODS", "PreparedCall", "is_read_only", "prepare_call", "settings_positions"]
@@ -22,6 +23,10 @@ __all__ = ["INSERT_METHODS", "PreparedCall", "is_read_only", "prepare_call", "se
 #: Methods that write rows: a deduplication token makes them retryable after sending.
 INSERT_METHODS = frozenset({"insert", "insert_df", "insert_arrow", "insert_df_arrow", "raw_insert", "data_insert"})
 _TOKEN = "insert_deduplication_token"
+#: The per-statement setting that declares a write safe to repeat (``CREATE TABLE IF NOT
+#: EXISTS``, ``ALTER ... IF EXISTS``, an upsert into a ReplacingMergeTree ...): it fails over
+#: even after its request was sent. Taken out before the statement reaches the server.
+IDEMPOTENT = "idempotent"
 _LEADING_NOISE = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|#[^\n]*(?:\n|$)|/\*.*?\*/|\()*", re.DOTALL)
 _READ_KEYWORDS = frozenset({"SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXISTS", "EXPLAIN", "VALUES"})
 
@@ -61,6 +66,9 @@ class PreparedCall:
     retry_after_send: bool
     #: The statement's settings as they go to the server (balancing ones taken out).
     settings: Mapping[str, Any] | None = None
+    #: Whether the statement may change data (not a read): its failure says whether it may
+    #: have been applied.
+    write: bool = True
 
 
 def _statement_text(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
@@ -89,6 +97,10 @@ def prepare_call(
         at = None
     settings = kwargs["settings"] if in_kwargs else args[at] if at is not None else None
     overrides, rest = split_statement_settings(settings) if settings else (NO_OVERRIDES, settings)
+    idempotent = False
+    if rest and IDEMPOTENT in rest:
+        idempotent = as_bool(IDEMPOTENT, rest[IDEMPOTENT])
+        rest = {k: v for k, v in rest.items() if k != IDEMPOTENT}
     if method in INSERT_METHODS:
         context = kwargs.get("context") or (args[0] if method == "data_insert" and args else None)
         if context is not None and not isinstance(context, (str, bytes)):
@@ -98,11 +110,14 @@ def prepare_call(
             if auto_token and not (rest and _TOKEN in rest):
                 rest = {**(rest or {}), _TOKEN: new_token()}
             retry_after_send = bool(rest and _TOKEN in rest)
+        write = True
     else:
-        retry_after_send = is_read_only(_statement_text(args, kwargs)) or bool(rest and _TOKEN in rest)
+        write = not is_read_only(_statement_text(args, kwargs))
+        retry_after_send = not write or bool(rest and _TOKEN in rest)
+    retry_after_send = retry_after_send or idempotent
     if rest is not settings:
         if at is not None:
             args = (*args[:at], rest, *args[at + 1 :])
         else:
             kwargs = {**kwargs, "settings": rest}
-    return PreparedCall(args, kwargs, overrides, retry_after_send, rest)
+    return PreparedCall(args, kwargs, overrides, retry_after_send, rest, write)

@@ -229,7 +229,7 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         self._check_open()
         call = self._prepare(method, args, kwargs)
         order = self._fresh_first(await self._plan(call.overrides), call.settings)
-        attempts = self._attempts(method, order, retry_after_send=call.retry_after_send)
+        attempts = self._attempts(method, order, retry_after_send=call.retry_after_send, write=call.write)
 
         async def attempt(index: int) -> Any:
             client = await self._client(index)
@@ -280,7 +280,7 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         (temporary tables, SET). Close it when done; :meth:`session` does that for you."""
         self._check_open()
         extra = pin_options(session)
-        attempts = self._attempts("session", self._fresh_first(await self._plan()), retry_after_send=True)
+        attempts = self._attempts("session", self._fresh_first(await self._plan()), retry_after_send=True, write=False)
 
         async def connect(index: int) -> tuple[int, AsyncClient]:
             return index, await self._new_client(index, **extra)
@@ -340,7 +340,7 @@ class AsyncPinnedSession(AsyncClientAPI, PinnedBase[AsyncClient]):
         try:
             return await getattr(self.client, method)(*call.args, **call.kwargs)
         except Exception as exc:
-            lost = self._lost(exc)
+            lost = self._lost(exc, call.write)
             if lost is None:
                 raise
             raise lost from exc

@@ -28,7 +28,7 @@ from tenacity import AsyncRetrying, RetryCallState, RetryError, Retrying
 
 from .balancer import Balancer
 from .classify import Failure
-from .errors import AllReplicasUnavailableError, AttemptFailure
+from .errors import AllReplicasUnavailableError, AttemptFailure, WriteOutcomeUnknownError
 from .events import FailoverEvent, logger
 
 __all__ = ["StatementAttempts", "async_policy", "run_async", "run_sync", "sync_policy"]
@@ -47,10 +47,12 @@ class StatementAttempts:
         "_load",
         "failures",
         "operation",
+        "order",
         "retry_after_send",
-        "schedule",
         "size",
         "started",
+        "total",
+        "write",
     )
 
     def __init__(
@@ -60,22 +62,31 @@ class StatementAttempts:
         *,
         operation: str,
         retry_after_send: bool,
+        write: bool = True,
     ) -> None:
         self._balancer = balancer
         self._load = balancer.state.replica_load
         self._attempt_started = 0.0
         tries = balancer.settings.connections_with_failover_max_tries
         self.size = len(order)
-        self.schedule: list[int] = list(order) * tries
+        # The schedule is the plan repeated ``tries`` times, computed (scheduled(n)), never
+        # materialised: replicas x tries may be large.
+        self.order = order
+        self.total = self.size * tries
         self.operation = operation
         self.retry_after_send = retry_after_send
+        self.write = write
         self.failures: list[tuple[int, Failure]] = []
         self.started = time.monotonic()
+
+    def scheduled(self, number: int) -> int:
+        """The replica index of attempt ``number`` (0-based): the plan, pass after pass."""
+        return self.order[number % self.size]
 
     def begin(self) -> int:
         """The replica index for the next attempt (every earlier attempt failed)."""
         number = len(self.failures)
-        index = self.schedule[number]
+        index = self.scheduled(number)
         logger.debug("%s: attempt %d on %s", self.operation, number + 1, self._balancer.addresses[index])
         # The attempt is in flight from here until succeeded()/failed() (one at a time).
         self._attempt_started = self._load.start(index)
@@ -102,27 +113,28 @@ class StatementAttempts:
         if failure.sent and not self.retry_after_send:
             logger.warning(
                 "%s on %s failed after the request was sent (%s); not retried: the write may "
-                "have been applied (give inserts an insert_deduplication_token to make them retryable)",
+                "have been applied (give inserts an insert_deduplication_token, other statements "
+                "settings={'idempotent': True}, to make them retryable)",
                 self.operation,
                 self._balancer.addresses[index],
                 failure.reason,
             )
             return False
         attempt = len(self.failures)
-        if attempt < len(self.schedule):
+        if attempt < self.total:
             self._announce_failover(index, failure, attempt)
         return True
 
     def _announce_failover(self, index: int, failure: Failure, attempt: int) -> None:
         balancer = self._balancer
         address = balancer.addresses[index]
-        next_address = balancer.addresses[self.schedule[attempt]]
+        next_address = balancer.addresses[self.scheduled(attempt)]
         logger.warning(
             "%s failed on replica %s (attempt %d/%d): %s; failing over to %s",
             self.operation,
             address,
             attempt,
-            len(self.schedule),
+            self.total,
             failure.reason,
             next_address,
         )
@@ -140,12 +152,23 @@ class StatementAttempts:
         return random.uniform(0.0, ceiling)
 
     def remaining(self) -> int:
-        return len(self.schedule) - len(self.failures)
+        return self.total - len(self.failures)
 
     def out_of_time(self) -> bool:
         """Past the statement's ``failover_timeout`` (counted from its first attempt)."""
         timeout = self._balancer.settings.failover_timeout
         return timeout is not None and time.monotonic() >= self.started + timeout
+
+    def unconfirmed_write(self, exc: BaseException) -> WriteOutcomeUnknownError | None:
+        """The error for a write given up because its request was sent (None otherwise)."""
+        if not self.failures or not isinstance(exc, Exception):
+            return None
+        index, failure = self.failures[-1]
+        if not (failure.replica and failure.sent and not self.retry_after_send):
+            return None
+        error = WriteOutcomeUnknownError(self.operation, self._balancer.addresses[index], failure.reason)
+        error.__cause__ = exc
+        return error
 
     def exhausted(self) -> AllReplicasUnavailableError:
         """The error for a statement whose every attempt failed on a replica."""
@@ -156,7 +179,8 @@ class StatementAttempts:
             last[addresses[index]] = failure.reason
             attempts.append(AttemptFailure(addresses[index], number, failure.reason))
         logger.error("%s failed on every replica: %s", self.operation, "; ".join(map(str, attempts[-self.size :])))
-        return AllReplicasUnavailableError(attempts, last)
+        sent = any(failure.sent for _, failure in self.failures)
+        return AllReplicasUnavailableError(attempts, last, may_have_been_applied=self.write and sent, write=self.write)
 
 
 # tenacity's stop, wait and retry callbacks: the statement's StatementAttempts is the first
@@ -207,7 +231,7 @@ def _first_attempt_failed(attempts: StatementAttempts, index: int, exc: BaseExce
     """Decide after a failed first attempt: raise, give up, or let tenacity go on."""
     attempts.failed(index, exc)
     if not attempts.should_retry(exc):
-        raise exc
+        raise attempts.unconfirmed_write(exc) or exc
     if attempts.remaining() == 0:
         raise attempts.exhausted() from exc
 
@@ -253,6 +277,11 @@ def run_sync(attempts: StatementAttempts, call: Callable[[int], T], policy: Retr
         return retried
     except RetryError as exc:
         raise attempts.exhausted() from exc.last_attempt.exception()
+    except Exception as exc:
+        unconfirmed = attempts.unconfirmed_write(exc)
+        if unconfirmed is None:
+            raise
+        raise unconfirmed from exc
 
 
 async def run_async(
@@ -273,3 +302,8 @@ async def run_async(
         return retried
     except RetryError as exc:
         raise attempts.exhausted() from exc.last_attempt.exception()
+    except Exception as exc:
+        unconfirmed = attempts.unconfirmed_write(exc)
+        if unconfirmed is None:
+            raise
+        raise unconfirmed from exc

@@ -169,7 +169,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         self._check_open()
         call = self._prepare(method, args, kwargs)
         order = self._fresh_first(self._balancer.plan_indices(call.overrides), call.settings)
-        attempts = self._attempts(method, order, retry_after_send=call.retry_after_send)
+        attempts = self._attempts(method, order, retry_after_send=call.retry_after_send, write=call.write)
 
         def attempt(index: int) -> Any:
             return getattr(self._client(index), method)(*call.args, **call.kwargs)
@@ -214,7 +214,8 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         (temporary tables, SET). Close it when done; :meth:`session` does that for you."""
         self._check_open()
         extra = pin_options(session)
-        attempts = self._attempts("session", self._fresh_first(self._balancer.plan_indices()), retry_after_send=True)
+        order = self._fresh_first(self._balancer.plan_indices())
+        attempts = self._attempts("session", order, retry_after_send=True, write=False)
 
         def connect(index: int) -> tuple[int, Client]:
             return index, self._new_client(index, **extra)
@@ -272,7 +273,7 @@ class PinnedSession(SyncClientAPI, PinnedBase[Client]):
         try:
             return getattr(self.client, method)(*call.args, **call.kwargs)
         except Exception as exc:
-            lost = self._lost(exc)
+            lost = self._lost(exc, call.write)
             if lost is None:
                 raise
             raise lost from exc

@@ -115,7 +115,8 @@ def _values(query: Mapping[str, str | tuple[str, ...]], name: str) -> list[str]:
 def _single(query: Mapping[str, str | tuple[str, ...]], name: str) -> str | None:
     values = _values(query, name)
     if len(values) > 1:
-        raise ConfigurationError(f"URL parameter {name!r} is given {len(values)} times ({values}): give it once")
+        # The values are not shown: the parameter may be a password.
+        raise ConfigurationError(f"URL parameter {name!r} is given {len(values)} times: give it once")
     return values[0] if values else None
 
 
