@@ -3,6 +3,21 @@
 ``CLICKHOUSE_LB_CLUSTER=local`` (default) starts a LocalCluster; ``docker`` uses docker-compose.yml.
 """
 
+from __future__ import annotations
+
+import sys
+from typing import Any
+
 from clickhouse_lb.testing.pytest_plugin import clickhouse_cluster, healthy_clickhouse_cluster
 
-__all__ = ["clickhouse_cluster", "healthy_clickhouse_cluster"]
+__all__ = ["clickhouse_cluster", "healthy_clickhouse_cluster", "pytest_terminal_summary"]
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """List the documentation examples integration/test_docs.py did not run, with the reasons."""
+    docs = sys.modules.get("test_docs") or sys.modules.get("integration.test_docs")
+    not_run = getattr(docs, "DOCS_NOT_RUN", None)
+    if not_run:
+        terminalreporter.section("documentation examples not run here")
+        for line in not_run:
+            terminalreporter.write_line(line)
