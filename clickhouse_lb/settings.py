@@ -17,7 +17,7 @@ from enum import Enum
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, did_you_mean
 
 __all__ = [
     "BALANCING_SETTING_NAMES",
@@ -59,8 +59,10 @@ class LoadBalancing(str, Enum):
                 return cls(value.strip().lower())
             except ValueError:
                 pass
-        choices = ", ".join(m.value for m in cls)
-        raise ConfigurationError(f"Unknown load_balancing {value!r}; valid choices: {choices}")
+        choices = [m.value for m in cls]
+        raise ConfigurationError(
+            f"Unknown load_balancing {value!r}{did_you_mean(value, choices)}; valid choices: {', '.join(choices)}"
+        )
 
     @property
     def uses_hostnames(self) -> bool:
@@ -233,9 +235,10 @@ def _as_bool(name: str, value: object) -> bool:
         return value
     if isinstance(value, int) and value in (0, 1):
         return bool(value)
-    if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+    words = ("1", "true", "yes", "on", "0", "false", "no", "off")
+    if isinstance(value, str) and value.strip().lower() in words:
         return value.strip().lower() in ("1", "true", "yes", "on")
-    raise ConfigurationError(f"Bad {name} {value!r}: expected true or false")
+    raise ConfigurationError(f"Bad {name} {value!r}{did_you_mean(value, words)}: expected true or false")
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,12 @@ def test_bad_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str
     assert "usage:" in capsys.readouterr().err
 
 
+def test_misspelt_strategy_gets_a_did_you_mean(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--strategy", "round_robbin"]) == 2
+    err = capsys.readouterr().err
+    assert "Unknown load_balancing 'round_robbin' (did you mean 'round_robin'?); valid choices: random" in err
+
+
 def test_unknown_strategy_exits_2_listing_the_valid_ones(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--strategy", "fastest"]) == 2
     err = capsys.readouterr().err

@@ -32,7 +32,7 @@ from typing import Any
 from sqlalchemy.engine import URL
 
 from clickhouse_lb.config import PoolConfig, resolve_pool_config, sync_client_option_names
-from clickhouse_lb.errors import ConfigurationError
+from clickhouse_lb.errors import ConfigurationError, did_you_mean
 from clickhouse_lb.settings import (
     BALANCING_SETTING_NAMES,
     DEFAULT_HTTP_PORT,
@@ -112,7 +112,7 @@ def _as_bool(name: str, value: object) -> bool:
     text = str(value).strip().lower()
     if text in _TRUE or text in _FALSE:
         return text in _TRUE
-    raise ConfigurationError(f"Bad {name} {value!r}: expected true or false")
+    raise ConfigurationError(f"Bad {name} {value!r}{did_you_mean(text, (*_TRUE, *_FALSE))}: expected true or false")
 
 
 def _check_not_a_typo(name: str) -> None:
@@ -213,8 +213,12 @@ def engine_args_from_url(
         if value is not None:
             secure = secure or _as_bool(name, value)
     interface = _single(query, "interface")
-    if interface is not None and interface.strip().lower() == "https":
-        secure = True
+    if interface is not None:
+        if interface.strip().lower() not in ("http", "https"):
+            raise ConfigurationError(
+                f"Bad interface {interface!r}{did_you_mean(interface, ('http', 'https'))}: expected http or https"
+            )
+        secure = secure or interface.strip().lower() == "https"
     session_text = _single(query, "autogenerate_session_id")
     session = default_session if session_text is None else _as_bool("autogenerate_session_id", session_text)
     replicas = parse_replicas(
