@@ -35,6 +35,7 @@ from tenacity import (
 )
 from tenacity.stop import stop_base
 
+from ._driver_logs import handled_by_pool
 from .balancer import Balancer
 from .classify import Failure, classify
 from .errors import AllReplicasUnavailableError, AttemptFailure
@@ -203,7 +204,13 @@ def run_sync(attempts: StatementAttempts, call: Callable[[int], T]) -> T:
 
     The first attempt runs directly (the common case: it succeeds, and tenacity's per-call
     bookkeeping would cost as much as the statement's own client work); once it fails,
-    tenacity drives the remaining attempts."""
+    tenacity drives the remaining attempts. clickhouse-connect's per-attempt transport warnings
+    are the pool's to report meanwhile (:mod:`clickhouse_lb._driver_logs`)."""
+    with handled_by_pool():
+        return _run_sync(attempts, call)
+
+
+def _run_sync(attempts: StatementAttempts, call: Callable[[int], T]) -> T:
     index = attempts.begin()
     try:
         result = call(index)
@@ -231,6 +238,11 @@ def run_sync(attempts: StatementAttempts, call: Callable[[int], T]) -> T:
 async def run_async(attempts: StatementAttempts, call: Callable[[int], Awaitable[T]]) -> T:
     """The asyncio twin of :func:`run_sync` (tenacity's AsyncRetrying). A cancelled attempt
     is not a replica failure: it counts nothing and cancels the statement."""
+    with handled_by_pool():
+        return await _run_async(attempts, call)
+
+
+async def _run_async(attempts: StatementAttempts, call: Callable[[int], Awaitable[T]]) -> T:
     index = attempts.begin()
     try:
         result = await call(index)
