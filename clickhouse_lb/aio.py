@@ -33,6 +33,7 @@ from clickhouse_connect.driver.exceptions import ProgrammingError
 
 from ._async_client_api import ASYNC_METHODS, AsyncClientAPI
 from ._calls import prepare_call, settings_positions
+from ._driver_logs import handled_by_pool
 from ._pool_base import PoolBase
 from .balancer import Balancer
 from .config import PoolConfig, async_client_option_names, resolve_pool_config
@@ -308,7 +309,8 @@ class AsyncPinnedSession(AsyncClientAPI):
     async def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call = prepare_call(method, args, kwargs, _SETTINGS_POSITION.get(method), auto_token=False)
         try:
-            return await getattr(self.client, method)(*call.args, **call.kwargs)
+            with handled_by_pool():  # a failure here is reported as SessionLostError
+                return await getattr(self.client, method)(*call.args, **call.kwargs)
         except Exception as exc:
             failure = self._pool.balancer.replica_failure(self._index, exc)
             if failure is None:

@@ -24,6 +24,7 @@ from clickhouse_connect.driver.exceptions import ProgrammingError
 
 from ._calls import prepare_call, settings_positions
 from ._client_api import SYNC_METHODS, SyncClientAPI
+from ._driver_logs import handled_by_pool
 from ._pool_base import PoolBase
 from .balancer import Balancer
 from .classify import classify
@@ -264,7 +265,8 @@ class PinnedSession(SyncClientAPI):
     def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call = prepare_call(method, args, kwargs, _SETTINGS_POSITION.get(method), auto_token=False)
         try:
-            return getattr(self.client, method)(*call.args, **call.kwargs)
+            with handled_by_pool():  # a failure here is reported as SessionLostError
+                return getattr(self.client, method)(*call.args, **call.kwargs)
         except Exception as exc:
             failure = self._pool.balancer.replica_failure(self._index, exc)
             if failure is None:

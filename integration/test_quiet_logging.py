@@ -88,7 +88,10 @@ def test_basic_config_shows_the_pools_warning_not_the_drivers(first_replica_down
 def test_driver_records_are_shown_to_applications_that_configure_that_logger(
     first_replica_down: ClusterBase,
 ) -> None:
-    setup = 'logging.basicConfig(level=logging.WARNING)\nlogging.getLogger("clickhouse_connect").setLevel(logging.WARNING)'
+    setup = (
+        "logging.basicConfig(level=logging.WARNING)\n"
+        'logging.getLogger("clickhouse_connect").setLevel(logging.WARNING)'
+    )
     lines = stderr_lines(first_replica_down, SYNC, setup)
     assert any(DRIVER_NOISE in line for line in lines), lines
     assert sum(line.startswith("WARNING:clickhouse_lb:") for line in lines) == 1, lines
@@ -107,3 +110,34 @@ def test_driver_records_outside_the_pool_are_untouched(first_replica_down: Clust
     """
     lines = stderr_lines(first_replica_down, program)
     assert any(DRIVER_NOISE in line for line in lines), lines
+
+
+def test_a_session_losing_its_replica_prints_nothing_but_raises(healthy_clickhouse_cluster: ClusterBase) -> None:
+    """The pinned session's SessionLostError says it all: no driver record on stderr."""
+    cluster = healthy_clickhouse_cluster
+    program = f"""
+import sys
+import clickhouse_lb
+HOSTS = {cluster.hosts!r}
+with clickhouse_lb.get_pool(HOSTS, load_balancing="in_order") as pool, pool.session() as client:
+    assert client.command("SELECT 1") == 1
+    print("ready", flush=True)
+    sys.stdin.readline()  # the test kills the session's replica meanwhile
+    try:
+        client.command("SELECT 1")
+    except clickhouse_lb.SessionLostError:
+        print("lost", flush=True)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline().strip() == "ready"
+        cluster.kill(0)
+        out, err = proc.communicate("go\n", timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert out.strip() == "lost"
+    assert err.splitlines() == []
