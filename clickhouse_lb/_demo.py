@@ -40,7 +40,8 @@ __all__ = ["CHDB_MISSING", "Claims", "DemoOptions", "Screen", "Timing", "run_dem
 
 CHDB_MISSING = (
     "clickhouse-lb demo runs a local cluster of real ClickHouse replicas through chdb, which is not "
-    "installed.\nInstall it with:  pip install 'clickhouse-lb[local]'"
+    "installed.\nInstall it with:  pip install '.[local]'  (in a checkout of clickhouse-lb), or\n"
+    "                  pip install 'clickhouse-lb[local] @ git+https://github.com/clickhouse-lb/clickhouse-lb'"
 )
 WHO = "SELECT getMacro('replica')"
 TOUR = (
@@ -54,6 +55,7 @@ FAULT_STRATEGY = LoadBalancing.ROUND_ROBIN
 STATEMENT_TIMEOUT = 5  # seconds: send_receive_timeout of every replica client
 PACE = 0.002  # seconds each client thread pauses between statements, to leave the replicas some CPU
 LIVE_REFRESH = 0.2  # seconds between two redraws of the live table
+REPLICA_START_GUESS = 3.0  # seconds to start one replica (2 cores, loaded) before one was timed
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,21 @@ class Timing:
             progress=max(1.0, duration / 20.0),
             window=max(1.0, min(3.0, duration / 15.0)),
         )
+
+
+ERRORS_EXPLAINED = (
+    "errors_count: failed attempts the pool counted against a replica; it prefers replicas with fewer, and "
+    "halves the counts every distributed_replica_error_half_life (as ClickHouse does), so a replica that "
+    "failed gets traffic again once its count decays to 0"
+)
+
+
+def estimated_seconds(timing: Timing, strategies: int, replica_start: float) -> float:
+    """The run's length: every phase, one replica restart, the cluster start (``replica_start``
+    seconds per start, a guess before the cluster is up), and the usual wait for a restarted
+    replica's errors to decay (a few half-lives)."""
+    phases = timing.per_strategy * strategies + timing.before_kill + timing.after_kill + timing.after_restart
+    return phases + 2 * replica_start
 
 
 # -- what the workload and the pool report -----------------------------------------------------
@@ -231,6 +248,12 @@ class Claims:
     others_served_while_down: int = 0
     returned_after: float | None = None
     notes: list[str] = field(default_factory=list)
+    #: Statements each replica served in part 2-3: before the kill, while the victim was down
+    #: (from the kill to its restart), after the restart.
+    phases: dict[str, Counter[str]] = field(default_factory=dict)
+    #: Errors counted per replica name over part 2-3 (the live table's "errors recorded").
+    errors_recorded: Counter[str] = field(default_factory=Counter)
+    failovers: int = 0
 
     def checks(self) -> list[tuple[str, bool]]:
         name = self.victim or "the killed replica"
@@ -534,19 +557,30 @@ class Demo:
         victim = self.victim()
         name = self.names[victim]
         self.claims.victim = name
-        errors_before = self._events.errors_recorded[self.addresses[victim]]
         self.cluster.kill(victim)
         self._phase = "down"
         self.event(f"killed {name} ({self.addresses[victim]}) with SIGKILL: it refuses connections from now on")
         settle = min(0.3, self.timing.after_kill / 4)  # statements answered just before the kill
         self.watch(settle, tally, f"{name} down", progress=False)
-        at_kill = tally.snapshot()
+        at_kill = tally.snapshot()  # includes what was answered in the settle window
         self.watch(self.timing.after_kill - settle, tally, f"{name} down")
-        down = tally.snapshot() - at_kill
+        at_restart = tally.snapshot()
+        down = at_restart - at_kill
         self.claims.victim_served_while_down = down[name]
         self.claims.others_served_while_down = sum(v for k, v in down.items() if k != name)
-        self.claims.victim_errors = self._events.errors_recorded[self.addresses[victim]] - errors_before
         self.restart(victim, tally)
+        # The summary's numbers are this pool's (the tour's pools are not counted), the same
+        # counters the live table showed: they agree by construction.
+        self.claims.phases = {
+            "before the kill": at_kill,
+            f"while {name} was down": down,
+            "from the restart on": tally.snapshot() - at_restart,
+        }
+        self.claims.errors_recorded = Counter(
+            {self.name_of[a]: n for a, n in self._events.errors_recorded.items() if a in self.name_of}
+        )
+        self.claims.victim_errors = self.claims.errors_recorded[name]
+        self.claims.failovers = self._events.failovers
 
     def restart(self, victim: int, tally: Tally) -> None:
         name = self.names[victim]
@@ -581,15 +615,28 @@ class Demo:
         return self.addresses.index(self._pool.plan()[0])
 
     def summary(self) -> None:
+        strategy = self.options.fault_strategy.value
+        claims = self.claims
         self.screen.line()
-        self.screen.line(self.screen.paint("Summary", "bold"))
-        statements = sum(self.total.values()) + self.failed
-        rows = [(n, a, str(self.total[n]), f"{self.total[n] / max(1, statements):.0%}")
-                for n, a in zip(self.names, self.addresses)]
-        for line in format_table(("replica", "address", "served", "share"), rows, indent="  "):
+        self.screen.line(self.screen.paint(
+            f"Summary of parts 2 and 3 ({strategy}, one pool; the strategy tour is not counted)", "bold"))
+        header = ("replica", "address", *(f"served {label}" for label in claims.phases), "errors recorded")
+        rows = [
+            (n, a, *(str(counts[n]) for counts in claims.phases.values()), str(claims.errors_recorded[n]))
+            for n, a in zip(self.names, self.addresses)
+        ]
+        for line in format_table(header, rows, indent="  "):
             self.screen.line(line)
-        self.screen.line(f"  statements {statements}, failed {self.failed}, failovers {self.failovers}")
-        for text, ok in self.claims.checks():
+        statements = sum(sum(c.values()) for c in claims.phases.values()) + claims.failed
+        self.screen.line(
+            f"  statements {statements}, failed {claims.failed}, failovers {claims.failovers} "
+            "(a failover: an attempt failed on one replica and the statement went on to another)"
+        )
+        self.screen.line(
+            "  errors recorded: every failed attempt counted against the replica (the live table's column); "
+            "its errors_count decays from there"
+        )
+        for text, ok in claims.checks():
             mark = self.screen.paint("yes", "good") if ok else self.screen.paint("NO ", "bad")
             self.screen.line(f"  [{mark}] {text}")
 
@@ -658,14 +705,23 @@ def start_cluster(cluster: Any, options: DemoOptions, timing: Timing, screen: Sc
         f"clickhouse-lb demo: {options.replicas} local replicas (the real ClickHouse engine, via chdb), "
         f"{options.threads} client threads"
     )
+    strategies = len(options.tour)
+    screen.line(
+        f"takes about {estimated_seconds(timing, strategies, REPLICA_START_GUESS):.0f} s: starting the cluster, "
+        f"{strategies} strateg{'y' if strategies == 1 else 'ies'} for {timing.per_strategy:.1f} s each, "
+        "then a replica killed and restarted"
+    )
     screen.line("starting the cluster ...")
     started = time.monotonic()
     cluster.start()
-    screen.line(f"cluster up in {time.monotonic() - started:.1f} s:")
+    took = time.monotonic() - started
+    remaining = estimated_seconds(timing, strategies, took) - took
+    screen.line(f"cluster up in {took:.1f} s (about {remaining:.0f} s to go):")
     for name, host in zip(cluster.names, cluster.hosts):
         screen.line(f"  {name}  {host}")
     screen.line(f"each statement asks who answered: {WHO}")
+    screen.line(ERRORS_EXPLAINED)
     screen.line(
-        f"distributed_replica_error_half_life={timing.half_life:g} s (short, so that the decay shows); "
-        "Ctrl-C stops cleanly"
+        f"distributed_replica_error_half_life={timing.half_life:g} s here (60 s by default; short, so that the "
+        "decay shows); Ctrl-C stops cleanly"
     )

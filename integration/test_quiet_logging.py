@@ -131,7 +131,7 @@ with clickhouse_lb.get_pool(HOSTS, load_balancing="in_order") as pool, pool.sess
     proc = subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
         cluster.kill(0)
         out, err = proc.communicate("go\n", timeout=60)
