@@ -234,9 +234,10 @@ def test_example_runs(block: Block, docs_cluster: ClusterBase, tmp_path: Path, r
 def run_as_pytest_file(block: Block, code: str, tmp_path: Path) -> None:
     test_file = tmp_path / f"test_{block.path.stem.lower()}_{block.line}.py"
     test_file.write_text(code, encoding="utf-8")
+    # The plugin as the README says to enable it, unless the example enables it itself.
+    plugin = [] if "pytest_plugins" in code else ["-p", "clickhouse_lb.testing.pytest_plugin"]
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "clickhouse_lb.testing.pytest_plugin",
-         str(test_file)],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin, str(test_file)],
         cwd=tmp_path,
         capture_output=True,
         text=True,
