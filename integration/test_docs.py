@@ -30,6 +30,7 @@ terminal summary by integration/conftest.py).
 from __future__ import annotations
 
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -40,7 +41,7 @@ from pathlib import Path
 
 import pytest
 
-from clickhouse_lb.testing import ClusterBase
+from clickhouse_lb.testing import ENV_VAR, ClusterBase, LocalCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -186,10 +187,19 @@ def cluster_replicates(cluster: ClusterBase) -> bool:
 
 
 @pytest.fixture(scope="module")
-def docs_cluster(clickhouse_cluster: ClusterBase) -> ClusterBase:
-    clickhouse_cluster.heal()
-    clickhouse_cluster.on_all("CREATE DATABASE IF NOT EXISTS analytics")
-    return clickhouse_cluster
+def docs_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterBase]:
+    """docker-compose.yml's cluster with ``CLICKHOUSE_LB_CLUSTER=docker``; otherwise a local
+    cluster of its own whose replicas share one port (127.0.0.11-13, one port), so that the
+    shared-port URL forms run as written."""
+    if os.environ.get(ENV_VAR, "local").strip().lower() == "docker":
+        cluster: ClusterBase = request.getfixturevalue("clickhouse_cluster")
+        cluster.heal()
+        cluster.on_all("CREATE DATABASE IF NOT EXISTS analytics")
+        yield cluster
+        return
+    with LocalCluster(replicas=3, shared_port=sys.platform.startswith("linux")) as local:
+        local.on_all("CREATE DATABASE IF NOT EXISTS analytics")
+        yield local
 
 
 @pytest.fixture
