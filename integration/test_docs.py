@@ -15,16 +15,13 @@ the session's cluster (local by default; ``CLICKHOUSE_LB_CLUSTER=docker`` for do
 A block that defines ``test_*`` functions is a pytest example: it runs as a pytest file in a
 subprocess, with the ``clickhouse_lb.testing.pytest_plugin`` fixtures.
 
-Blocks that cannot run here say so twice: a visible sentence for readers, and a marker on the
-line right before the block for this test:
+Examples are written as a real cluster needs them (tables created ``ON CLUSTER lb_cluster`` as
+``ReplicatedMergeTree``): the local cluster replicates, and docker-compose.yml is a real one.
 
-* ``<!-- docs-test: skip (reason) -->``: never run here (the reason names what is missing);
-* ``<!-- docs-test: needs replication -->``: the block creates replicated tables (``ON CLUSTER``,
-  ``ReplicatedMergeTree``); it runs when the cluster replicates (``system.clusters`` knows
-  ``lb_cluster``, as docker-compose.yml does) and is listed as not run otherwise.
-
-``test_blocks_not_run_are_listed`` lists every block not run, with its reason (shown in the
-terminal summary by integration/conftest.py).
+A block that cannot run here says so twice: a visible sentence for readers ("Not run by the
+docs test: ..."), and ``<!-- docs-test: skip (reason) -->`` on the line right before the block.
+``test_blocks_not_run_are_listed`` lists those, with their reasons (also shown in the terminal
+summary by integration/conftest.py).
 """
 
 from __future__ import annotations
@@ -47,10 +44,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-CLUSTER_NAME = "lb_cluster"
 
 _FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w+-]*)\s*$")
-_MARKER = re.compile(r"^\s*<!--\s*docs-test:\s*(?P<kind>skip|needs replication)\s*(?:\((?P<reason>.*)\))?\s*-->\s*$")
+_MARKER = re.compile(r"^\s*<!--\s*docs-test:\s*(?P<kind>skip)\s*(?:\((?P<reason>.*)\))?\s*-->\s*$")
 
 
 @dataclass(frozen=True)
@@ -60,7 +56,7 @@ class Block:
     path: Path
     line: int  # 1-based line of the opening fence
     code: str
-    marker: str | None = None  # "skip" or "needs replication"
+    marker: str | None = None  # "skip"
     reason: str = ""
 
     @property
@@ -168,24 +164,19 @@ def test_markers_are_read_from_the_line_before_a_block(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text(
         "Text.\n\n<!-- docs-test: skip (needs Django) -->\n```python\nimport django\n```\n\n"
-        "```bash\nls\n```\n\n<!-- docs-test: needs replication -->\n```python\nx = 1\n```\n"
+        "```bash\nls\n```\n\n<!-- docs-test: skip -->\n```python\nx = 1\n```\n"
         "```py\n    y = 2\n```\n",
         encoding="utf-8",
     )
     blocks = python_blocks(page)
     assert [(b.line, b.marker, b.reason, b.code) for b in blocks] == [
         (4, "skip", "needs Django", "import django"),
-        (13, "needs replication", "", "x = 1"),
+        (13, "skip", "", "x = 1"),
         (16, None, "", "y = 2"),
     ]
 
 
 # -- running the blocks -------------------------------------------------------------------------
-def cluster_replicates(cluster: ClusterBase) -> bool:
-    body = cluster.query(0, f"SELECT count() FROM system.clusters WHERE cluster = '{CLUSTER_NAME}'")
-    return int(body.strip() or 0) > 0
-
-
 @pytest.fixture(scope="module")
 def docs_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterBase]:
     """docker-compose.yml's cluster with ``CLICKHOUSE_LB_CLUSTER=docker``; otherwise a local
@@ -215,22 +206,11 @@ def restore_logging() -> Iterator[None]:
         logging.getLogger(name).setLevel(saved)
 
 
-def not_run_reason(block: Block, replicates: bool) -> str | None:
-    if block.marker == "skip":
-        return block.reason or "(no reason given)"
-    if block.marker == "needs replication" and not replicates:
-        return f"needs a replicated cluster ({CLUSTER_NAME} in system.clusters); this cluster does not replicate"
-    return None
-
-
 RUNNABLE = [b for b in ALL_BLOCKS if b.marker != "skip"]
 
 
 @pytest.mark.parametrize("block", RUNNABLE, ids=[b.name for b in RUNNABLE])
 def test_example_runs(block: Block, docs_cluster: ClusterBase, tmp_path: Path, restore_logging: None) -> None:
-    reason = not_run_reason(block, cluster_replicates(docs_cluster))
-    if reason is not None:  # depends on the cluster: runs on docker-compose.yml or a replicating local cluster
-        pytest.skip(reason)
     docs_cluster.heal()
     code = localize(block.code, docs_cluster.hosts)
     if block.is_pytest_example:
@@ -258,26 +238,18 @@ def run_as_pytest_file(block: Block, code: str, tmp_path: Path) -> None:
     assert re.search(r"\b[1-9]\d* passed\b", done.stdout), done.stdout
 
 
-def test_blocks_not_run_are_listed(docs_cluster: ClusterBase, record_property: pytest.RecordProperty) -> None:
-    """Every block not run here has a marker with a reason and a visible sentence near it."""
-    replicates = cluster_replicates(docs_cluster)
-    not_run = []
-    for block in ALL_BLOCKS:
-        reason = not_run_reason(block, replicates)
-        if reason is None:
-            continue
-        assert block.marker != "skip" or block.reason, f"{block.name}: a skip marker needs a reason in (...)"
-        not_run.append(f"{block.name}: {reason}")
-    for block in ALL_BLOCKS:
-        if block.marker is None:
-            continue
+def test_blocks_not_run_are_listed(record_property: pytest.RecordProperty) -> None:
+    """Every block not run here has a reason in its marker and a visible sentence before it."""
+    not_run = [b for b in ALL_BLOCKS if b.marker == "skip"]
+    for block in not_run:
+        assert block.reason, f"{block.name}: a skip marker needs a reason: <!-- docs-test: skip (why) -->"
         before = block.path.read_text(encoding="utf-8").splitlines()[max(0, block.line - 8) : block.line - 2]
-        assert any("not run" in line.lower() for line in before), (
-            f"{block.name}: a marked block needs a visible sentence saying it is not run by the docs test, and why"
+        assert any("not run by the docs test" in line.lower() for line in before), (
+            f"{block.name}: a skipped block needs a visible sentence before it: 'Not run by the docs test: why.'"
         )
-    DOCS_NOT_RUN[:] = not_run
-    record_property("docs_blocks_not_run", not_run)
-    assert len(ALL_BLOCKS) - len(not_run) > 0
+    DOCS_NOT_RUN[:] = [f"{b.name}: {b.reason}" for b in not_run]
+    record_property("docs_blocks_not_run", DOCS_NOT_RUN)
+    assert len(RUNNABLE) > len(not_run)
 
 
 #: Filled by test_blocks_not_run_are_listed; printed in the terminal summary (integration/conftest.py).
