@@ -184,6 +184,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
     def close(self) -> None:
         """Close every replica client. Statements after this raise ProgrammingError."""
         self._closed = True
+        self._release_shared_state()
         for slot in self._clients:
             with slot.lock:
                 client, slot.client = slot.client, None
@@ -247,6 +248,7 @@ def get_pool(
     failover_timeout: float | None = None,
     auto_insert_deduplication_token: bool | None = None,
     listeners: Iterable[Listener] = (),
+    share_state: bool | None = None,
     **client_options: Any,
 ) -> ReplicaPool:
     """A :class:`ReplicaPool` over ``hosts`` (``["ch-1:8123", ...]``, ``"ch-1:8123,ch-2:8123"``,
@@ -262,6 +264,11 @@ def get_pool(
     ``auto_insert_deduplication_token=True``. A value left as ``None`` comes from the DSN, or
     is the default.
 
+    ``share_state=True`` (the default; ``share_state=0`` in a DSN): the error counts, decay
+    clock and round-robin counter are shared with every other pool and engine of the process
+    over the same replicas, settings, user and database (see :mod:`clickhouse_lb.shared_state`),
+    so pools built per request still balance. ``False``: this pool keeps its own.
+
     Every other keyword (``username``, ``password``, ``database``, ``secure``, ``compress``,
     ``send_receive_timeout``, ``settings``, ...) goes to each replica's
     ``clickhouse_connect.get_client``. Bad names and values raise
@@ -273,5 +280,6 @@ def get_pool(
         balancing=balancing_arguments(locals()),
         client_options=client_options,
         valid_client_options=sync_client_option_names(),
+        share_state=share_state,
     )
     return ReplicaPool(config, listeners=listeners)

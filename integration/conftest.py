@@ -6,11 +6,24 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
+from clickhouse_lb import shared_state
 from clickhouse_lb.testing.pytest_plugin import clickhouse_cluster, healthy_clickhouse_cluster
 
 __all__ = ["clickhouse_cluster", "healthy_clickhouse_cluster", "pytest_terminal_summary"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_shared_balancing_state() -> Iterator[None]:
+    """Pools and engines over the same replicas share their balancing state for the life of the
+    process (clickhouse_lb.shared_state): each test starts from none, as a new process would."""
+    shared_state.registry.clear()
+    yield
+    shared_state.registry.clear()
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
