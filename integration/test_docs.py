@@ -2,7 +2,8 @@
 
 Each fenced ``python`` block is one test, named by file and line (``README.md:61``), run as a
 reader would paste it, after one documented substitution that maps the hosts a reader writes to
-the session's cluster (local by default; ``CLICKHOUSE_LB_CLUSTER=docker`` for docker-compose.yml):
+the cluster: one local cluster for the module whose replicas share one port on 127.0.0.11-13
+(``LocalCluster(shared_port=True)``), or docker-compose.yml's with ``CLICKHOUSE_LB_CLUSTER=docker``:
 
 * ``ch-N:8123`` becomes the address of replica N;
 * ``ch-1,ch-2,ch-3:8123`` (one port shared by several hosts) becomes the replicas' addresses
