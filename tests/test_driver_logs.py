@@ -35,7 +35,8 @@ def root_handler() -> Iterator[Collect]:
     saved = root.level
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
-    saved_levels = {name: logging.getLogger(name).level for name in ("clickhouse_connect", *DRIVER_LOGGERS)}
+    names = ("clickhouse_connect", "clickhouse_connect.driver", "clickhouse_connect.driver._backend", *DRIVER_LOGGERS)
+    saved_levels = {name: logging.getLogger(name).level for name in names}
     yield handler
     root.removeHandler(handler)
     root.setLevel(saved)
