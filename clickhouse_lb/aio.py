@@ -62,7 +62,8 @@ def require_native_async_client(installed: str | None = None) -> None:
         needed = ".".join(map(str, MIN_CLICKHOUSE_CONNECT))
         raise ConfigurationError(
             f"The async pool needs clickhouse-connect >= {needed} (its native async client); "
-            f"{text} is installed: pip install 'clickhouse-lb[async]'"
+            f"{text} is installed: install the async extra (pip install '.[async]' in a checkout of "
+            "clickhouse-lb, or 'clickhouse-lb[async] @ git+https://github.com/clickhouse-lb/clickhouse-lb')"
         )
 
 
