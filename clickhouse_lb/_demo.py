@@ -18,6 +18,7 @@ The exit status is 0 only when the run met its claims (see :class:`Claims`).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import importlib.util
 import os
@@ -134,10 +135,27 @@ class Tally:
         self._served: Counter[str] = Counter(dict.fromkeys(names, 0))
         self.failed = 0
         self.last_failure: str | None = None
+        self._phase_starts: list[float] = []  # monotonic start of phase 1, 2, ...
+        self._by_phase: list[Counter[str]] = [Counter(dict.fromkeys(names, 0))]
 
-    def served_by(self, name: str) -> None:
+    def served_by(self, name: str, started: float | None = None) -> None:
+        """One statement answered by ``name``; it counts in the phase in which it was *sent*
+        (``started``, monotonic), so one answered just after a phase mark stays where it began."""
         with self._lock:
             self._served[name] += 1
+            phase = len(self._phase_starts) if started is None else bisect.bisect_right(self._phase_starts, started)
+            self._by_phase[phase][name] += 1
+
+    def next_phase(self) -> None:
+        """Statements sent from now on count in a new phase."""
+        with self._lock:
+            self._phase_starts.append(time.monotonic())
+            self._by_phase.append(Counter(dict.fromkeys(self._served, 0)))
+
+    def phases(self) -> list[Counter[str]]:
+        """Statements served per replica in each phase, in order."""
+        with self._lock:
+            return [Counter(c) for c in self._by_phase]
 
     def failure(self, exc: BaseException) -> None:
         with self._lock:
@@ -173,7 +191,8 @@ class Workload:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.tally.served_by(str(self._pool.command(WHO)))
+                started = time.monotonic()
+                self.tally.served_by(str(self._pool.command(WHO)), started)
             except Exception as exc:
                 if self._stop.is_set():
                     return  # stopping (Ctrl-C may have stopped the replicas too): not a failure
@@ -557,24 +576,21 @@ class Demo:
         victim = self.victim()
         name = self.names[victim]
         self.claims.victim = name
-        self.cluster.kill(victim)
+        self.cluster.kill(victim)  # returns once the process is gone
+        tally.next_phase()  # no statement sent from now on can be answered by the victim
         self._phase = "down"
         self.event(f"killed {name} ({self.addresses[victim]}) with SIGKILL: it refuses connections from now on")
-        settle = min(0.3, self.timing.after_kill / 4)  # statements answered just before the kill
-        self.watch(settle, tally, f"{name} down", progress=False)
-        at_kill = tally.snapshot()  # includes what was answered in the settle window
-        self.watch(self.timing.after_kill - settle, tally, f"{name} down")
-        at_restart = tally.snapshot()
-        down = at_restart - at_kill
+        self.watch(self.timing.after_kill, tally, f"{name} down")
+        self.restart(victim, tally)  # starts the third phase as it restarts the victim
+        before, down, after = tally.phases()
         self.claims.victim_served_while_down = down[name]
         self.claims.others_served_while_down = sum(v for k, v in down.items() if k != name)
-        self.restart(victim, tally)
         # The summary's numbers are this pool's (the tour's pools are not counted), the same
         # counters the live table showed: they agree by construction.
         self.claims.phases = {
-            "before the kill": at_kill,
-            f"while {name} was down": down,
-            "from the restart on": tally.snapshot() - at_restart,
+            "sent before the kill": before,
+            f"sent while {name} was down": down,
+            "sent from the restart on": after,
         }
         self.claims.errors_recorded = Counter(
             {self.name_of[a]: n for a, n in self._events.errors_recorded.items() if a in self.name_of}
@@ -589,6 +605,7 @@ class Demo:
             f"3. {name} restarted: back in rotation once its errors decay "
             f"(distributed_replica_error_half_life={self.timing.half_life:g} s)", "bold"))
         self.event(f"restarting {name} ...")
+        tally.next_phase()
         self.cluster.restart(victim)
         self._phase = "restarted"
         self._shown.discard(("recovered", self.addresses[victim]))
@@ -620,7 +637,7 @@ class Demo:
         self.screen.line()
         self.screen.line(self.screen.paint(
             f"Summary of parts 2 and 3 ({strategy}, one pool; the strategy tour is not counted)", "bold"))
-        header = ("replica", "address", *(f"served {label}" for label in claims.phases), "errors recorded")
+        header = ("replica", "address", *(f"served, {label}" for label in claims.phases), "errors recorded")
         rows = [
             (n, a, *(str(counts[n]) for counts in claims.phases.values()), str(claims.errors_recorded[n]))
             for n, a in zip(self.names, self.addresses)
@@ -633,8 +650,9 @@ class Demo:
             "(a failover: an attempt failed on one replica and the statement went on to another)"
         )
         self.screen.line(
-            "  errors recorded: every failed attempt counted against the replica (the live table's column); "
-            "its errors_count decays from there"
+            "  served: statements answered by the replica, each counted in the phase it was sent in; "
+            "errors recorded: every failed attempt counted against the replica (the live table's column), "
+            "from which its errors_count decays"
         )
         for text, ok in claims.checks():
             mark = self.screen.paint("yes", "good") if ok else self.screen.paint("NO ", "bad")

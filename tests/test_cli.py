@@ -11,6 +11,7 @@ import logging
 import socket
 import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -354,6 +355,18 @@ def test_tally_and_claims() -> None:
                    {"others_served_while_down": 0}, {"returned_after": None}):
         broken = _demo.Claims(**{**claims.__dict__, **change})
         assert not broken.met, change
+
+
+def test_tally_counts_a_statement_in_the_phase_it_was_sent_in() -> None:
+    tally = _demo.Tally(["r1", "r2"])
+    sent_before = time.monotonic()
+    tally.served_by("r1", sent_before)
+    tally.next_phase()
+    tally.served_by("r2", sent_before)  # answered after the mark, sent before it
+    tally.served_by("r2", time.monotonic())
+    first, second = tally.phases()
+    assert (first["r1"], first["r2"], second["r1"], second["r2"]) == (1, 1, 0, 1)
+    assert tally.snapshot() == {"r1": 1, "r2": 2}
 
 
 def test_time_estimate_covers_every_phase_and_the_replica_starts() -> None:
