@@ -117,9 +117,9 @@ ERRORS_EXPLAINED = (
 
 
 def estimated_seconds(timing: Timing, strategies: int, replica_start: float) -> float:
-    """The run's length: every phase, one replica restart, the cluster start (``replica_start``
-    seconds per start, a guess before the cluster is up), and the usual wait for a restarted
-    replica's errors to decay (a few half-lives)."""
+    """The run's length: every phase, plus the cluster start and the replica restart
+    (``replica_start`` seconds each: a guess before the cluster is up, then as measured). A
+    restarted replica usually returns within ``after_restart``; only a slow decay adds time."""
     phases = timing.per_strategy * strategies + timing.before_kill + timing.after_kill + timing.after_restart
     return phases + 2 * replica_start
 
