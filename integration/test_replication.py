@@ -10,6 +10,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError
@@ -101,6 +102,21 @@ def test_tables_with_one_keeper_path_are_replicas_and_a_late_one_clones_the_hist
         cluster.query(i, f"DROP TABLE {name} SYNC")
 
 
+def test_a_replica_name_is_registered_once_per_path(cluster: ClusterBase) -> None:
+    local = _local_only(cluster)
+    name = f"rep_twice_{uuid.uuid4().hex[:8]}"
+    create = (
+        f"CREATE TABLE {name} (x UInt8) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{name}', 'same') ORDER BY x"
+    )
+    local.query(0, create)
+    with pytest.raises(ClusterError, match="REPLICA_ALREADY_EXISTS"):
+        local.query(1, create)
+    assert local.query(1, f"EXISTS TABLE {name}").strip() == "0"
+    local.query(0, f"DROP TABLE {name} SYNC")
+    local.query(1, create)  # the path's replica left: the name is free again
+    local.query(1, f"DROP TABLE {name} SYNC")
+
+
 def test_tables_with_different_uuids_do_not_replicate(cluster: ClusterBase) -> None:
     # Without ON CLUSTER each replica's table gets its own {uuid}: separate tables, as in ClickHouse.
     name = f"rep_own_{uuid.uuid4().hex[:8]}"
@@ -154,6 +170,8 @@ def test_system_clusters_describes_the_cluster(cluster: ClusterBase) -> None:
             assert {int(r[4]) for r in rows} == expected_ports
     types = cluster.query(0, "SELECT toTypeName(port), toTypeName(shard_num) FROM system.clusters LIMIT 1")
     assert types.strip() == "UInt16\tUInt32"
+    readonly = cluster.client(1).query("SELECT count() FROM system.clusters", settings={"readonly": 1})
+    assert readonly.result_rows == [(len(cluster),)]
 
 
 def test_unknown_cluster_is_refused(cluster: ClusterBase) -> None:
@@ -185,6 +203,19 @@ def test_token_deduplicates_across_replicas(cluster: ClusterBase, table: str) ->
     sync_all(cluster, table)
     assert counts(cluster, f"SELECT batch, count() FROM {table} GROUP BY batch ORDER BY batch FORMAT CSV") == [
         "1,1\n2,1\n3,2"
+    ] * len(cluster)
+
+
+def test_insert_select_replicates_its_rows_and_is_not_deduplicated_by_its_text(
+    cluster: ClusterBase, table: str
+) -> None:
+    for i in (0, 1):
+        cluster.query(i, f"INSERT INTO {table} SELECT 4, number FROM numbers(3)")
+    cluster.query(2, f"INSERT INTO {table} VALUES (5, 1)")
+    cluster.query(0, f"INSERT INTO {table} VALUES (5, 1)")  # the same block of VALUES: deduplicated
+    sync_all(cluster, table)
+    assert counts(cluster, f"SELECT batch, count() FROM {table} GROUP BY batch ORDER BY batch FORMAT CSV") == [
+        "4,6\n5,1"
     ] * len(cluster)
 
 
@@ -295,6 +326,19 @@ def test_blackhole_makes_connect_hang_and_unblackhole_restores(cluster: ClusterB
     assert local.query(1, "SELECT getMacro('replica')").strip() == "r2"
 
 
+def test_blackhole_silences_established_connections(cluster: ClusterBase) -> None:
+    local = _local_only(cluster)
+    client = local.client(2, send_receive_timeout=1)
+    assert client.command("SELECT 1") == 1  # a keep-alive connection now exists
+    local.blackhole(2)
+    started = time.monotonic()
+    with pytest.raises(Exception, match=r"(?i)timed? ?out"):
+        client.command("SELECT 1")
+    assert time.monotonic() - started >= 0.9  # no answer, no reset: only the read timeout ends it
+    local.unblackhole(2)
+    assert local.client(2).command("SELECT 2") == 2
+
+
 def test_blackholed_replica_still_replicates_and_heal_lifts_it(cluster: ClusterBase, table: str) -> None:
     local = _local_only(cluster)
     local.blackhole(2)
@@ -315,7 +359,9 @@ def test_same_port_replicas_take_the_shared_port_url_forms() -> None:
         port = ports.pop()
         hosts = [h.rpartition(":")[0] for h in same.hosts]
         assert hosts == ["127.0.0.11", "127.0.0.12", "127.0.0.13"]
-        pool = clickhouse_lb.get_pool(dsn=f"clickhouse://{','.join(hosts)}:{port}/default?load_balancing=in_order")
+        pool = clickhouse_lb.get_pool(
+            dsn=f"clickhouse://{','.join(hosts)}:{port}/default?load_balancing=in_order&share_state=0"
+        )
         with pool:
             assert pool.command("SELECT getMacro('replica')") == "r1"
             same.kill(0)
@@ -324,7 +370,9 @@ def test_same_port_replicas_take_the_shared_port_url_forms() -> None:
             assert same.hosts[0] == f"127.0.0.11:{port}"
         from sqlalchemy import create_engine, text
 
-        engine = create_engine(f"clickhousedb+lb://default:@{','.join(hosts)}:{port}/default?load_balancing=in_order")
+        engine = create_engine(
+            f"clickhousedb+lb://default:@{','.join(hosts)}:{port}/default?load_balancing=in_order&share_state=0"
+        )
         with engine.connect() as conn:
             assert conn.execute(text("SELECT getMacro('replica')")).scalar() == "r1"
         engine.dispose()
@@ -346,7 +394,11 @@ def _first_statement_time(local: LocalCluster, timeout_ms: int) -> float:
     import clickhouse_lb
 
     pool = clickhouse_lb.get_pool(
-        local.hosts, load_balancing="in_order", connect_timeout_with_failover_ms=timeout_ms, send_receive_timeout=10
+        local.hosts,
+        load_balancing="in_order",
+        connect_timeout_with_failover_ms=timeout_ms,
+        send_receive_timeout=10,
+        share_state=False,  # no error count from an earlier pool: r1 is tried first
     )
     with pool:
         started = time.monotonic()
@@ -366,7 +418,7 @@ def test_connect_timeout_with_failover_ms_governs_failover_from_a_blackholed_rep
 @pytest.mark.xfail(
     strict=True,
     reason="pool defect found by the black hole: a replica's client is created with the connect timeout "
-    "rounded up to whole seconds (clickhouse_lb.config.connect_timeout_argument) and urllib3 tries the "
+    "rounded up to whole seconds (clickhouse_lb.pool_config.connect_timeout_argument) and urllib3 tries the "
     "connect twice, so 200 ms costs about 2 s",
 )
 def test_a_200ms_connect_timeout_fails_over_well_under_a_second(cluster: ClusterBase) -> None:
@@ -381,6 +433,17 @@ def _batch_counts(cluster: ClusterBase, i: int, table: str) -> dict[int, int]:
 
 
 ROWS_PER_BATCH = 10
+
+
+class _Failovers:
+    """Records the pool's failovers of inserts (proof that the faults hit the inserts)."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def on_failover(self, event: Any) -> None:
+        if event.operation == "insert":
+            self.errors.append(event.error)
 
 
 def _batch(n: int) -> list[list[int]]:
@@ -403,8 +466,14 @@ def test_numbered_batches_land_exactly_once_through_kills_pauses_and_restarts(cl
     }
     acknowledged: list[int] = []
     failed: list[int] = []
+    failovers = _Failovers()
     pool = clickhouse_lb.get_pool(
-        local.hosts, load_balancing="round_robin", send_receive_timeout=2, connect_timeout_with_failover_ms=300
+        local.hosts,
+        load_balancing="round_robin",
+        send_receive_timeout=2,
+        connect_timeout_with_failover_ms=300,
+        listeners=[failovers],
+        share_state=False,
     )
     with pool:
         for n in range(40):
@@ -417,6 +486,8 @@ def test_numbered_batches_land_exactly_once_through_kills_pauses_and_restarts(cl
                 failed.append(n)
     local.heal()
     sync_all(local, table)
+    # Inserts sent to a paused replica timed out after sending: "may have been applied", retried.
+    assert any("timed out" in error.lower() for error in failovers.errors), failovers.errors
     assert len(acknowledged) >= 30, failed  # the pool fails over; only a few may fail
     for i in range(len(local)):
         seen = _batch_counts(local, i, table)
@@ -445,7 +516,10 @@ def test_batches_retried_with_their_token_after_sigkills_mid_insert_are_exactly_
 
     failed: list[int] = []
     batches = 60
-    pool = clickhouse_lb.get_pool(local.hosts, load_balancing="random", send_receive_timeout=5)
+    failovers = _Failovers()
+    pool = clickhouse_lb.get_pool(
+        local.hosts, load_balancing="random", send_receive_timeout=5, listeners=[failovers], share_state=False
+    )
     thread = threading.Thread(target=chaos, daemon=True)
     thread.start()
     try:
@@ -464,6 +538,7 @@ def test_batches_retried_with_their_token_after_sigkills_mid_insert_are_exactly_
         stop.set()
         thread.join(timeout=60)
     local.heal()
+    assert failovers.errors  # the kills hit inserts
     with clickhouse_lb.get_pool(local.hosts, load_balancing="random") as pool:
         for n in failed:  # the application retries what raised, with the same token
             pool.insert(
@@ -472,3 +547,54 @@ def test_batches_retried_with_their_token_after_sigkills_mid_insert_are_exactly_
     sync_all(local, table)
     for i in range(len(local)):
         assert _batch_counts(local, i, table) == dict.fromkeys(range(batches), ROWS_PER_BATCH), local.names[i]
+
+
+def test_the_readme_async_example_runs_as_written_across_replicas(cluster: ClusterBase) -> None:
+    """The README's async example creates its table ON CLUSTER: with round_robin the CREATE,
+    the INSERT and the SELECT land on different replicas and still see one table."""
+    import asyncio
+    import re
+    from pathlib import Path
+
+    import clickhouse_lb
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    create = re.search(r'"(CREATE TABLE IF NOT EXISTS t ON CLUSTER[^"]*)"', readme)
+    assert create is not None, "the README's async example no longer creates t ON CLUSTER"
+    assert 'await pool.insert("t", [[1], [2]], column_names=["x"])' in readme
+    cluster.query(0, "DROP TABLE IF EXISTS t ON CLUSTER lb_cluster SYNC")
+
+    async def example() -> list[str]:
+        pool = clickhouse_lb.get_async_pool(cluster.hosts, load_balancing="round_robin", password=cluster.password)
+        async with pool:
+            await pool.command(create.group(1))
+            await pool.insert("t", [[1], [2]], column_names=["x"])
+            return [str(await pool.command("SELECT getMacro('replica')")) for _ in range(len(cluster))]
+
+    try:
+        answered = asyncio.run(example())
+        assert sorted(answered) == sorted(cluster.names)
+        sync_all(cluster, "t")
+        assert counts(cluster, "SELECT sum(x) FROM t") == ["3"] * len(cluster)
+    finally:
+        cluster.query(0, "DROP TABLE IF EXISTS t ON CLUSTER lb_cluster SYNC")
+
+
+def test_a_shared_port_taken_before_the_replicas_bind_it_is_chosen_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from clickhouse_lb.testing import cluster as cluster_module
+
+    squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    squatter.bind(("127.0.0.12", 0))
+    squatter.listen(1)
+    taken = squatter.getsockname()[1]
+    real = cluster_module._free_common_port
+    answers = iter([taken])
+    monkeypatch.setattr(cluster_module, "_free_common_port", lambda hosts: next(answers, None) or real(hosts))
+    try:
+        with LocalCluster(replicas=2, shared_port=True) as same:
+            ports = {same.address(i)[1] for i in range(2)}
+            assert len(ports) == 1
+            assert taken not in ports
+            assert same.query(1, "SELECT 1").strip() == "1"
+    finally:
+        squatter.close()

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from clickhouse_lb.testing._sql import classify, expand_macros, inline_settings, replace_spans, tokens
+from clickhouse_lb.testing._sql import (
+    classify,
+    expand_macros,
+    inline_settings,
+    inserts_a_select,
+    literal,
+    literal_table,
+    replace_spans,
+    tokens,
+)
 
 
 def test_insert_target_with_database_and_quoted_names() -> None:
@@ -103,3 +112,21 @@ def test_tokens_skip_comments_and_track_depth() -> None:
     toks = tokens("SELECT (1) -- ON CLUSTER x\n/* system.replicas */")
     assert [t.text for t in toks] == ["SELECT", "(", "1", ")"]
     assert [t.depth for t in toks] == [0, 0, 1, 0]
+
+
+def test_insert_select_is_told_from_values_and_formats() -> None:
+    assert inserts_a_select(" (a, b) SELECT number, 1 FROM numbers(3)")
+    assert inserts_a_select(" WITH 1 AS x SELECT x")
+    assert not inserts_a_select(" (a) VALUES ((SELECT 1))")
+    assert not inserts_a_select(" (a) FORMAT Native")
+
+
+def test_literals_and_literal_tables() -> None:
+    assert [literal(v) for v in (None, True, 3, "it's")] == ["NULL", "1", "3", "'it\\'s'"]
+    assert literal({"r1": 1}) == "map('r1', 1)"
+    columns = [("name", "String"), ("n", "UInt8"), ("m", "Map(String, UInt8)")]
+    assert literal_table(columns, [{"name": "a"}]) == (
+        "(SELECT CAST('a' AS String) AS `name`, defaultValueOfTypeName('UInt8') AS `n`, "
+        "defaultValueOfTypeName('Map(String, UInt8)') AS `m`)"
+    )
+    assert literal_table(columns, []).endswith(" LIMIT 0)")

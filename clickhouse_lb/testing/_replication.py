@@ -24,7 +24,11 @@ Keeper), so:
   not written, on whichever replica it arrives. Every replica inserts a block with its block id
   as the engine's own ``insert_deduplication_token`` (local tables carry
   ``non_replicated_deduplication_window``), so applying an entry twice (a replica killed between
-  applying and recording it) is a no-op.
+  applying and recording it) is a no-op. ``INSERT ... SELECT`` is deduplicated by token only (its
+  text does not identify its rows).
+* Replicated writes and ON CLUSTER statements hold the log's cluster-wide writer lock while they
+  run on the receiving replica: one at a time, in log order (LocalCluster.pause takes that lock
+  before SIGSTOP, so a paused replica never holds it).
 
 Faults (per replica, not persisted across a restart): ``delay`` (an entry is applied once it is
 that many seconds old) and ``stopped`` (nothing is applied; ``SYSTEM STOP FETCHES`` /
@@ -45,13 +49,12 @@ import threading
 import time
 import uuid as uuid_module
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from clickhouse_lb.testing import _sql
+from clickhouse_lb.testing import _sql, _system_tables
 from clickhouse_lb.testing._engine import ClickHouseError, EngineConn, Result
 from clickhouse_lb.testing._replog import Entry, ReplicationLog
 
@@ -103,6 +106,7 @@ class _PathView:
 
     seqs: list[int] = field(default_factory=list)  # entries of this path since it was (re)created
     replicas: set[str] = field(default_factory=set)
+    hosts: dict[str, str] = field(default_factory=dict)  # replica name -> the replica process holding it
     blocks: OrderedDict[str, float] = field(default_factory=OrderedDict)  # block id -> time
 
 
@@ -308,31 +312,30 @@ class Replication:
         result = run(local_sql)
         conn.execute(f"ALTER TABLE {target} MODIFY SETTING non_replicated_deduplication_window = {self.dedup_window}")
         info = TableInfo(database, table, st.engine.name, path, replica_name, table_uuid)
-        self.catalog[(database, table)] = info
-        self._save_catalog()
-        attach = self._append(
-            {"kind": "attach", "path": path, "replica": replica_name, "host": self.name, "ts": time.time()}
-        )
-        with self._apply_lock:
+        with self._apply_lock:  # the applier must not see the new table before its history is in
+            self.catalog[(database, table)] = info
+            self._save_catalog()
+            attach = self._append(
+                {"kind": "attach", "path": path, "replica": replica_name, "host": self.name, "ts": time.time()}
+            )
             history = [s for s in self._paths[path].seqs if s < attach.seq]
             for seq in history:  # clone: the table's history so far, in log order
                 self._apply_to(self.log.entries[seq - 1], [info])
                 self._mark_applied(seq)
-            self._mark_applied(attach.seq)
         return result
 
     def _append(self, header: dict[str, Any], payload: bytes = b"") -> Entry:
-        entry = self.log.append(header, payload)
-        self._observe_new()
+        """Log an entry this replica has already applied (atomically for its own applier)."""
+        with self._apply_lock:
+            entry = self.log.append(header, payload)
+            self._observe_new()
+            self._mark_applied(entry.seq)
         return entry
 
     def _forget(self, key: tuple[str, str]) -> None:
         info = self.catalog.pop(key)
         self._save_catalog()
-        entry = self._append(
-            {"kind": "detach", "path": info.zookeeper_path, "replica": info.replica_name, "ts": time.time()}
-        )
-        self._mark_applied(entry.seq)
+        self._append({"kind": "detach", "path": info.zookeeper_path, "replica": info.replica_name, "ts": time.time()})
 
     def _replicated_write(
         self, conn: EngineConn, st: _sql.Statement, info: TableInfo, settings: dict[str, str], run: RunStatement
@@ -365,8 +368,7 @@ class Replication:
             header["format"] = run.format
             conn.apply_settings({**settings, "insert_deduplicate": "1", "insert_deduplication_token": token})
         result = run(sql)
-        entry = self._append(header, payload)
-        self._mark_applied(entry.seq)
+        self._append(header, payload)
         return result
 
     def _block_id(
@@ -386,6 +388,8 @@ class Replication:
         if token:
             return token
         assert st.table is not None
+        if run.format is None and _sql.inserts_a_select(sql[st.table.end :]):
+            return None  # the text does not identify the rows (the source may have changed)
         digest = hashlib.sha256(sql[st.table.end :].strip().encode())
         digest.update(b"\0" + str(run.format or "").encode() + b"\0")
         digest.update(run.data)
@@ -413,7 +417,6 @@ class Replication:
                     "ts": time.time(),
                 }
             )
-            self._mark_applied(entry.seq)
         timeout = float({**settings, **_sql.inline_settings(st.sql)}.get("distributed_ddl_task_timeout") or 180)
         self._wait_for_active_replicas(entry.seq, timeout)
         return result
@@ -467,47 +470,19 @@ class Replication:
 
     # -- system tables ---------------------------------------------------------------------
     def _rewrite_system_tables(self, st: _sql.Statement) -> str:
+        """``system.replicas`` / ``system.clusters`` become a subquery of literals (no table
+        function, so it also works with ``readonly = 1``)."""
         spans = []
         for start, end, name in st.system_tables:
-            rows, structure = (
-                (self._replicas_rows(), _REPLICAS_STRUCTURE)
-                if name == "replicas"
-                else (
-                    self._clusters_rows(),
-                    _CLUSTERS_STRUCTURE,
-                )
-            )
-            data = "\n".join(json.dumps(r, separators=(",", ":")) for r in rows)
-            spans.append((start, end, f"format(JSONEachRow, {_sql.sql_string(structure)}, {_sql.sql_string(data)})"))
+            if name == "replicas":
+                table = _sql.literal_table(_system_tables.REPLICAS_COLUMNS, self._replicas_rows())
+            else:
+                table = _sql.literal_table(_system_tables.CLUSTERS_COLUMNS, self._clusters_rows())
+            spans.append((start, end, table))
         return _sql.replace_spans(st.sql, spans)
 
     def _clusters_rows(self) -> list[dict[str, object]]:
-        replicas: list[dict[str, Any]] = []
-        if self.cluster_file is not None and self.cluster_file.exists():
-            with contextlib.suppress(ValueError, OSError):
-                replicas = list(json.loads(self.cluster_file.read_text())["replicas"])
-        if not replicas:
-            replicas = [{"name": self.name, "host": "127.0.0.1", "port": 0}]
-        return [
-            {
-                "cluster": self.cluster_name,
-                "shard_num": 1,
-                "shard_name": self.shard,
-                "shard_weight": 1,
-                "internal_replication": 1,
-                "replica_num": n,
-                "host_name": r["host"],
-                "host_address": r["host"],
-                "port": r["port"],
-                "is_local": int(r["name"] == self.name),
-                "user": "default",
-                "errors_count": 0,
-                "slowdowns_count": 0,
-                "estimated_recovery_time": 0,
-                "name": self.cluster_name,
-            }
-            for n, r in enumerate(replicas, start=1)
-        ]
+        return _system_tables.clusters_rows(self.cluster_name, self.shard, self.name, self.cluster_file)
 
     def _replicas_rows(self) -> list[dict[str, object]]:
         self.log.refresh()
@@ -542,21 +517,21 @@ class Replication:
                     "inserts_in_queue": len(inserts),
                     "merges_in_queue": 0,
                     "part_mutations_in_queue": len(queue) - len(inserts),
-                    "queue_oldest_time": _datetime(oldest),
-                    "inserts_oldest_time": _datetime(min((float(e.header["ts"]) for e in inserts), default=0.0)),
-                    "merges_oldest_time": _datetime(0.0),
-                    "part_mutations_oldest_time": _datetime(
+                    "queue_oldest_time": _timestamp(oldest),
+                    "inserts_oldest_time": _timestamp(min((float(e.header["ts"]) for e in inserts), default=0.0)),
+                    "merges_oldest_time": _timestamp(0.0),
+                    "part_mutations_oldest_time": _timestamp(
                         min((float(e.header["ts"]) for e in queue if e.kind == "table"), default=0.0)
                     ),
                     "log_max_index": len(view.seqs),
                     "log_pointer": sum(1 for s in view.seqs if self._is_applied(s)),
-                    "last_queue_update": _datetime(self.last_queue_update),
+                    "last_queue_update": _timestamp(self.last_queue_update),
                     "absolute_delay": int(now - oldest) if queue else 0,
                     "total_replicas": len(view.replicas),
-                    "active_replicas": len(view.replicas & active) if active else len(view.replicas),
+                    "active_replicas": sum(1 for r in view.replicas if view.hosts.get(r, r) in active),
                     "lost_part_count": 0,
                     "last_queue_update_exception": self.last_exception,
-                    "replica_is_active": {r: int(r in active) for r in sorted(view.replicas)},
+                    "replica_is_active": {r: int(view.hosts.get(r, r) in active) for r in sorted(view.replicas)},
                 }
             )
         return rows
@@ -579,6 +554,7 @@ class Replication:
             view = self._paths.setdefault(str(path), _PathView())
             if entry.kind == "attach":
                 view.replicas.add(str(header["replica"]))
+                view.hosts[str(header["replica"])] = str(header.get("host", header["replica"]))
             elif entry.kind == "detach":
                 view.replicas.discard(str(header["replica"]))
                 if not view.replicas:  # the last replica left: Keeper's path is gone
@@ -595,12 +571,13 @@ class Replication:
         return seq <= self._pos or seq in self._extra
 
     def _mark_applied(self, seq: int) -> None:
-        self._extra.add(seq)
-        while self._pos + 1 in self._extra:
-            self._pos += 1
-            self._extra.discard(self._pos)
-        self.last_queue_update = time.time()
-        self._save_state()
+        with self._apply_lock:
+            self._extra.add(seq)
+            while self._pos + 1 in self._extra:
+                self._pos += 1
+                self._extra.discard(self._pos)
+            self.last_queue_update = time.time()
+            self._save_state()
 
     def _unapplied(self) -> list[int]:
         return [s for s in range(self._pos + 1, self.log.last_seq + 1) if s not in self._extra]
@@ -728,37 +705,5 @@ def _active_replicas(states_dir: Path) -> set[str]:
     return out
 
 
-def _datetime(ts: float) -> str:
-    if ts <= 0:
-        return "1970-01-01 00:00:00"
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-
-
-_REPLICAS_STRUCTURE = (
-    "database String, table String, uuid UUID, engine String, is_leader UInt8, can_become_leader UInt8, "
-    "is_readonly UInt8, is_session_expired UInt8, future_parts UInt32, parts_to_check UInt32, "
-    "zookeeper_name String, zookeeper_path String, replica_name String, replica_path String, "
-    "columns_version Int32, queue_size UInt32, inserts_in_queue UInt32, merges_in_queue UInt32, "
-    "part_mutations_in_queue UInt32, queue_oldest_time DateTime('UTC'), inserts_oldest_time DateTime('UTC'), "
-    "merges_oldest_time DateTime('UTC'), part_mutations_oldest_time DateTime('UTC'), "
-    "oldest_part_to_get String, oldest_part_to_merge_to String, oldest_part_to_mutate_to String, "
-    "log_max_index UInt64, log_pointer UInt64, last_queue_update DateTime('UTC'), absolute_delay UInt64, "
-    "total_replicas UInt8, active_replicas UInt8, lost_part_count UInt64, last_queue_update_exception String, "
-    "zookeeper_exception String, replica_is_active Map(String, UInt8)"
-)
-_CLUSTERS_STRUCTURE = (
-    "cluster String, shard_num UInt32, shard_name String, shard_weight UInt32, internal_replication UInt8, "
-    "replica_num UInt32, host_name String, host_address String, port UInt16, is_local UInt8, user String, "
-    "default_database String, errors_count UInt32, slowdowns_count UInt32, estimated_recovery_time UInt32, "
-    "database_shard_name String, database_replica_name String, is_shared_catalog_cluster UInt8, "
-    "is_active Nullable(UInt8), unsynced_after_recovery Nullable(UInt8), replication_lag Nullable(UInt32), "
-    "recovery_time Nullable(UInt64), name String"
-)
-
-
-def iter_states(states_dir: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every replica's recorded replication state (name, state) in ``states_dir``."""
-    for path in sorted(states_dir.glob("*.json")):
-        state = _read_state(path)
-        if state is not None:
-            yield path.stem, state
+def _timestamp(ts: float) -> int:
+    return max(0, int(ts))

@@ -227,7 +227,9 @@ def classify(sql: str) -> Statement | None:
     if not toks:
         return None
     head = toks[0].upper
-    if head in ("SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXPLAIN", "(") or toks[0].text == "(":
+    if head in ("SHOW", "DESCRIBE", "DESC"):
+        return None  # the engine's own system tables have the right schema
+    if head in ("SELECT", "WITH", "EXPLAIN") or toks[0].text == "(":
         found = _system_tables(toks)
         return Statement("select", sql, system_tables=found) if found else None
     cluster, local_sql, _on_index = _strip_on_cluster(sql, toks)
@@ -377,3 +379,46 @@ def inline_settings(sql: str) -> dict[str, str]:
                 else:
                     break
     return out
+
+
+def inserts_a_select(rest: str) -> bool:
+    """Whether an INSERT's text after the table name takes its rows from a SELECT."""
+    for tok in tokens(rest[:4096]):
+        if tok.depth == 0 and tok.upper in ("SELECT", "WITH"):
+            return True
+        if tok.depth == 0 and tok.upper in ("VALUES", "FORMAT"):
+            return False
+    return False
+
+
+def literal(value: object) -> str:
+    """A ClickHouse literal for a JSON-like Python value (dicts become maps)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, dict):
+        return "map(" + ", ".join(f"{literal(k)}, {literal(v)}" for k, v in value.items()) + ")"
+    return sql_string(str(value))
+
+
+def literal_table(columns: list[tuple[str, str]], rows: list[dict[str, object]]) -> str:
+    """A parenthesised subquery whose result has exactly ``columns`` (name, type) and ``rows``.
+
+    Columns a row lacks get their type's default value."""
+
+    def select(row: dict[str, object]) -> str:
+        parts = []
+        for name, type_ in columns:
+            if name in row and not (row[name] == {} and type_.startswith("Map")):
+                value = f"CAST({literal(row[name])} AS {type_})"
+            else:
+                value = f"defaultValueOfTypeName({sql_string(type_)})"
+            parts.append(f"{value} AS {quote_ident(name)}")
+        return "SELECT " + ", ".join(parts)
+
+    if not rows:
+        return f"({select({})} LIMIT 0)"
+    return "(" + " UNION ALL ".join(select(row) for row in rows) + ")"

@@ -11,8 +11,15 @@ SIGSTOP (the kernel still accepts connections, nothing answers), :meth:`restart`
 process again on the same address with the same data directory (MergeTree data survives),
 :meth:`set_delay` and :meth:`fail_next` use the replica's fault-injection endpoint.
 
-The replicas do NOT replicate to each other: each has its own data. Create tables and insert on
-every replica (:meth:`on_all`) when a test needs the same data everywhere.
+Replication: ``ReplicatedMergeTree`` tables replicate between the replicas and ``ON CLUSTER
+lb_cluster`` statements run on all of them, through a replication log in ``base_dir/replication``
+shared by the replica processes (see docs/local-cluster.md for what it guarantees and how it
+differs from ClickHouse Keeper). Replication faults: :meth:`delay_replication`,
+:meth:`stop_replication` / :meth:`start_replication`; network fault: :meth:`blackhole` /
+:meth:`unblackhole` (``connect()`` hangs). Plain MergeTree tables are per replica, as on a server.
+
+Same port: ``shared_port=True`` (or ``port=N``) runs every replica on its own loopback address
+and one shared port, for the ``a,b,c:PORT`` URL forms.
 
 No orphan processes: replicas are SIGKILLed by :meth:`close`, at interpreter exit (atexit), and
 each replica exits by itself when its parent process dies (parent watch; plus PR_SET_PDEATHSIG on
@@ -23,6 +30,9 @@ Example::
     with LocalCluster(replicas=3) as cluster:
         client = cluster.client(0)
         client.query("SELECT getMacro('replica')").result_rows  # [('r1',)]
+        cluster.query(0, "CREATE TABLE t ON CLUSTER lb_cluster (x UInt8) ENGINE = ReplicatedMergeTree ORDER BY x")
+        cluster.query(1, "INSERT INTO t VALUES (1)")
+        cluster.query(2, "SYSTEM SYNC REPLICA t")  # r3 now has the row
 """
 
 from __future__ import annotations
@@ -80,6 +90,11 @@ class LocalCluster(ClusterBase):
         of ``127.0.0.1``.
     :param password: password of user ``default`` on every replica (default: empty).
     :param startup_timeout: seconds to wait for a replica to answer ``/ping``.
+    :param cluster_name: the cluster's name in ``system.clusters`` and ``ON CLUSTER``
+        (default ``lb_cluster``, as in docker-compose.yml).
+    :param shared_port: every replica listens on the same port (one free on all the replicas'
+        addresses), each on its own address; needs distinct addresses (Linux).
+    :param port: that shared port, chosen by you (implies ``shared_port``).
     """
 
     def __init__(
@@ -163,9 +178,23 @@ class LocalCluster(ClusterBase):
             self._started = True
             _LIVE.add(self)
             try:
-                for r in self._replicas:
-                    self._spawn(r)
-                self._wait_all(self._replicas)
+                for attempt in range(3):
+                    for r in self._replicas:
+                        self._spawn(r)
+                    try:
+                        self._wait_all(self._replicas)
+                        break
+                    except ClusterError as exc:
+                        # A port chosen for all addresses can be taken by another process before
+                        # the replicas bind it: choose again.
+                        chosen_here = self._shared_port and self._port is None
+                        if attempt == 2 or not chosen_here or "Address already in use" not in str(exc):
+                            raise
+                        for r in self._replicas:
+                            self._kill_proc(r)
+                        port = _free_common_port([r.host for r in self._replicas])
+                        for r in self._replicas:
+                            r.port = port
                 self._write_cluster_file()
             except BaseException:
                 self.close()

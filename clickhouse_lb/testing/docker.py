@@ -11,8 +11,9 @@ Three ``clickhouse/clickhouse-server`` replicas of one shard (macros ``replica``
 on real servers and raise :class:`NotImplementedError` (tests needing them should use
 :class:`~clickhouse_lb.testing.LocalCluster`).
 
-Unlike the local replicas, these DO replicate: ``ON CLUSTER`` DDL and ReplicatedMergeTree work
-(the cluster is named ``lb_cluster``); :meth:`on_all` still runs a statement on each replica.
+Replication is ClickHouse Keeper's here (the local cluster emulates it with a shared log):
+``ON CLUSTER lb_cluster`` DDL and ReplicatedMergeTree work; :meth:`on_all` still runs a
+statement on each replica.
 """
 
 from __future__ import annotations

@@ -42,8 +42,11 @@ Not faithful / not implemented:
 * Readonly for a *session* request (GET or ``readonly`` parameter) is decided from the statement's
   first keyword instead of by the engine (sessionless requests use the engine's own check).
 * Only the ``default`` user; no quotas, roles, access rights.
-* Each replica is a separate engine: replicas do NOT replicate to each other (ReplicatedMergeTree
-  is not available; run DDL and inserts on every replica, e.g. ``LocalCluster.on_all``).
+* Replication is the local cluster's own (:mod:`clickhouse_lb.testing._replication`, described
+  in docs/local-cluster.md): ``Replicated*MergeTree`` tables become ``*MergeTree`` tables that
+  replicate through a log on disk shared by the replicas; ``ON CLUSTER``, ``system.clusters``,
+  ``system.replicas`` and ``SYSTEM SYNC REPLICA`` are answered by it. A ``Replicated`` database
+  engine is refused (NOT_IMPLEMENTED).
 
 Fault injection (a path no ClickHouse server has): ``GET/POST /__clickhouse_lb__/faults`` with a
 JSON object ``{"delay": seconds, "fail_next": n, "code": 210}``. The delay is applied before every
@@ -51,6 +54,10 @@ JSON object ``{"delay": seconds, "fail_next": n, "code": 210}``. The delay is ap
 requests then fail with ClickHouse error ``code`` (``Code: 210. DB::Exception: Injected failure by
 clickhouse_lb.testing. (NETWORK_ERROR)``, the HTTP status ClickHouse uses for that code).
 ``GET /__clickhouse_lb__/info`` answers ``{"name", "pid", "sessions"}``.
+``GET/POST /__clickhouse_lb__/replication`` reads or sets the replication faults
+(``{"delay": seconds, "stopped": bool}``; answers also ``applied``, ``log_end``, ``queue``).
+SIGUSR1/SIGUSR2 put the replica in and out of a network black hole
+(:mod:`clickhouse_lb.testing._blackhole`).
 """
 
 from __future__ import annotations
