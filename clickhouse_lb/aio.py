@@ -303,6 +303,7 @@ def get_async_pool(
     failover_backoff_ms: int | None = None,
     failover_timeout: float | None = None,
     auto_insert_deduplication_token: bool | None = None,
+    least_loaded_decay_time: float | None = None,
     listeners: Iterable[Listener] = (),
     share_state: bool | None = None,
     **client_options: Any,

@@ -18,7 +18,7 @@ from ._redact import redact
 from .classify import Failure, classify
 from .errors import ConfigurationError
 from .events import ErrorRecordedEvent, Listener, ListenerSet, ReplicaRecoveredEvent, logger
-from .ordering import plan_order, round_robin_order, static_ranks
+from .ordering import least_loaded_order, plan_order, round_robin_order, static_ranks
 from .replicas import Replica
 from .settings import NO_OVERRIDES, BalancingSettings, LoadBalancing, StatementOverrides
 from .state import Clock, ReplicaSetState
@@ -34,7 +34,10 @@ class ReplicaStatus:
     ``errors_count`` and ``slowdowns_count`` are decayed to now; ``estimated_recovery_time``
     is the number of seconds until both reach zero; ``is_up`` is False while the latest
     attempt on the replica failed (until one succeeds again); ``last_error_time`` is a
-    ``time.time()`` timestamp.
+    ``time.time()`` timestamp. ``in_flight`` is the number of this pool's attempts running on
+    the replica now (of every pool sharing its balancing state), ``latency_ewma`` the decayed
+    latency average in seconds (None until an attempt there ended); ``least_loaded`` balances
+    on both.
     """
 
     host: str
@@ -47,6 +50,8 @@ class ReplicaStatus:
     last_error: str | None
     last_error_time: float | None
     is_up: bool
+    in_flight: int = 0
+    latency_ewma: float | None = None
 
 
 def new_replica_set_state(size: int, settings: BalancingSettings, clock: Clock = time.monotonic) -> ReplicaSetState:
@@ -58,6 +63,7 @@ def new_replica_set_state(size: int, settings: BalancingSettings, clock: Clock =
         clock=clock,
         # Many processes started together must not all begin with the same replica.
         round_robin_start=_random.SystemRandom().getrandbits(32),
+        load_decay_time=settings.least_loaded_decay_time,
     )
 
 
@@ -139,6 +145,9 @@ class Balancer:
             self._recovered(snapshot.recovered, "decayed")
         if round_robin:
             return round_robin_order(snapshot.errors, self._priority_ranks, max_ignored, snapshot.round_robin)
+        if strategy is LoadBalancing.LEAST_LOADED:
+            scores = self.state.replica_load.order_keys()
+            return least_loaded_order(snapshot.errors, self._priority_ranks, max_ignored, scores, self._random)
         ranks = self._default_ranks if strategy is settings.load_balancing else None
         if ranks is None or first_offset != settings.load_balancing_first_offset:
             ranks = self._static_ranks(strategy, first_offset)
@@ -217,6 +226,8 @@ class Balancer:
                 last_error=counts.last_error,
                 last_error_time=counts.last_error_time,
                 is_up=not counts.last_attempt_failed,
+                in_flight=load.in_flight,
+                latency_ewma=load.latency_ewma,
             )
-            for replica, counts in zip(self.replicas, self.state.counts())
+            for replica, counts, load in zip(self.replicas, self.state.counts(), self.state.replica_load.snapshot())
         ]

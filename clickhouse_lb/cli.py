@@ -4,8 +4,9 @@
   the ``local`` extra) and show the strategies at work, a replica killed mid-run and its return
   to rotation after decay. See :mod:`clickhouse_lb._demo`.
 * ``clickhouse-lb status <dsn or hosts>``: ping every replica and print address, up, latency,
-  server version, ``errors_count`` and ``estimated_recovery_time``; the exit status says whether
-  at least ``--min-healthy`` replicas answered (``--json`` for scripts).
+  server version, ``errors_count``, ``estimated_recovery_time``, ``in_flight`` and
+  ``latency_ewma``; the exit status says whether at least ``--min-healthy`` replicas answered
+  (``--json`` for scripts).
 
 Exit statuses: 0 success, 1 the check (or the demo's claims) failed, 2 bad arguments or a missing
 extra, 130 interrupted. Passwords never appear in the output: pass them with ``--password``, the
@@ -95,6 +96,9 @@ class ReplicaCheck:
     errors_count: int
     estimated_recovery_time: float
     error: str | None
+    #: The pool's load view (``least_loaded``): attempts running there, latency average in seconds.
+    in_flight: int = 0
+    latency_ewma: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -146,10 +150,17 @@ def open_status_pool(args: argparse.Namespace, factory: PoolFactory = get_pool) 
 def _probe(pool: ReplicaPool, address: str, timeout: float) -> tuple[float | None, str | None, str | None]:
     """``(latency_ms, version, error)`` of one replica. A replica failure counts an error
     against it; a query failure (authentication, permissions, ...) is reported, not counted."""
+    load = pool.balancer.state.replica_load
+    index = pool.balancer.index_of(address)
     try:
         client = pool.client(address)  # creating a client already talks to the server
         started = time.perf_counter()
-        answered = client.ping(timeout)
+        # The ping is an attempt like a statement's: it feeds the replica's latency average.
+        in_flight_since = load.start(index)
+        try:
+            answered = client.ping(timeout)
+        finally:
+            load.finish(index, in_flight_since)
         latency = (time.perf_counter() - started) * 1000.0
         if not answered:
             pool.record_error(address, "ping failed")
@@ -177,6 +188,8 @@ def check_replicas(pool: ReplicaPool, timeout: float) -> list[ReplicaCheck]:
                 errors_count=status.errors_count,
                 estimated_recovery_time=round(status.estimated_recovery_time, 3),
                 error=None if error is None else redact(error),
+                in_flight=status.in_flight,
+                latency_ewma=None if status.latency_ewma is None else round(status.latency_ewma, 6),
             )
         )
     return checks
@@ -196,7 +209,10 @@ def status_report(checks: Sequence[ReplicaCheck], min_healthy: int) -> dict[str,
 
 def status_lines(checks: Sequence[ReplicaCheck], min_healthy: int) -> list[str]:
     """The human-readable table and a verdict line."""
-    header = ("address", "up", "latency", "version", "errors_count", "estimated_recovery_time", "error")
+    header = (
+        "address", "up", "latency", "version", "errors_count", "estimated_recovery_time", "in_flight",
+        "latency_ewma", "error",
+    )
     rows = [
         (
             c.address,
@@ -205,6 +221,8 @@ def status_lines(checks: Sequence[ReplicaCheck], min_healthy: int) -> list[str]:
             c.version or "-",
             str(c.errors_count),
             f"{c.estimated_recovery_time:.1f} s",
+            str(c.in_flight),
+            "-" if c.latency_ewma is None else f"{c.latency_ewma * 1000.0:.1f} ms",
             short_error(c.error),
         )
         for c in checks
@@ -324,8 +342,9 @@ def _add_status(commands: Any) -> None:
         "status",
         help="ping every replica and print a health table",
         description=(
-            "Ping every replica and print address, up, latency, server version, errors_count and "
-            "estimated_recovery_time. Exit 0 when at least --min-healthy replicas answer, 1 otherwise, "
+            "Ping every replica and print address, up, latency, server version, errors_count, "
+            "estimated_recovery_time, in_flight and latency_ewma. Exit 0 when at least --min-healthy "
+            "replicas answer, 1 otherwise, "
             f"2 on bad arguments. The password can also come from ${PASSWORD_ENV}."
         ),
     )

@@ -42,7 +42,17 @@ _MAX_BACKOFF_SECONDS = 10.0
 class StatementAttempts:
     """The failover state of one statement: its schedule, its failures, its decisions."""
 
-    __slots__ = ("_balancer", "failures", "operation", "retry_after_send", "schedule", "size", "started")
+    __slots__ = (
+        "_attempt_started",
+        "_balancer",
+        "_load",
+        "failures",
+        "operation",
+        "retry_after_send",
+        "schedule",
+        "size",
+        "started",
+    )
 
     def __init__(
         self,
@@ -53,6 +63,8 @@ class StatementAttempts:
         retry_after_send: bool,
     ) -> None:
         self._balancer = balancer
+        self._load = balancer.state.replica_load
+        self._attempt_started = 0.0
         tries = balancer.settings.connections_with_failover_max_tries
         self.size = len(order)
         self.schedule: list[int] = list(order) * tries
@@ -66,14 +78,20 @@ class StatementAttempts:
         number = len(self.failures)
         index = self.schedule[number]
         logger.debug("%s: attempt %d on %s", self.operation, number + 1, self._balancer.addresses[index])
+        # The attempt is in flight from here until succeeded()/failed() (one at a time).
+        self._attempt_started = self._load.start(index)
         return index
 
     def succeeded(self, index: int) -> None:
+        self._load.finish(index, self._attempt_started)
         self._balancer.record_success(index)
 
     def failed(self, index: int, exc: BaseException) -> None:
-        """Classify a failed attempt and, for a replica failure, count it at once."""
-        self.failures.append((index, self._balancer.count_failure(index, exc)))
+        """Classify a failed attempt and, for a replica failure, count it at once. A cancelled
+        or interrupted attempt (not an ``Exception``) only leaves the in-flight count."""
+        self._load.finish(index, self._attempt_started)
+        if isinstance(exc, Exception):
+            self.failures.append((index, self._balancer.count_failure(index, exc)))
 
     def should_retry(self, exc: BaseException) -> bool:
         """tenacity's retry predicate: retry replica failures that are safe to repeat."""
@@ -186,7 +204,7 @@ _SYNC_POLICY = sync_policy()
 _ASYNC_POLICY = async_policy()
 
 
-def _first_attempt_failed(attempts: StatementAttempts, index: int, exc: Exception) -> None:
+def _first_attempt_failed(attempts: StatementAttempts, index: int, exc: BaseException) -> None:
     """Decide after a failed first attempt: raise, give up, or let tenacity go on."""
     attempts.failed(index, exc)
     if not attempts.should_retry(exc):
@@ -199,7 +217,7 @@ def _attempt(attempts: StatementAttempts, call: Callable[[int], T]) -> T:
     index = attempts.begin()
     try:
         result = call(index)
-    except Exception as exc:
+    except BaseException as exc:
         attempts.failed(index, exc)
         raise
     attempts.succeeded(index)
@@ -210,7 +228,7 @@ async def _async_attempt(attempts: StatementAttempts, call: Callable[[int], Awai
     index = attempts.begin()
     try:
         result = await call(index)
-    except Exception as exc:
+    except BaseException as exc:
         attempts.failed(index, exc)
         raise
     attempts.succeeded(index)
@@ -233,7 +251,7 @@ def _run_sync(attempts: StatementAttempts, call: Callable[[int], T], policy: Ret
     index = attempts.begin()
     try:
         result = call(index)
-    except Exception as exc:
+    except BaseException as exc:  # a cancelled attempt too must leave the in-flight count
         _first_attempt_failed(attempts, index, exc)
     else:
         attempts.succeeded(index)
@@ -258,7 +276,7 @@ async def _run_async(attempts: StatementAttempts, call: Callable[[int], Awaitabl
     index = attempts.begin()
     try:
         result = await call(index)
-    except Exception as exc:
+    except BaseException as exc:  # a cancelled attempt too must leave the in-flight count
         _first_attempt_failed(attempts, index, exc)
     else:
         attempts.succeeded(index)

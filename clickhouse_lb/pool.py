@@ -247,6 +247,7 @@ def get_pool(
     failover_backoff_ms: int | None = None,
     failover_timeout: float | None = None,
     auto_insert_deduplication_token: bool | None = None,
+    least_loaded_decay_time: float | None = None,
     listeners: Iterable[Listener] = (),
     share_state: bool | None = None,
     **client_options: Any,
@@ -261,8 +262,9 @@ def get_pool(
     ``connections_with_failover_max_tries=3``, ``connect_timeout_with_failover_ms=1000``;
     ``local_hostname`` defaults to this machine's canonical name. Ours: ``failover_backoff_ms=0``
     (pause before each new pass), ``failover_timeout=None`` (total seconds per statement),
-    ``auto_insert_deduplication_token=True``. A value left as ``None`` comes from the DSN, or
-    is the default.
+    ``auto_insert_deduplication_token=True``, ``least_loaded_decay_time=10`` (seconds: the time
+    constant of the latency average of ``load_balancing="least_loaded"``, our extension beyond
+    ClickHouse's eight strategies). A value left as ``None`` comes from the DSN, or is the default.
 
     ``share_state=True`` (the default; ``share_state=0`` in a DSN): the error counts, decay
     clock and round-robin counter are shared with every other pool and engine of the process

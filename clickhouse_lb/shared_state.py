@@ -6,7 +6,8 @@ of them would start with fresh error counts and a fresh random round-robin posit
 replica would be tried first again and again, and round_robin would not rotate. Here, every
 pool whose :func:`state_key` is equal shares one
 :class:`~clickhouse_lb.state.ReplicaSetState` (error and slowdown counts, the decay clock, the
-round-robin counter, last errors), while each pool keeps its own clients and listeners.
+round-robin counter, last errors, the in-flight counts and latency averages of ``least_loaded``),
+while each pool keeps its own clients and listeners.
 
 The key (:class:`StateKey`) is what makes two pools "the same replica set, balanced the same
 way, for the same user":
@@ -16,7 +17,8 @@ way, for the same user":
   is part of the order;
 - the settings that shape the order or the counts: ``load_balancing``,
   ``load_balancing_first_offset``, ``local_hostname``, ``distributed_replica_error_half_life``,
-  ``distributed_replica_error_cap``, ``distributed_replica_max_ignored_errors``;
+  ``distributed_replica_error_cap``, ``distributed_replica_max_ignored_errors``,
+  ``least_loaded_decay_time``;
 - ``username`` and ``database``: some replica failures are a user's or a database's, not the
   server's (TOO_MANY_SIMULTANEOUS_QUERIES under a per-user limit, TABLE_IS_READ_ONLY and
   KEEPER_EXCEPTION for the replicated tables of one database), so other users and databases
@@ -86,6 +88,7 @@ class StateKey:
     distributed_replica_error_half_life: float
     distributed_replica_error_cap: int
     distributed_replica_max_ignored_errors: int
+    least_loaded_decay_time: float = 10.0
 
 
 def _secure(options: dict[str, Any]) -> bool:
@@ -112,6 +115,7 @@ def state_key(config: PoolConfig) -> StateKey:
         distributed_replica_error_half_life=float(settings.distributed_replica_error_half_life),
         distributed_replica_error_cap=settings.distributed_replica_error_cap,
         distributed_replica_max_ignored_errors=settings.distributed_replica_max_ignored_errors,
+        least_loaded_decay_time=float(settings.least_loaded_decay_time),
     )
 
 

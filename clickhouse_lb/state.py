@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from .load import DEFAULT_DECAY_TIME, ReplicaLoad
+
 __all__ = ["Clock", "ReplicaCounts", "ReplicaSetState", "Selection", "decay_shifts", "estimated_recovery_time"]
 
 Clock = Callable[[], float]
@@ -86,6 +88,7 @@ class ReplicaSetState:
         "_slowed",
         "error_cap",
         "half_life",
+        "replica_load",
         "size",
     )
 
@@ -97,8 +100,11 @@ class ReplicaSetState:
         error_cap: int = 1000,
         clock: Clock = time.monotonic,
         round_robin_start: int = 0,
+        load_decay_time: float = DEFAULT_DECAY_TIME,
     ) -> None:
         self.size = size
+        #: In-flight statements and latency averages (``least_loaded``), shared with the counts.
+        self.replica_load = ReplicaLoad(size, decay_time=load_decay_time, clock=clock)
         self.half_life = half_life
         self.error_cap = error_cap
         self._clock = clock

@@ -208,6 +208,7 @@ async def test_cancellation_leaves_the_counts_untouched(cluster: ClusterBase) ->
             await task
         assert errors(pool) == [0, 0, 0]
         assert all(s.is_up for s in pool.replicas)
+        assert [s.in_flight for s in pool.replicas] == [0, 0, 0]  # cancelled attempts left the load
         assert asyncio.all_tasks() == {asyncio.current_task()}  # no attempt left running
         cluster.set_delay(0, 0)
         assert await who(pool) == cluster.names[0]  # still first: nothing was held against it

@@ -100,7 +100,7 @@ def test_status_all_up(abc: FakeCluster) -> None:
     assert seen["dsn"] is None
     lines = out.getvalue().splitlines()
     assert lines[0].split() == ["address", "up", "latency", "version", "errors_count",
-                                "estimated_recovery_time", "error"]
+                                "estimated_recovery_time", "in_flight", "latency_ewma", "error"]
     assert [line.split()[:2] for line in lines[1:4]] == [["a:8123", "yes"], ["b:8123", "yes"], ["c:8123", "yes"]]
     assert "command@a" in lines[1]  # the answer to SELECT version()
     assert lines[-1] == "3/3 replicas answered (min 1): OK"
@@ -120,10 +120,15 @@ def test_status_one_down_json_and_min_healthy(abc: FakeCluster) -> None:
     assert down["errors_count"] == 1
     assert down["estimated_recovery_time"] > 0
     assert "Connection refused" in down["error"]
+    assert down["latency_ewma"] is None  # never answered: no latency average
     up = report["replicas"][0]
     assert up["up"] is True
     assert up["latency_ms"] >= 0
     assert up["errors_count"] == 0
+    # The ping fed the pool's load view (least_loaded): it ended, and its latency was averaged.
+    assert up["in_flight"] == 0
+    assert up["latency_ewma"] is not None
+    assert up["latency_ewma"] >= 0
     again = fake_factory(FakeCluster("a", "b", "c"), {})
     assert run_status(status_args("a,b,c", "--min-healthy", "2"), io.StringIO(), again) == 0
 

@@ -45,7 +45,9 @@ __all__ = ["DIALECT_PARAMETERS", "EngineArgs", "engine_args_from_url"]
 DIALECT_PARAMETERS = ("host", "alt_hosts", "priority", "secure", "https", "autogenerate_session_id", SHARE_STATE)
 
 # Names that can only be meant as balancing settings: an unknown one is a typo, not a server setting.
-_BALANCING_PREFIXES = ("load_balancing", "distributed_replica_", "connections_with_failover", "failover_")
+_BALANCING_PREFIXES = (
+    "load_balancing", "distributed_replica_", "connections_with_failover", "failover_", "least_loaded",
+)
 # Real server settings that look like ours; they go to the server as they are.
 _SERVER_LOOKALIKES = frozenset({"connect_timeout_with_failover_secure_ms"})
 # Options a pinned connection decides for itself.
