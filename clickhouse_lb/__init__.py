@@ -16,13 +16,21 @@ if TYPE_CHECKING:
     from . import errors
     from .aio import AsyncReplicaPool, get_async_pool
     from .balancer import ReplicaStatus
-    from .errors import AllReplicasUnavailableError, ConfigurationError, SessionLostError
-    from .events import ErrorRecordedEvent, FailoverEvent, PoolListener, ReplicaRecoveredEvent
+    from .errors import AllReplicasStaleError, AllReplicasUnavailableError, ConfigurationError, SessionLostError
+    from .events import (
+        ErrorRecordedEvent,
+        FailoverEvent,
+        PoolListener,
+        ProbeEvent,
+        ReplicaDownEvent,
+        ReplicaRecoveredEvent,
+    )
     from .pool import PinnedSession, ReplicaPool, get_pool
     from .replicas import Replica
     from .settings import BalancingSettings, LoadBalancing
 
 __all__ = [
+    "AllReplicasStaleError",
     "AllReplicasUnavailableError",
     "AsyncReplicaPool",
     "BalancingSettings",
@@ -32,7 +40,9 @@ __all__ = [
     "LoadBalancing",
     "PinnedSession",
     "PoolListener",
+    "ProbeEvent",
     "Replica",
+    "ReplicaDownEvent",
     "ReplicaPool",
     "ReplicaRecoveredEvent",
     "ReplicaStatus",
@@ -52,6 +62,7 @@ version = __version__
 # often), does not load clickhouse-connect and the pool; and the async pool, which imports
 # aiohttp, only when asked for.
 _EXPORTS = {
+    "AllReplicasStaleError": ".errors",
     "AllReplicasUnavailableError": ".errors",
     "AsyncReplicaPool": ".aio",
     "BalancingSettings": ".settings",
@@ -61,7 +72,9 @@ _EXPORTS = {
     "LoadBalancing": ".settings",
     "PinnedSession": ".pool",
     "PoolListener": ".events",
+    "ProbeEvent": ".events",
     "Replica": ".replicas",
+    "ReplicaDownEvent": ".events",
     "ReplicaPool": ".pool",
     "ReplicaRecoveredEvent": ".events",
     "ReplicaStatus": ".balancer",

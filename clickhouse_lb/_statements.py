@@ -59,6 +59,8 @@ class PreparedCall:
     kwargs: dict[str, Any]
     overrides: StatementOverrides
     retry_after_send: bool
+    #: The statement's settings as they go to the server (balancing ones taken out).
+    settings: Mapping[str, Any] | None = None
 
 
 def _statement_text(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
@@ -103,4 +105,4 @@ def prepare_call(
             args = (*args[:at], rest, *args[at + 1 :])
         else:
             kwargs = {**kwargs, "settings": rest}
-    return PreparedCall(args, kwargs, overrides, retry_after_send)
+    return PreparedCall(args, kwargs, overrides, retry_after_send, rest)

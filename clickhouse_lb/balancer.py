@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from ._redact import redact
-from .classify import Failure, classify
+from .classify import PING_DISPROVABLE_KINDS, Failure, classify
 from .errors import ConfigurationError
 from .events import ErrorRecordedEvent, Listener, ListenerSet, ReplicaRecoveredEvent, logger
 from .ordering import least_loaded_order, plan_order, round_robin_order, static_ranks
@@ -38,6 +38,11 @@ class ReplicaStatus:
     the replica now (of every pool sharing its balancing state), ``latency_ewma`` the decayed
     latency average in seconds (None until an attempt there ended); ``least_loaded`` balances
     on both.
+
+    From the health probes: ``probe_state`` (``up``, ``down``, ``unknown`` before the first
+    probe, ``off`` when probing is turned off), ``last_probe_time`` (``time.time()``),
+    ``probe_latency`` (seconds, latest answered probe) and ``last_probe_error``.
+    ``delay``: the replica's replication delay in seconds, when known.
     """
 
     host: str
@@ -52,6 +57,11 @@ class ReplicaStatus:
     is_up: bool
     in_flight: int = 0
     latency_ewma: float | None = None
+    probe_state: str = "off"
+    last_probe_time: float | None = None
+    probe_latency: float | None = None
+    last_probe_error: str | None = None
+    delay: float | None = None
 
 
 def new_replica_set_state(size: int, settings: BalancingSettings, clock: Clock = time.monotonic) -> ReplicaSetState:
@@ -177,7 +187,7 @@ class Balancer:
         sessions and the CLI all go through here."""
         failure = classify(exc)
         if failure.replica:
-            self.record_error(index, failure.reason)
+            self.record_error(index, failure.reason, kind=failure.kind)
         return failure
 
     def ping_answered(self, index: int, answered: bool) -> bool:
@@ -185,17 +195,39 @@ class Balancer:
         if answered:
             self.record_success(index)
         else:
-            self.record_error(index, "ping failed")
+            self.record_error(index, "ping failed", kind="ping")
         return answered
 
-    def record_error(self, index: int, reason: str) -> int:
+    def record_error(self, index: int, reason: str, kind: str = "recorded") -> int:
+        """Count an error; ``kind`` says what failed (see :class:`ErrorRecordedEvent`)."""
         reason = redact(reason)
-        count = self.state.record_error(index, reason)
+        count = self.state.record_error(index, reason, sticky=kind not in PING_DISPROVABLE_KINDS)
         address = self.addresses[index]
         logger.debug("error recorded against %s (errors_count=%d): %s", address, count, reason)
         if self.listeners:
-            self.listeners.error_recorded(ErrorRecordedEvent(address, count, reason))
+            self.listeners.error_recorded(ErrorRecordedEvent(address, count, reason, kind))
         return count
+
+    def readmit(self, index: int, reason: str) -> bool:
+        """Clear a replica's error count (health probes saw it answer again); False when there
+        was nothing to clear."""
+        if not self.state.clear_errors(index):
+            return False
+        self._recovered([index], reason)
+        return True
+
+    def health_marks(self) -> tuple[list[int], list[bool]]:
+        """Per replica: errors ever counted, and whether the count holds one a ping cannot
+        disprove (see :meth:`ReplicaSetState.health_marks`)."""
+        return self.state.health_marks()
+
+    def error_counts(self) -> list[int]:
+        """Errors per replica, decayed to now (a look: the decay clock does not move)."""
+        return [c.errors for c in self.state.counts()]
+
+    def suspects(self) -> list[bool]:
+        """Per replica: it has errors, or its latest attempt failed (probed more often)."""
+        return [c.errors > 0 or c.last_attempt_failed for c in self.state.counts()]
 
     def record_slowdown(self, index: int) -> int:
         return self.state.record_slowdown(index)

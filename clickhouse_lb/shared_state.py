@@ -48,6 +48,7 @@ DSN or a ``clickhousedb+lb`` URL: the pool gets a state of its own.
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 import weakref
@@ -166,11 +167,17 @@ class StateRegistry:
         self._clock = clock
         self._lock = threading.Lock()
         self._entries: dict[Hashable, _Entry] = {}
+        # Releases that could not take the lock: a lease's finalizer runs wherever the garbage
+        # collector does, possibly inside this registry's own locked section on this very
+        # thread (an allocation in acquire() can trigger it), where waiting would deadlock.
+        # They are applied by the next operation that holds the lock.
+        self._pending: collections.deque[StateLease[Any]] = collections.deque()
 
     def acquire(self, key: Hashable, factory: Callable[[], V]) -> StateLease[V]:
         """The value shared under ``key`` (made by ``factory`` when there is none), held until
         the lease is released."""
         with self._lock:
+            self._drain_locked()
             self._purge_locked(self._clock())
             entry = self._entries.get(key)
             if entry is None:
@@ -181,18 +188,31 @@ class StateRegistry:
         return StateLease(self, key, entry, value)
 
     def _release(self, lease: StateLease[Any]) -> None:
-        with self._lock:
-            if lease._released:
-                return
-            lease._released = True
-            key, entry = lease.key, lease._entry
-            if self._entries.get(key) is not entry:  # cleared meanwhile: another pool may own the key now
-                return
-            entry.users -= 1
-            now = self._clock()
-            if entry.users == 0:
-                entry.idle_since = now
-            self._purge_locked(now)
+        if not self._lock.acquire(blocking=False):
+            self._pending.append(lease)  # see __init__; applied by the next locked operation
+            return
+        try:
+            self._drain_locked()
+            self._release_locked(lease)
+        finally:
+            self._lock.release()
+
+    def _drain_locked(self) -> None:
+        while self._pending:
+            self._release_locked(self._pending.popleft())
+
+    def _release_locked(self, lease: StateLease[Any]) -> None:
+        if lease._released:
+            return
+        lease._released = True
+        key, entry = lease.key, lease._entry
+        if self._entries.get(key) is not entry:  # cleared meanwhile: another pool may own the key now
+            return
+        entry.users -= 1
+        now = self._clock()
+        if entry.users == 0:
+            entry.idle_since = now
+        self._purge_locked(now)
 
     def _purge_locked(self, now: float) -> None:
         idle = [(entry.idle_since, key) for key, entry in self._entries.items() if entry.idle_since is not None]
@@ -207,12 +227,14 @@ class StateRegistry:
     def users(self, key: Hashable) -> int | None:
         """How many pools hold ``key``'s state (0: idle), or None when there is none."""
         with self._lock:
+            self._drain_locked()
             self._purge_locked(self._clock())
             entry = self._entries.get(key)
             return None if entry is None else entry.users
 
     def __len__(self) -> int:
         with self._lock:
+            self._drain_locked()
             self._purge_locked(self._clock())
             return len(self._entries)
 

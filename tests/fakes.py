@@ -144,6 +144,8 @@ def pool_parts(
     """A pool's configuration and a balancer on a test clock and seeded random, for fake replicas
     ``host:8123``. ``options`` mixes balancing settings, ``listeners`` and client options."""
     balancing = {k: options.pop(k) for k in list(options) if k in BALANCING_SETTING_NAMES}
+    # Fake replicas answer no /ping: background probes stay off unless a test turns them on.
+    options.setdefault("health_check_interval_ms", 0)
     listeners = options.pop("listeners", ())
     config = resolve_pool_config(
         [f"{h}:8123" for h in hosts],
