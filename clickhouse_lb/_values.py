@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from ._redact import shown
-from .errors import ConfigurationError
+from .errors import ConfigurationError, did_you_mean
 
 __all__ = ["LIMITS", "Bounds", "as_bool", "as_int", "as_seconds", "bounded", "parse_priorities"]
 
@@ -166,7 +166,10 @@ def as_bool(name: str, value: object) -> bool:
         return bool(value)
     if isinstance(value, str) and value.strip().lower() in (*_TRUE, *_FALSE):
         return value.strip().lower() in _TRUE
-    raise ConfigurationError(f"Bad {name} {shown(value)}: expected true or false (1/0, yes/no, on/off)")
+    raise ConfigurationError(
+        f"Bad {name} {shown(value)}{did_you_mean(value, (*_TRUE, *_FALSE))}: "
+        "expected true or false (1/0, yes/no, on/off)"
+    )
 
 
 #: Priorities are ClickHouse's ``<priority>`` (Int64 on the server); ours are bounded like it.

@@ -33,6 +33,7 @@ from clickhouse_connect.driver.exceptions import ProgrammingError
 from ._async_client_api import AsyncClientAPI
 from ._client_api import STATEMENT_METHODS
 from ._client_members import async_read_statement
+from ._driver_logs import handled_by_pool
 from ._pool_base import ClientSlot, PinnedBase, PoolBase, client_options_for, pin_options
 from ._statements import settings_positions
 from .balancer import Balancer
@@ -64,7 +65,8 @@ def require_native_async_client(installed: str | None = None) -> None:
         needed = ".".join(map(str, MIN_CLICKHOUSE_CONNECT))
         raise ConfigurationError(
             f"The async pool needs clickhouse-connect >= {needed} (its native async client); "
-            f"{text} is installed: pip install 'clickhouse-lb[async]'"
+            f"{text} is installed: install the async extra (pip install '.[async]' in a checkout of "
+            "clickhouse-lb, or 'clickhouse-lb[async] @ git+https://github.com/clickhouse-lb/clickhouse-lb')"
         )
 
 
@@ -338,7 +340,8 @@ class AsyncPinnedSession(AsyncClientAPI, PinnedBase[AsyncClient]):
     async def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call = self._prepare(method, args, kwargs)
         try:
-            return await getattr(self.client, method)(*call.args, **call.kwargs)
+            with handled_by_pool():  # a failure here is reported as SessionLostError
+                return await getattr(self.client, method)(*call.args, **call.kwargs)
         except Exception as exc:
             lost = self._lost(exc, call.write)
             if lost is None:

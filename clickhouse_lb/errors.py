@@ -9,7 +9,8 @@ unchanged, exactly as clickhouse-connect raised them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import difflib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from clickhouse_connect.driver.exceptions import NotSupportedError, OperationalError, ProgrammingError
@@ -25,6 +26,7 @@ __all__ = [
     "ReplicaConnectError",
     "SessionLostError",
     "WriteOutcomeUnknownError",
+    "did_you_mean",
 ]
 
 _MAY_HAVE_BEEN_APPLIED = (
@@ -32,6 +34,20 @@ _MAY_HAVE_BEEN_APPLIED = (
     "repeating it, or make it repeatable (inserts: insert_deduplication_token; other statements: "
     "settings={'idempotent': True})."
 )
+
+
+def did_you_mean(value: object, choices: Iterable[str]) -> str:
+    """`` (did you mean 'round_robin'?)`` for a misspelt value of a closed set, else ``""``.
+
+    For the messages that name a bad value and list the valid ones: the closest choices
+    (difflib, case-insensitive), at most three, so a typo is fixed at a glance."""
+    if not isinstance(value, str) or not value.strip():
+        return ""
+    by_lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(value.strip().lower(), list(by_lower), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return f" (did you mean {' or '.join(repr(by_lower[c]) for c in close)}?)"
 
 
 class ConfigurationError(ProgrammingError, ValueError):

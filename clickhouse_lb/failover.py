@@ -26,6 +26,7 @@ from typing import TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, RetryError, Retrying
 
+from ._driver_logs import handled_by_pool
 from .balancer import Balancer
 from .classify import Failure
 from .errors import AllReplicasUnavailableError, AttemptFailure, WriteOutcomeUnknownError
@@ -263,7 +264,14 @@ def run_sync(attempts: StatementAttempts, call: Callable[[int], T], policy: Retr
 
     The first attempt runs directly (the common case: it succeeds, and tenacity's per-call
     bookkeeping would cost as much as the statement's own client work); once it fails,
-    ``policy`` (:func:`sync_policy`) drives the remaining attempts."""
+    ``policy`` (:func:`sync_policy`) drives the remaining attempts. clickhouse-connect's
+    per-attempt transport warnings are the pool's to report meanwhile
+    (:mod:`clickhouse_lb._driver_logs`)."""
+    with handled_by_pool():
+        return _run_sync(attempts, call, policy)
+
+
+def _run_sync(attempts: StatementAttempts, call: Callable[[int], T], policy: Retrying) -> T:
     index = attempts.begin()
     try:
         result = call(index)
@@ -289,6 +297,11 @@ async def run_async(
 ) -> T:
     """The asyncio twin of :func:`run_sync` (tenacity's AsyncRetrying). A cancelled attempt
     is not a replica failure: it counts nothing and cancels the statement."""
+    with handled_by_pool():
+        return await _run_async(attempts, call, policy)
+
+
+async def _run_async(attempts: StatementAttempts, call: Callable[[int], Awaitable[T]], policy: AsyncRetrying) -> T:
     index = attempts.begin()
     try:
         result = await call(index)

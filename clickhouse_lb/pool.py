@@ -25,6 +25,7 @@ from clickhouse_connect.driver.client import Client
 
 from ._client_api import STATEMENT_METHODS, SyncClientAPI
 from ._client_members import read_statement
+from ._driver_logs import handled_by_pool
 from ._pool_base import ClientSlot, PinnedBase, PoolBase, client_options_for, pin_options
 from ._statements import settings_positions
 from .balancer import Balancer
@@ -271,7 +272,8 @@ class PinnedSession(SyncClientAPI, PinnedBase[Client]):
     def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call = self._prepare(method, args, kwargs)
         try:
-            return getattr(self.client, method)(*call.args, **call.kwargs)
+            with handled_by_pool():  # a failure here is reported as SessionLostError
+                return getattr(self.client, method)(*call.args, **call.kwargs)
         except Exception as exc:
             lost = self._lost(exc, call.write)
             if lost is None:

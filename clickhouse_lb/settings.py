@@ -17,7 +17,7 @@ from typing import Any
 
 from ._redact import shown
 from ._values import LIMITS, as_bool, bounded
-from .errors import ConfigurationError
+from .errors import ConfigurationError, did_you_mean
 
 __all__ = [
     "BALANCING_SETTING_NAMES",
@@ -60,8 +60,10 @@ class LoadBalancing(str, Enum):
                 return cls(value.strip().lower())
             except ValueError:
                 pass
-        choices = ", ".join(m.value for m in cls)
-        raise ConfigurationError(f"Unknown load_balancing {shown(value)}; valid choices: {choices}")
+        choices = [m.value for m in cls]
+        raise ConfigurationError(
+            f"Unknown load_balancing {shown(value)}{did_you_mean(value, choices)}; valid choices: {', '.join(choices)}"
+        )
 
     @property
     def uses_hostnames(self) -> bool:

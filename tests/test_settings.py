@@ -43,6 +43,10 @@ def test_strings_are_accepted_for_numbers() -> None:
     ("values", "message"),
     [
         ({"load_balancing": "fastest"}, r"Unknown load_balancing 'fastest'; valid choices: random, nearest_hostname"),
+        ({"load_balancing": "round_robbin"},
+         r"Unknown load_balancing 'round_robbin' \(did you mean 'round_robin'\?\); valid choices: random, "),
+        ({"load_balancing": "Nearest_Hostnme"}, r"did you mean 'nearest_hostname'\?"),
+        ({"auto_insert_deduplication_token": "ture"}, r"'ture' \(did you mean 'true'\?\): expected true or false"),
         ({"distributed_replica_error_cap": -1}, r"distributed_replica_error_cap -1: expected 1..1000000000 errors"),
         ({"connections_with_failover_max_tries": 0}, r"failover_max_tries 0: expected 1..1000 tries per replica"),
         ({"distributed_replica_error_half_life": "soon"}, r"half_life 'soon': expected a number of seconds"),

@@ -327,3 +327,24 @@ def test_password_never_shown() -> None:
     got = args("clickhousedb+lb://u:topsecret@ch-1/db")
     assert "topsecret" not in repr(got)
     assert "topsecret" not in repr(create_engine("clickhousedb+lb://u:topsecret@ch-1/db"))
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("load_balancing=round_robbin", r"Unknown load_balancing 'round_robbin' \(did you mean 'round_robin'\?\)"),
+        ("secure=flase", r"Bad secure 'flase' \(did you mean 'false'\?\): expected true or false"),
+        ("interface=htps", r"Bad interface 'htps' \(did you mean 'https' or 'http'\?\): expected http or https"),
+    ],
+)
+def test_misspelt_values_get_a_did_you_mean(query: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        create_engine(f"clickhousedb+lb://u@ch-1,ch-2:8123/db?{query}")
+
+
+def test_per_host_ports_in_the_authority_fail_in_sqlalchemy_as_documented() -> None:
+    """SQLAlchemy parses the URL before any dialect is loaded, so the dialect cannot replace
+    this error; README.md and docs/sqlalchemy.md quote it and give the host= form, which works."""
+    with pytest.raises(ValueError, match=r"invalid literal for int\(\) with base 10: '8123,ch-2:9123'"):
+        create_engine("clickhousedb+lb://u@ch-1:8123,ch-2:9123/db")
+    assert addresses(args("clickhousedb+lb://u@/db?host=ch-1:8123&host=ch-2:9123")) == ["ch-1:8123", "ch-2:9123"]
