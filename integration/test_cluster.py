@@ -77,6 +77,22 @@ def test_pause_hangs_and_resume_answers(healthy_clickhouse_cluster: ClusterBase)
     assert cluster.query(1, "SELECT 42") == "42\n"
 
 
+def test_pause_returns_once_every_thread_of_the_replica_is_stopped(healthy_clickhouse_cluster: ClusterBase) -> None:
+    # SIGSTOP is delivered asynchronously; a test's next request must already meet a hung replica.
+    cluster = healthy_clickhouse_cluster
+    pid = getattr(cluster, "pids", [None])[0]
+    if pid is None or not os.path.isdir(f"/proc/{pid}/task"):
+        pytest.skip("needs a local replica process and /proc")
+    for _ in range(5):
+        cluster.pause(0)
+        states = {
+            open(f"/proc/{pid}/task/{task}/stat").read().rpartition(")")[2].split()[0]
+            for task in os.listdir(f"/proc/{pid}/task")
+        }
+        cluster.resume(0)
+        assert states <= {"T", "t"}, states
+
+
 def test_set_delay_slows_queries(healthy_clickhouse_cluster: ClusterBase) -> None:
     cluster = _local_only(healthy_clickhouse_cluster)
     client = cluster.client(2)

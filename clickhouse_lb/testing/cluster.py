@@ -69,6 +69,23 @@ _BLACKHOLE_STATE = "blackhole.state"
 _LIVE: weakref.WeakSet[LocalCluster] = weakref.WeakSet()
 
 
+def _wait_stopped(pid: int, timeout: float = 10.0) -> None:
+    """Until every thread of process ``pid`` is stopped (Linux: read from /proc; elsewhere at once)."""
+    tasks = Path(f"/proc/{pid}/task")
+    if not tasks.is_dir():
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            states = [(task / "stat").read_text().rpartition(")")[2].split()[0] for task in tasks.iterdir()]
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            return  # the process is gone: nothing left to wait for
+        if states and all(state in ("T", "t") for state in states):
+            return
+        time.sleep(0.001)
+    raise ClusterError(f"process {pid} was not stopped {timeout:g} s after SIGSTOP")
+
+
 @dataclass
 class _Replica:
     index: int
@@ -287,6 +304,9 @@ class LocalCluster(ClusterBase):
             with _replog.writer_lock(self.replication_dir):
                 os.kill(r.proc.pid, signal.SIGSTOP)
             r.paused = True
+            # SIGSTOP takes effect asynchronously: on a loaded machine the replica could still
+            # answer a request sent right after pause() returned. Return once it is stopped.
+            _wait_stopped(r.proc.pid)
 
     def resume(self, i: int) -> None:
         with self._lock:
