@@ -7,6 +7,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -86,7 +87,7 @@ def test_pause_returns_once_every_thread_of_the_replica_is_stopped(healthy_click
     for _ in range(5):
         cluster.pause(0)
         states = {
-            open(f"/proc/{pid}/task/{task}/stat").read().rpartition(")")[2].split()[0]
+            Path(f"/proc/{pid}/task/{task}/stat").read_text().rpartition(")")[2].split()[0]
             for task in os.listdir(f"/proc/{pid}/task")
         }
         cluster.resume(0)
