@@ -475,6 +475,8 @@ def test_numbered_batches_land_exactly_once_through_kills_pauses_and_restarts(cl
         connect_timeout_with_failover_ms=300,
         listeners=[failovers],
         share_state=False,
+        # The test is about inserts meeting faults: background probes would route them away.
+        health_check_interval_ms=0,
     )
     with pool:
         for n in range(40):
@@ -519,7 +521,8 @@ def test_batches_retried_with_their_token_after_sigkills_mid_insert_are_exactly_
     batches = 60
     failovers = _Failovers()
     pool = clickhouse_lb.get_pool(
-        local.hosts, load_balancing="random", send_receive_timeout=5, listeners=[failovers], share_state=False
+        local.hosts, load_balancing="random", send_receive_timeout=5, listeners=[failovers], share_state=False,
+        health_check_interval_ms=0,  # the kills must meet inserts: background probes would route them away
     )
     thread = threading.Thread(target=chaos, daemon=True)
     thread.start()

@@ -303,10 +303,13 @@ class LocalCluster(ClusterBase):
             # would wait for it. Holding the lock here, it cannot be inside.
             with _replog.writer_lock(self.replication_dir):
                 os.kill(r.proc.pid, signal.SIGSTOP)
+                # SIGSTOP takes effect asynchronously. Wait for it while still holding the lock:
+                # released earlier, the replica could take the lock before the signal lands and
+                # be stopped holding it (every other writer, and the next pause(), would then
+                # wait forever); and a request sent right after pause() returned must meet a
+                # stopped replica.
+                _wait_stopped(r.proc.pid)
             r.paused = True
-            # SIGSTOP takes effect asynchronously: on a loaded machine the replica could still
-            # answer a request sent right after pause() returned. Return once it is stopped.
-            _wait_stopped(r.proc.pid)
 
     def resume(self, i: int) -> None:
         with self._lock:
