@@ -18,6 +18,7 @@ connection refused, DNS failure, connect timeout    no     urllib3 NewConnection
                                                            ClientConnectorError, ConnectionTimeoutError
 any replica failure while creating its client       no     ReplicaConnectError (the statement was
                                                            not sent: the client talks at creation)
+attempt abandoned by the pool (hung, timed out)     yes    AttemptAbandonedError
 socket timeout before a response, reset, cut short  yes    ReadTimeoutError, ProtocolError,
                                                            IncompleteRead, ServerDisconnectedError
 HTTP 429/502/503/504 from something in between      yes    a proxy or load balancer answering
@@ -32,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ._redact import redact
-from .errors import ReplicaConnectError
+from .errors import AttemptAbandonedError, ReplicaConnectError
 
 __all__ = ["REPLICA_ERROR_CODES", "Failure", "classify", "error_code"]
 
@@ -148,6 +149,9 @@ def classify(exc: BaseException) -> Failure:
     """Replica failure or query failure, and whether the request may have been sent."""
     if isinstance(exc, ReplicaConnectError):
         return Failure(replica=True, sent=False, code=None, reason=exc.reason)
+    if isinstance(exc, AttemptAbandonedError):
+        # The pool closed the connection of a sent request (hung replica, receive timeout).
+        return Failure(replica=True, sent=True, code=None, reason=exc.reason)
     reason = _describe(exc)
     code = error_code(exc)
     if code is not None:

@@ -1,0 +1,173 @@
+"""How one attempt runs so that it can be abandoned, and how a hedged read races (sans-I/O).
+
+:func:`run_attempt` is a generator that decides; a driver does the I/O it asks for. The sync
+driver (:mod:`clickhouse_lb._drive_sync`: worker threads, ``concurrent.futures.wait``) and the
+async one (:mod:`clickhouse_lb._drive_async`: tasks, ``asyncio.wait``) execute the same
+commands, so the two pools cannot drift on what a hang, a timeout or a hedge does:
+
+``Launch(index)``
+    start the call on replica ``index`` (on a worker thread / as a task); answer: a handle
+    with ``done()``, ``exception()``, ``result()`` (a Future-like object);
+``Wait(handles, timeout)``
+    return when one of the handles is done or after ``timeout`` seconds;
+``Ping(index, timeout)``
+    is replica ``index`` alive (``/ping`` on a separate connection)? answer: bool;
+``Abandon(handle, index, query_id, kill)``
+    stop waiting for that run: close its connection, and with ``kill`` (the replica is alive:
+    a lost hedge, a timeout) ask it, best effort and without waiting, to ``KILL QUERY`` the
+    run's query id.
+
+The decisions of each wait are :class:`~clickhouse_lb.watch.AttemptWatch`'s. The first answer
+wins; a run that fails while another still runs is reported (``on_failure``) and the other is
+awaited; when the last run fails, :class:`RaceFailure` carries the replica and the error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+from .errors import AttemptAbandonedError
+from .watch import AttemptWatch, Wake
+
+__all__ = ["Abandon", "AttemptSpec", "Launch", "Ping", "RaceFailure", "Run", "Wait", "run_attempt"]
+
+
+class Handle(Protocol):
+    def done(self) -> bool: ...
+    def exception(self) -> BaseException | None: ...
+    def result(self) -> Any: ...
+
+
+class Launch(NamedTuple):
+    index: int
+    query_id: str | None
+
+
+class Wait(NamedTuple):
+    handles: list[Any]
+    timeout: float
+
+
+class Ping(NamedTuple):
+    index: int
+    timeout: float
+
+
+class Abandon(NamedTuple):
+    handle: Any
+    index: int
+    query_id: str | None
+    #: Also ask the replica to KILL the query (it is alive; pointless for a hung one).
+    kill: bool
+
+
+Command = Launch | Wait | Ping | Abandon
+
+
+class RaceFailure(Exception):
+    """The last run of an attempt failed: on replica ``index`` with ``error``."""
+
+    def __init__(self, index: int, error: BaseException) -> None:
+        super().__init__(index, error)
+        self.index = index
+        self.error = error
+
+
+@dataclass
+class Run:
+    index: int
+    handle: Any
+    watch: AttemptWatch
+    query_id: str | None
+    started: float
+
+
+@dataclass
+class AttemptSpec:
+    """What one attempt needs decided (everything the generator asks outside itself)."""
+
+    first: int
+    clock: Callable[[], float]
+    #: A watch for a run starting now on a replica (deadline, receive timeout, liveness, hedge delay).
+    watch: Callable[[int, float], AttemptWatch]
+    #: The replica to hedge to (the next one of the plan not already running), or None.
+    hedge_index: Callable[[set[int]], int | None] = lambda running: None
+    #: A fresh query id for a run (so a lost hedge can be killed), or None to let the client pick.
+    query_id: Callable[[], str | None] = lambda: None
+    address: Callable[[int], str] = str
+    write: bool = False
+    #: A run failed while another kept going (count it now).
+    on_failure: Callable[[int, BaseException], None] = lambda index, exc: None
+    #: A run lost a hedged race: the replica was slower (count a slowdown).
+    on_slower: Callable[[int], None] = lambda index: None
+    #: The winner's latency in seconds (for the adaptive hedge delay).
+    on_latency: Callable[[float], None] = lambda seconds: None
+    launched: list[int] = field(default_factory=list)
+
+
+def run_attempt(spec: AttemptSpec) -> Generator[Command, Any, tuple[int, Any]]:
+    """Decide one attempt (and its hedge): yields commands, returns ``(replica index, result)``,
+    raises :class:`RaceFailure`."""
+    clock = spec.clock
+    runs: list[Run] = []
+
+    def launch(index: int) -> Generator[Command, Any, None]:
+        query_id = spec.query_id()
+        started = clock()
+        handle = yield Launch(index, query_id)
+        spec.launched.append(index)
+        runs.append(Run(index, handle, spec.watch(index, started), query_id, started))
+
+    def abandoned(run: Run, kind: str, detail: str) -> AttemptAbandonedError:
+        return AttemptAbandonedError(spec.address(run.index), kind, detail, write=spec.write)
+
+    yield from launch(spec.first)
+    while True:
+        for run in list(runs):
+            if not run.handle.done():
+                continue
+            error = run.handle.exception()
+            if error is None:
+                for other in runs:
+                    if other is not run:
+                        yield Abandon(other.handle, other.index, other.query_id, True)
+                        spec.on_slower(other.index)
+                spec.on_latency(clock() - run.started)
+                return run.index, run.handle.result()
+            runs.remove(run)
+            if not runs:
+                raise RaceFailure(run.index, error)
+            spec.on_failure(run.index, error)
+        now = clock()
+        wakes = [(run, *run.watch.next_wake(now)) for run in runs]
+        run, wake, delay = min(wakes, key=lambda w: w[2])
+        if delay > 0:
+            yield Wait([r.handle for r in runs], delay)
+            continue
+        if wake is Wake.DEADLINE:
+            for other in runs:
+                yield Abandon(other.handle, other.index, other.query_id, True)
+            waited = now - run.started
+            raise RaceFailure(run.index, abandoned(run, "deadline", f"failover_timeout ran out after {waited:.3f}s"))
+        if wake is Wake.HEDGE:
+            run.watch.hedged()
+            index = spec.hedge_index({r.index for r in runs})
+            if index is not None:
+                yield from launch(index)
+            continue
+        if wake is Wake.CHECK:
+            alive = yield Ping(run.index, run.watch.ping_timeout(now))
+            if not run.watch.checked(bool(alive), clock()):
+                continue
+            error = abandoned(run, "hung", f"no answer to /ping within {run.watch.liveness.ping_timeout:g}s "
+                                           f"after waiting {now - run.started:.3f}s")
+        else:  # RECEIVE_TIMEOUT
+            error = abandoned(run, "receive_timeout", f"no answer within {run.watch.receive_at - run.started:g}s"
+                              if run.watch.receive_at is not None else "no answer")
+        yield Abandon(run.handle, run.index, run.query_id, wake is not Wake.CHECK)
+        runs.remove(run)
+        if not runs:
+            raise RaceFailure(run.index, error)
+        spec.on_failure(run.index, error)
