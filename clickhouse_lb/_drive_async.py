@@ -43,12 +43,12 @@ class AsyncDriver:
                     return stop.value  # type: ignore[no-any-return]
                 reply = None
                 if isinstance(command, Launch):
-                    reply = asyncio.ensure_future(call(command.index, command.query_id))
+                    reply = asyncio.ensure_future(call(command.replica, command.query_id))
                     launched.append(reply)
                 elif isinstance(command, Wait):
                     await asyncio.wait(command.handles, timeout=command.timeout, return_when=asyncio.FIRST_COMPLETED)
                 elif isinstance(command, Ping):
-                    reply = await ping(command.index, command.timeout)
+                    reply = await ping(command.replica, command.timeout)
                 elif isinstance(command, Abandon):
                     self._abandon(command, kill)
         except BaseException:
@@ -62,7 +62,7 @@ class AsyncDriver:
         task.cancel()
         task.add_done_callback(_retrieve)
         if command.kill and command.query_id:
-            index, query_id = command.index, command.query_id
+            index, query_id = command.replica, command.query_id
 
             async def kill_quietly() -> None:
                 try:

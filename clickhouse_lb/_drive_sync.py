@@ -78,7 +78,7 @@ class SyncDriver:
                 elif isinstance(command, Wait):
                     cf.wait([run.future for run in command.handles], command.timeout, cf.FIRST_COMPLETED)
                 elif isinstance(command, Ping):
-                    reply = ping(command.index, command.timeout)
+                    reply = ping(command.replica, command.timeout)
                 elif isinstance(command, Abandon):
                     self._abandon(command, kill)
         except BaseException as exc:
@@ -93,7 +93,7 @@ class SyncDriver:
 
         def work() -> Any:
             with connections:
-                return call(command.index, command.query_id)
+                return call(command.replica, command.query_id)
 
         return _ThreadRun(self._executor.submit(work), connections)
 
@@ -102,7 +102,7 @@ class SyncDriver:
         run.connections.abandon()
         run.future.add_done_callback(_close_late_result)
         if command.kill and command.query_id:
-            index, query_id = command.index, command.query_id
+            index, query_id = command.replica, command.query_id
 
             def kill_quietly() -> None:
                 try:

@@ -19,6 +19,7 @@ options); elsewhere an abandoned attempt's thread finishes at its own socket tim
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import threading
@@ -71,6 +72,22 @@ class AttemptConnections:
 
 def current_attempt() -> AttemptConnections | None:
     return getattr(_local, "attempt", None)
+
+
+class _QuietWhenAbandoned(logging.Filter):
+    """clickhouse-connect logs a warning (with a traceback in some versions) for the request
+    the pool broke off on purpose; the pool reports the abandon itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        attempt = current_attempt()
+        return attempt is None or not attempt.abandoned
+
+
+#: Where the sync transport of clickhouse-connect 0.x and 1.x logs a failed request.
+_CLICKHOUSE_CONNECT_LOGGERS = ("clickhouse_connect.driver.httpclient", "clickhouse_connect.driver._backend.http_sync")
+_quiet = _QuietWhenAbandoned()
+for _name in _CLICKHOUSE_CONNECT_LOGGERS:
+    logging.getLogger(_name).addFilter(_quiet)
 
 
 def _shutdown(connection: HTTPConnection) -> None:

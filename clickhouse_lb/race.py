@@ -5,14 +5,14 @@ driver (:mod:`clickhouse_lb._drive_sync`: worker threads, ``concurrent.futures.w
 async one (:mod:`clickhouse_lb._drive_async`: tasks, ``asyncio.wait``) execute the same
 commands, so the two pools cannot drift on what a hang, a timeout or a hedge does:
 
-``Launch(index)``
-    start the call on replica ``index`` (on a worker thread / as a task); answer: a handle
+``Launch(replica, query_id)``
+    start the call on replica index ``replica`` (on a worker thread / as a task); answer: a handle
     with ``done()``, ``exception()``, ``result()`` (a Future-like object);
 ``Wait(handles, timeout)``
     return when one of the handles is done or after ``timeout`` seconds;
-``Ping(index, timeout)``
-    is replica ``index`` alive (``/ping`` on a separate connection)? answer: bool;
-``Abandon(handle, index, query_id, kill)``
+``Ping(replica, timeout)``
+    is that replica alive (``/ping`` on a separate connection)? answer: bool;
+``Abandon(handle, replica, query_id, kill)``
     stop waiting for that run: close its connection, and with ``kill`` (the replica is alive:
     a lost hedge, a timeout) ask it, best effort and without waiting, to ``KILL QUERY`` the
     run's query id.
@@ -41,7 +41,7 @@ class Handle(Protocol):
 
 
 class Launch(NamedTuple):
-    index: int
+    replica: int
     query_id: str | None
 
 
@@ -51,13 +51,13 @@ class Wait(NamedTuple):
 
 
 class Ping(NamedTuple):
-    index: int
+    replica: int
     timeout: float
 
 
 class Abandon(NamedTuple):
     handle: Any
-    index: int
+    replica: int
     query_id: str | None
     #: Also ask the replica to KILL the query (it is alive; pointless for a hung one).
     kill: bool

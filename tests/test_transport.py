@@ -1,0 +1,186 @@
+"""The sync pool's hold on urllib3: exact timeouts on a clickhouse-connect client, and an
+attempt abandoned on a listener that accepts connections but never answers (a hung replica:
+the kernel completes the handshake for a stopped process too)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from urllib3 import Timeout
+
+from clickhouse_lb._drive_sync import SyncDriver
+from clickhouse_lb._transport import AttemptConnections, set_client_timeouts, tracking_pool_manager
+from clickhouse_lb.race import AttemptSpec, RaceFailure
+from clickhouse_lb.timeouts import Timeouts
+from clickhouse_lb.watch import AttemptWatch, LivenessPolicy
+
+
+@pytest.fixture
+def silent_listener() -> Iterator[str]:
+    """127.0.0.1:port that accepts and then never reads or answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for conn in accepted:
+        conn.close()
+    server.close()
+
+
+def test_abandoning_an_attempt_closes_the_connection_its_thread_is_blocked_on(silent_listener: str) -> None:
+    manager = tracking_pool_manager({})
+    assert manager is not None
+    connections = AttemptConnections()
+    outcome: list[BaseException | str] = []
+
+    def blocked_request() -> None:
+        with connections:
+            try:
+                manager.request("GET", f"http://{silent_listener}/", timeout=Timeout(connect=1, read=30), retries=False)
+                outcome.append("answered")
+            except Exception as exc:
+                outcome.append(exc)
+
+    thread = threading.Thread(target=blocked_request)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not connections.connections and time.monotonic() < deadline:
+        time.sleep(0.01)  # wait for the request to be on the wire (polling a condition, bounded)
+    started = time.monotonic()
+    connections.abandon()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    assert time.monotonic() - started < 2.0  # not the 30 s read timeout
+    assert isinstance(outcome[0], Exception)
+
+
+def test_sync_driver_abandons_a_hung_attempt_after_a_failed_ping(silent_listener: str) -> None:
+    manager = tracking_pool_manager({})
+    assert manager is not None
+    driver = SyncDriver()
+    pings: list[float] = []
+
+    def call(index: int, query_id: str | None) -> Any:
+        return manager.request("GET", f"http://{silent_listener}/", timeout=Timeout(connect=1, read=30), retries=False)
+
+    def ping(index: int, timeout: float) -> bool:
+        pings.append(timeout)
+        try:
+            manager.request("GET", f"http://{silent_listener}/ping", timeout=Timeout(total=timeout), retries=False)
+        except Exception:
+            return False
+        return True
+
+    spec = AttemptSpec(
+        first=0,
+        clock=time.monotonic,
+        watch=lambda index, started: AttemptWatch(started, liveness=LivenessPolicy(check_after=0.1, ping_timeout=0.1)),
+        address=lambda index: silent_listener,
+    )
+    started = time.monotonic()
+    with pytest.raises(RaceFailure) as caught:
+        driver.run(spec, call, ping, lambda index, query_id: None)
+    assert time.monotonic() - started < 2.0
+    assert getattr(caught.value.error, "kind", None) == "hung"
+    assert pings == [pytest.approx(0.1)]
+    driver.close()
+
+
+def test_no_tracking_where_clickhouse_connect_builds_its_own_transport() -> None:
+    assert tracking_pool_manager({"http_proxy": "http://proxy:3128"}) is None
+    assert tracking_pool_manager({"ca_cert": "/etc/ssl/ca.pem"}) is None
+    assert tracking_pool_manager({"verify": False}) is None
+    assert tracking_pool_manager({"compress": True}) is not None
+
+
+class _ClientLike:
+    def __init__(self) -> None:
+        self.timeout = Timeout(connect=1, read=300)
+
+
+def test_exact_timeouts_are_set_where_every_clickhouse_connect_keeps_them() -> None:
+    client = _ClientLike()
+    assert set_client_timeouts(client, Timeouts(connect=0.15, send=0.5, receive=0.5))
+    assert client.timeout.connect_timeout == 0.15
+    assert client.timeout.read_timeout == 0.5
+
+
+def test_a_client_without_a_urllib3_timeout_is_left_alone() -> None:
+    class Other:
+        timeout = 5
+
+    other = Other()
+    assert not set_client_timeouts(other, Timeouts(connect=0.15, send=0.5, receive=0.5))
+    assert other.timeout == 5
+
+
+def test_async_driver_cancels_a_hung_run_and_kills_a_lost_hedge() -> None:
+    import asyncio
+
+    from clickhouse_lb._drive_async import AsyncDriver
+
+    cancelled: list[int] = []
+    killed: list[tuple[int, str]] = []
+
+    async def call(index: int, query_id: str | None) -> str:
+        try:
+            await asyncio.sleep(0.05 if index == 1 else 30)
+        except asyncio.CancelledError:
+            cancelled.append(index)
+            raise
+        return f"rows@{index}"
+
+    async def ping(index: int, timeout: float) -> bool:
+        await asyncio.sleep(timeout)
+        return False
+
+    async def kill(index: int, query_id: str) -> None:
+        killed.append((index, query_id))
+
+    async def main() -> None:
+        driver = AsyncDriver()
+        hung = AttemptSpec(first=0, clock=time.monotonic, watch=lambda index, started: AttemptWatch(started))
+        started = time.monotonic()
+        with pytest.raises(RaceFailure) as caught:
+            await driver.run(hung, call, ping, kill)
+        assert getattr(caught.value.error, "kind", None) == "hung"
+        assert time.monotonic() - started < 2.0
+        await asyncio.sleep(0)
+        assert cancelled == [0]
+        assert killed == []  # a hung replica is not asked to kill anything
+
+        ids = iter(["q-slow", "q-fast"])
+        hedged = AttemptSpec(
+            first=0,
+            clock=time.monotonic,
+            watch=lambda index, started: AttemptWatch(started, hedge_after=0.05),
+            hedge_index=lambda running: 1,
+            query_id=lambda: next(ids),
+        )
+        assert await driver.run(hedged, call, ping, kill) == (1, "rows@1")
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert cancelled == [0, 0]
+        assert killed == [(0, "q-slow")]
+
+    asyncio.run(main())
