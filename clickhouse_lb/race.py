@@ -113,12 +113,15 @@ def run_attempt(spec: AttemptSpec) -> Generator[Command, Any, tuple[int, Any]]:
     clock = spec.clock
     runs: list[Run] = []
 
-    def launch(index: int) -> Generator[Command, Any, None]:
+    def launch(index: int, *, hedge: bool = False) -> Generator[Command, Any, None]:
         query_id = spec.query_id()
         started = clock()
         handle = yield Launch(index, query_id)
         spec.launched.append(index)
-        runs.append(Run(index, handle, spec.watch(index, started), query_id, started))
+        watch = spec.watch(index, started)
+        if hedge:
+            watch.hedged()  # one hedge per attempt: the hedge itself is not hedged again
+        runs.append(Run(index, handle, watch, query_id, started))
 
     def abandoned(run: Run, kind: str, detail: str) -> AttemptAbandonedError:
         return AttemptAbandonedError(spec.address(run.index), kind, detail, write=spec.write)
@@ -155,7 +158,7 @@ def run_attempt(spec: AttemptSpec) -> Generator[Command, Any, tuple[int, Any]]:
             run.watch.hedged()
             index = spec.hedge_index({r.index for r in runs})
             if index is not None:
-                yield from launch(index)
+                yield from launch(index, hedge=True)
             continue
         if wake is Wake.CHECK:
             alive = yield Ping(run.index, run.watch.ping_timeout(now))

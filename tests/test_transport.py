@@ -174,7 +174,7 @@ def test_async_driver_cancels_a_hung_run_and_kills_a_lost_hedge() -> None:
             first=0,
             clock=time.monotonic,
             watch=lambda index, started: AttemptWatch(started, hedge_after=0.05),
-            hedge_index=lambda running: 1,
+            hedge_index=lambda running: None if 1 in running else 1,
             query_id=lambda: next(ids),
         )
         assert await driver.run(hedged, call, ping, kill) == (1, "rows@1")

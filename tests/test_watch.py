@@ -190,7 +190,7 @@ def spec_for(clock: FakeClock, *, hedge_after: float | None = None, deadline_at:
         watch=lambda index, started: AttemptWatch(
             started, hedge_after=hedge_after, deadline_at=deadline_at, retry_safe=retry_safe
         ),
-        hedge_index=lambda running: next((i for i in (1, 2) if i not in running), None),
+        hedge_index=lambda running: next((i for i in (1, 2) if i not in running), None),  # never exhausted
         query_id=lambda: next(ids),
         address=lambda index: f"r{index}:8123",
         **kwargs,
@@ -247,7 +247,7 @@ def test_hedged_read_the_first_answer_wins_and_the_slow_one_is_killed_and_counte
     spec = spec_for(clock, hedge_after=0.1, on_slower=slower.append, on_latency=latencies.append)
     assert driver.drive(spec) == (1, "rows@1")
     assert clock.now - 1000.0 == pytest.approx(0.15)
-    assert driver.log == ["launch 0", "launch 1", "abandon 0 kill q0"]
+    assert driver.log == ["launch 0", "launch 1", "abandon 0 kill q0"]  # one hedge, not one per run
     assert slower == [0]
     assert latencies == [pytest.approx(0.05)]  # the winner's own latency
 
@@ -266,3 +266,10 @@ def test_without_hedging_a_failure_ends_the_attempt_with_its_replica(clock: Fake
         driver.drive(spec_for(clock))
     assert caught.value.index == 0
     assert isinstance(caught.value.error, ConnectionResetError)
+
+
+def test_an_attempt_is_hedged_once_even_when_the_hedge_is_slow_too(clock: FakeClock) -> None:
+    driver = FakeDriver(clock, {0: ("answer", 2.0), 1: ("answer", 1.0), 2: ("answer", 0.01)},
+                        {0: True, 1: True, 2: True})
+    assert driver.drive(spec_for(clock, hedge_after=0.1)) == (1, "rows@1")
+    assert [entry for entry in driver.log if entry.startswith("launch")] == ["launch 0", "launch 1"]
