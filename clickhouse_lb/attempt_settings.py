@@ -46,6 +46,7 @@ __all__ = [
     "STATEMENT_ATTEMPT_SETTING_NAMES",
     "AttemptSettings",
     "StatementAttemptSettings",
+    "normalize_attempt_setting",
     "parse_attempt_settings",
     "split_statement_attempt_settings",
 ]
@@ -80,6 +81,22 @@ def _milliseconds(name: str, value: object, *, zero_is_off: bool = False) -> flo
     if zero_is_off and (value == 0 or (isinstance(value, str) and value.strip() == "0")):
         return None
     return parse_seconds(name, value, unit="ms")
+
+
+def normalize_attempt_setting(name: str, value: object) -> object:
+    """Validate one pool attempt setting where all settings are validated (``get_pool``, DSN,
+    URL query): the value kept (a bool, milliseconds, or "auto"), or a ConfigurationError."""
+    if name == "use_hedged_requests":
+        return _flag(name, value)
+    if name == "receive_data_timeout_ms":
+        seconds = parse_receive_data_timeout(value)
+        return "auto" if seconds is None else seconds * 1000.0
+    if name == "liveness_check_after_ms":
+        seconds = _milliseconds(name, value, zero_is_off=True)
+        return 0.0 if seconds is None else seconds * 1000.0
+    if name in ("liveness_ping_timeout_ms", "liveness_check_interval_ms"):
+        return parse_seconds(name, value, unit="ms") * 1000.0
+    raise ConfigurationError(f"Unknown attempt setting {name!r}; valid: {', '.join(ATTEMPT_SETTING_NAMES)}")
 
 
 @dataclass(frozen=True)

@@ -99,11 +99,11 @@ class AttemptSpec:
     address: Callable[[int], str] = str
     write: bool = False
     #: A run failed while another kept going (count it now).
-    on_failure: Callable[[int, BaseException], None] = lambda index, exc: None
+    on_failure: Callable[[int, BaseException], object] = lambda index, exc: None
     #: A run lost a hedged race: the replica was slower (count a slowdown).
-    on_slower: Callable[[int], None] = lambda index: None
+    on_slower: Callable[[int], object] = lambda index: None
     #: The winner's latency in seconds (for the adaptive hedge delay).
-    on_latency: Callable[[float], None] = lambda seconds: None
+    on_latency: Callable[[float], object] = lambda seconds: None
     launched: list[int] = field(default_factory=list)
 
 

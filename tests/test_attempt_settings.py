@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from clickhouse_lb.attempt_settings import parse_attempt_settings, split_statement_attempt_settings
+from clickhouse_lb.attempt_settings import (
+    normalize_attempt_setting,
+    parse_attempt_settings,
+    split_statement_attempt_settings,
+)
 from clickhouse_lb.errors import ConfigurationError
 from clickhouse_lb.hedging import HedgePolicy
 from clickhouse_lb.timeouts import Timeouts
@@ -65,3 +69,12 @@ def test_a_statement_changes_its_own_attempts_only() -> None:
 def test_bad_values_name_the_value_and_the_choices(values: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         parse(values)
+
+
+def test_values_are_normalized_where_every_setting_is_validated() -> None:
+    assert normalize_attempt_setting("use_hedged_requests", "true") is True
+    assert normalize_attempt_setting("receive_data_timeout_ms", "Auto") == "auto"
+    assert normalize_attempt_setting("receive_data_timeout_ms", "150") == pytest.approx(150.0)
+    assert normalize_attempt_setting("liveness_check_after_ms", "0") == 0.0
+    with pytest.raises(ConfigurationError, match="liveness_check_interval_ms 'x'"):
+        normalize_attempt_setting("liveness_check_interval_ms", "x")
