@@ -39,7 +39,7 @@ class StatementPlan:
     count_slowdown: Callable[[int], object]
     hedge_candidate: Callable[[set[int]], int | None]
     #: The statement's own query id (from its settings), used for every run; None: the pool
-    #: gives each run a fresh one where it may have to KILL it (reads).
+    #: gives each run a fresh one where it may have to KILL it.
     query_id: str | None = None
     clock: Callable[[], float] = time.monotonic
 
@@ -67,13 +67,15 @@ class StatementPlan:
             )
 
         fixed = self.query_id
+        # A query id of the pool's own only where the pool may have to KILL the run: a hedge
+        # that lost, a deadline (reads only: a write is never cut short on a live replica).
+        killable = (hedge_after is not None or deadline_at is not None) and self.retry_safe and not self.write
         return AttemptSpec(
             first=first,
             clock=self.clock,
             watch=watch,
             hedge_index=self.hedge_candidate if hedge_after is not None else _no_hedge,
-            query_id=(lambda: fixed) if fixed is not None else (_new_query_id if self.retry_safe and not self.write
-                                                                  else _no_query_id),
+            query_id=(lambda: fixed) if fixed is not None else (_new_query_id if killable else _no_query_id),
             address=self.addresses.__getitem__,
             write=self.write,
             on_failure=self.count_failure,

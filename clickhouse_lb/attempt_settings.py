@@ -43,6 +43,7 @@ from .watch import LivenessPolicy
 __all__ = [
     "ATTEMPT_SETTING_NAMES",
     "CLIENT_TIMEOUT_OPTIONS",
+    "NO_STATEMENT_SETTINGS",
     "STATEMENT_ATTEMPT_SETTING_NAMES",
     "AttemptSettings",
     "StatementAttemptSettings",
@@ -115,7 +116,7 @@ class StatementAttemptSettings:
     receive_data_timeout: float | object | None = _UNSET  # seconds, None: "auto"
 
     def apply(self, pool: AttemptSettings) -> AttemptSettings:
-        if self == NO_STATEMENT_SETTINGS:
+        if self is NO_STATEMENT_SETTINGS:
             return pool
         hedging = pool.hedging
         if self.use_hedged_requests is not None:
