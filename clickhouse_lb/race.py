@@ -167,8 +167,8 @@ def run_attempt(spec: AttemptSpec) -> Generator[Command, Any, tuple[int, Any]]:
             error = abandoned(run, "hung", f"no answer to /ping within {run.watch.liveness.ping_timeout:g}s "
                                            f"after waiting {now - run.started:.3f}s")
         else:  # RECEIVE_TIMEOUT
-            error = abandoned(run, "receive_timeout", f"no answer within {run.watch.receive_at - run.started:g}s"
-                              if run.watch.receive_at is not None else "no answer")
+            limit = (run.watch.receive_at or run.started) - run.started
+            error = abandoned(run, "receive_timeout", f"timed out: no answer within {limit:g}s")
         yield Abandon(run.handle, run.index, run.query_id, wake is not Wake.CHECK)
         runs.remove(run)
         if not runs:
