@@ -38,6 +38,8 @@ class StatementPlan:
     count_failure: Callable[[int, BaseException], object]
     count_slowdown: Callable[[int], object]
     hedge_candidate: Callable[[set[int]], int | None]
+    #: Called when a hedge starts (the pool counts them: ``hedged_requests``).
+    count_hedge: Callable[[int], object] = lambda index: None
     #: The statement's own query id (from its settings), used for every run; None: the pool
     #: gives each run a fresh one where it may have to KILL it.
     query_id: str | None = None
@@ -81,6 +83,7 @@ class StatementPlan:
             on_failure=self.count_failure,
             on_slower=self.count_slowdown,
             on_latency=self.window.add if self.hedgeable else _ignore,
+            on_hedge=self.count_hedge,
         )
 
 

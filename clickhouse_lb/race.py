@@ -104,6 +104,8 @@ class AttemptSpec:
     on_slower: Callable[[int], object] = lambda index: None
     #: The winner's latency in seconds (for the adaptive hedge delay).
     on_latency: Callable[[float], object] = lambda seconds: None
+    #: A hedge started on this replica (the extra load hedging costs).
+    on_hedge: Callable[[int], object] = lambda index: None
     launched: list[int] = field(default_factory=list)
 
 
@@ -158,6 +160,7 @@ def run_attempt(spec: AttemptSpec) -> Generator[Command, Any, tuple[int, Any]]:
             run.watch.hedged()
             index = spec.hedge_index({r.index for r in runs})
             if index is not None:
+                spec.on_hedge(index)
                 yield from launch(index, hedge=True)
             continue
         if wake is Wake.CHECK:

@@ -243,9 +243,12 @@ def test_an_unsafe_write_on_a_hung_replica_says_it_may_have_been_applied(clock: 
 def test_hedged_read_the_first_answer_wins_and_the_slow_one_is_killed_and_counted(clock: FakeClock) -> None:
     slower: list[int] = []
     latencies: list[float] = []
+    hedges: list[int] = []
     driver = FakeDriver(clock, {0: ("answer", 2.0), 1: ("answer", 0.05)}, {0: True, 1: True})
-    spec = spec_for(clock, hedge_after=0.1, on_slower=slower.append, on_latency=latencies.append)
+    spec = spec_for(clock, hedge_after=0.1, on_slower=slower.append, on_latency=latencies.append,
+                    on_hedge=hedges.append)
     assert driver.drive(spec) == (1, "rows@1")
+    assert hedges == [1]
     assert clock.now - 1000.0 == pytest.approx(0.15)
     assert driver.log == ["launch 0", "launch 1", "abandon 0 kill q0"]  # one hedge, not one per run
     assert slower == [0]
