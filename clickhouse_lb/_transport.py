@@ -23,7 +23,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from urllib3 import HTTPConnectionPool, HTTPSConnectionPool, PoolManager, Timeout
@@ -32,7 +32,7 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from .events import logger
 from .timeouts import Timeouts
 
-__all__ = ["AttemptConnections", "current_attempt", "set_client_timeouts", "tracking_pool_manager"]
+__all__ = ["AttemptConnections", "current_attempt", "quiet_transport", "set_client_timeouts", "tracking_pool_manager"]
 
 _local = threading.local()
 
@@ -76,11 +76,24 @@ def current_attempt() -> AttemptConnections | None:
 
 class _QuietWhenAbandoned(logging.Filter):
     """clickhouse-connect logs a warning (with a traceback in some versions) for the request
-    the pool broke off on purpose; the pool reports the abandon itself."""
+    the pool broke off on purpose, and for its best-effort KILL QUERY; the pool reports those
+    itself (at debug level)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(_local, "quiet", False):
+            return False
         attempt = current_attempt()
         return attempt is None or not attempt.abandoned
+
+
+@contextlib.contextmanager
+def quiet_transport() -> Iterator[None]:
+    """Around a best-effort request (KILL QUERY): its failure is not worth a warning."""
+    _local.quiet = True
+    try:
+        yield
+    finally:
+        _local.quiet = False
 
 
 #: Where the sync transport of clickhouse-connect 0.x and 1.x logs a failed request.

@@ -18,8 +18,9 @@ An attempt's request is out; the caller waits for the answer. It wakes up for th
   a write that is not (it cannot fail over, so a false alarm would cost an error the user sees,
   not just a retry).
 
-Defaults: check after 200 ms, ping timeout 200 ms, so a read that went to a hung replica moves
-on after about 0.4 s; a healthy replica is pinged once a second while a long query runs.
+Defaults: check after 150 ms, ping timeout 200 ms, so a read that went to a hung replica moves
+on after about 0.35 s (the next replica's answer included, under 0.5 s: see BENCHMARKS.md); a
+healthy replica is pinged once a second while a long query runs.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class LivenessPolicy:
     """When to ping a replica whose attempt is waiting for its answer. Seconds."""
 
     #: First check after an attempt waited this long; None: liveness checks are off.
-    check_after: float | None = 0.2
+    check_after: float | None = 0.15
     #: How long the ping may take before the replica counts as not alive.
     ping_timeout: float = 0.2
     #: Further checks while the attempt keeps waiting on a replica that answered.

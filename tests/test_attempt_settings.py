@@ -21,7 +21,7 @@ def parse(values: dict[str, object], options: dict[str, object] | None = None): 
 
 def test_defaults_check_liveness_and_do_not_hedge() -> None:
     settings, rest = parse({}, {"compress": True})
-    assert settings.liveness == LivenessPolicy(check_after=0.2, ping_timeout=0.2, interval=1.0)
+    assert settings.liveness == LivenessPolicy(check_after=0.15, ping_timeout=0.2, interval=1.0)
     assert settings.hedging == HedgePolicy(enabled=False, delay=None)
     assert settings.timeouts == Timeouts(connect=1.0, send=300.0, receive=300.0)
     assert rest == {"compress": True}

@@ -24,15 +24,15 @@ from .conftest import FakeClock
 # -- the watch -------------------------------------------------------------------------------
 
 
-def test_a_waiting_attempt_is_first_checked_after_200ms_by_default() -> None:
+def test_a_waiting_attempt_is_first_checked_after_150ms_by_default() -> None:
     watch = AttemptWatch(10.0)
-    assert watch.next_wake(10.0) == (Wake.CHECK, pytest.approx(0.2))
-    assert watch.ping_timeout(10.2) == pytest.approx(0.2)
+    assert watch.next_wake(10.0) == (Wake.CHECK, pytest.approx(0.15))
+    assert watch.ping_timeout(10.15) == pytest.approx(0.2)
 
 
 def test_a_replica_that_answers_keeps_its_attempt_and_is_checked_again_later() -> None:
     watch = AttemptWatch(0.0)
-    for now in (0.2, 1.2, 2.2, 3.2, 4.2):  # a 5 s query on a live replica: never abandoned
+    for now in (0.15, 1.15, 2.15, 3.15, 4.15):  # a 5 s query on a live replica: never abandoned
         wake, delay = watch.next_wake(now)
         assert (wake, delay) == (Wake.CHECK, pytest.approx(0.0))
         assert watch.checked(True, now) is False
@@ -55,7 +55,7 @@ def test_an_unsafe_write_needs_consecutive_failed_checks() -> None:
 
 def test_deadline_and_receive_timeout_come_before_checks_and_cut_the_ping() -> None:
     watch = AttemptWatch(0.0, receive_timeout=0.5, deadline_at=0.3)
-    assert watch.next_wake(0.0) == (Wake.CHECK, pytest.approx(0.2))
+    assert watch.next_wake(0.0) == (Wake.CHECK, pytest.approx(0.15))
     assert watch.ping_timeout(0.2) == pytest.approx(0.1)  # the ping ends by the deadline
     watch.checked(True, 0.25)
     assert watch.next_wake(0.25) == (Wake.DEADLINE, pytest.approx(0.05))
