@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING, Any
 from . import errors
 from ._version import __version__
 from .balancer import ReplicaStatus
-from .errors import AllReplicasUnavailableError, ConfigurationError, SessionLostError
+from .errors import (
+    AllReplicasUnavailableError,
+    AttemptAbandonedError,
+    ConfigurationError,
+    SessionLostError,
+    StatementTimeoutError,
+)
 from .events import ErrorRecordedEvent, FailoverEvent, PoolListener, ReplicaRecoveredEvent
 from .pool import PinnedSession, ReplicaPool, get_pool
 from .settings import BalancingSettings, LoadBalancing, Replica
@@ -23,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AllReplicasUnavailableError",
     "AsyncReplicaPool",
+    "AttemptAbandonedError",
     "BalancingSettings",
     "ConfigurationError",
     "ErrorRecordedEvent",
@@ -35,6 +42,7 @@ __all__ = [
     "ReplicaRecoveredEvent",
     "ReplicaStatus",
     "SessionLostError",
+    "StatementTimeoutError",
     "__version__",
     "errors",
     "get_async_pool",
