@@ -12,7 +12,8 @@ import sys
 import timeit
 
 from clickhouse_lb.balancer import Balancer
-from clickhouse_lb.settings import Replica, parse_balancing_settings
+from clickhouse_lb.replicas import Replica
+from clickhouse_lb.settings import parse_balancing_settings
 
 STRATEGIES = ["random", "in_order", "nearest_hostname", "hostname_levenshtein_distance", "round_robin"]
 

@@ -7,24 +7,26 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from . import errors
 from ._version import __version__
-from .balancer import ReplicaStatus
-from .errors import (
-    AllReplicasUnavailableError,
-    AttemptAbandonedError,
-    ConfigurationError,
-    SessionLostError,
-    StatementTimeoutError,
-)
-from .events import ErrorRecordedEvent, FailoverEvent, PoolListener, ReplicaRecoveredEvent
-from .pool import PinnedSession, ReplicaPool, get_pool
-from .settings import BalancingSettings, LoadBalancing, Replica
 
 if TYPE_CHECKING:
+    from . import errors
     from .aio import AsyncReplicaPool, get_async_pool
+    from .balancer import ReplicaStatus
+    from .errors import (
+        AllReplicasUnavailableError,
+        AttemptAbandonedError,
+        ConfigurationError,
+        SessionLostError,
+        StatementTimeoutError,
+    )
+    from .events import ErrorRecordedEvent, FailoverEvent, PoolListener, ReplicaRecoveredEvent
+    from .pool import PinnedSession, ReplicaPool, get_pool
+    from .replicas import Replica
+    from .settings import BalancingSettings, LoadBalancing
 
 __all__ = [
     "AllReplicasUnavailableError",
@@ -53,10 +55,42 @@ __all__ = [
 version = __version__
 
 
-def __getattr__(name: str) -> Any:
-    # The async pool imports aiohttp through clickhouse-connect: load it only when asked for.
-    if name in ("AsyncReplicaPool", "get_async_pool"):
-        from . import aio
+# Every public name is loaded on first use (PEP 562), so that importing a part that needs none
+# of them, such as the test cluster (clickhouse_lb.testing, whose replica processes start
+# often), does not load clickhouse-connect and the pool; and the async pool, which imports
+# aiohttp, only when asked for.
+_EXPORTS = {
+    "AllReplicasUnavailableError": ".errors",
+    "AsyncReplicaPool": ".aio",
+    "AttemptAbandonedError": ".errors",
+    "BalancingSettings": ".settings",
+    "ConfigurationError": ".errors",
+    "ErrorRecordedEvent": ".events",
+    "FailoverEvent": ".events",
+    "LoadBalancing": ".settings",
+    "PinnedSession": ".pool",
+    "PoolListener": ".events",
+    "Replica": ".replicas",
+    "ReplicaPool": ".pool",
+    "ReplicaRecoveredEvent": ".events",
+    "ReplicaStatus": ".balancer",
+    "SessionLostError": ".errors",
+    "StatementTimeoutError": ".errors",
+    "get_async_pool": ".aio",
+    "get_pool": ".pool",
+}
 
-        return getattr(aio, name)
-    raise AttributeError(f"module 'clickhouse_lb' has no attribute {name!r}")
+
+def __getattr__(name: str) -> Any:
+    if name == "errors":
+        value: Any = importlib.import_module(".errors", __name__)
+    elif name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    else:
+        raise AttributeError(f"module 'clickhouse_lb' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,48 +1,28 @@
 """The Client-like surface shared by :class:`~clickhouse_lb.ReplicaPool` and its pinned sessions.
 
-Each method has clickhouse-connect's own signature and docstring (copied onto it at import
-time, so ``help()`` and IDEs show the real parameters) and the same return type; the body only
-names the method and hands the call to ``_call``, which decides on which replica it runs.
+Each statement method is made by :func:`statement` from clickhouse-connect's own method: it
+takes that method's parameters and returns its type (to type checkers, through a ParamSpec,
+and to ``help()``/IDEs, through ``__wrapped__``), and its body only hands the call to
+``_call``, which decides on which replica it runs. :mod:`clickhouse_lb._async_client_api`
+builds the asyncio twin with :func:`async_statement`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import inspect
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from clickhouse_connect.driver.client import Client
 
-if TYPE_CHECKING:
-    from clickhouse_connect.driver.common import StreamContext
-    from clickhouse_connect.driver.query import QueryResult
-    from clickhouse_connect.driver.summary import QuerySummary
+__all__ = ["STATEMENT_METHODS", "SyncClientAPI", "async_statement", "statement"]
 
-__all__ = ["SYNC_METHODS", "SyncClientAPI"]
+P = ParamSpec("P")
+R = TypeVar("R")
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def mirrors(source: type, name: str | None = None) -> Callable[[F], F]:
-    """Give the decorated method the signature and docstring of ``source.<name>``."""
-
-    def decorate(method: F) -> F:
-        original = getattr(source, name or method.__name__, None)
-        if original is not None:
-            method.__doc__ = original.__doc__
-            with contextlib.suppress(TypeError, ValueError):  # builtins without signatures
-                method.__signature__ = inspect.signature(original)  # type: ignore[attr-defined]
-        return method
-
-    return decorate
-
-
-_client = functools.partial(mirrors, Client)
-
-#: The Client methods a pool balances (each one statement, each with failover).
-SYNC_METHODS = [
+#: The Client methods a pool balances (each one statement, each with failover); the
+#: AsyncClient's have the same names.
+STATEMENT_METHODS = (
     "query",
     "query_np",
     "query_df",
@@ -64,95 +44,57 @@ SYNC_METHODS = [
     "insert_df_arrow",
     "raw_insert",
     "data_insert",
-]
+)
+
+
+def statement(original: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[SyncClientAPI, P], R]:
+    """A method with ``original``'s parameters and result that runs through ``self._call``."""
+    name = original.__name__
+
+    def method(self: SyncClientAPI, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return cast(R, self._call(name, args, kwargs))
+
+    functools.update_wrapper(method, original)  # help() and IDEs show the real parameters
+    return method
+
+
+def async_statement(
+    original: Callable[Concatenate[Any, P], Awaitable[R]],
+) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]:
+    """The coroutine twin of :func:`statement`: awaits ``self._call``."""
+    name = original.__name__
+
+    async def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return cast(R, await self._call(name, args, kwargs))
+
+    functools.update_wrapper(method, original)
+    return method
 
 
 class SyncClientAPI:
-    """clickhouse-connect's Client methods, each routed through ``_call``."""
+    """clickhouse-connect's Client statement methods, each routed through ``_call``."""
 
     def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         raise NotImplementedError
 
-    @_client()
-    def query(self, *args: Any, **kwargs: Any) -> QueryResult:
-        return self._call("query", args, kwargs)  # type: ignore[no-any-return]
-
-    @_client()
-    def query_np(self, *args: Any, **kwargs: Any) -> Any:
-        return self._call("query_np", args, kwargs)
-
-    @_client()
-    def query_df(self, *args: Any, **kwargs: Any) -> Any:
-        return self._call("query_df", args, kwargs)
-
-    @_client()
-    def query_df_arrow(self, *args: Any, **kwargs: Any) -> Any:
-        return self._call("query_df_arrow", args, kwargs)
-
-    @_client()
-    def query_arrow(self, *args: Any, **kwargs: Any) -> Any:
-        return self._call("query_arrow", args, kwargs)
-
-    @_client()
-    def raw_query(self, *args: Any, **kwargs: Any) -> bytes:
-        return self._call("raw_query", args, kwargs)  # type: ignore[no-any-return]
-
-    @_client()
-    def raw_stream(self, *args: Any, **kwargs: Any) -> Any:
-        return self._call("raw_stream", args, kwargs)
-
-    @_client()
-    def query_column_block_stream(self, *args: Any, **kwargs: Any) -> StreamContext:
-        return self._call("query_column_block_stream", args, kwargs)  # type: ignore[no-any-return]
-
-    @_client()
-    def query_row_block_stream(self, *args: Any, **kwargs: Any) -> StreamContext:
-        return self._call("query_row_block_stream", args, kwargs)  # type: ignore[no-any-return]
-
-    @_client()
-    def query_rows_stream(self, *args: Any, **kwargs: Any) -> StreamContext:
-        return self._call("query_rows_stream", args, kwargs)  # type: ignore[no-any-return]
-
-    @_client()
-    def query_np_stream(self, *args: Any, **kwargs: Any) -> StreamContext:
-        return self._call("query_np_stream", args, kwargs)  # type: ignore[no-any-return]
-
-    @_client()
-    def query_df_stream(self, *args: Any, **kwargs: Any) -> StreamContext:
-        return self._call("query_df_stream", args, kwargs)  # type: ignore[no-any-return]
-
-    @_client()
-    def query_arrow_stream(self, *args: Any, **kwargs: Any) -> StreamContext:
-        return self._call("query_arrow_stream", args, kwargs)  # type: ignore[no-any-return]
-
-    @_client()
-    def query_df_arrow_stream(self, *args: Any, **kwargs: Any) -> StreamContext:
-        return self._call("query_df_arrow_stream", args, kwargs)  # type: ignore[no-any-return]
-
-    @_client()
-    def command(self, *args: Any, **kwargs: Any) -> str | int | Sequence[str] | QuerySummary:
-        return self._call("command", args, kwargs)  # type: ignore[no-any-return]
-
-    @_client()
-    def insert(self, *args: Any, **kwargs: Any) -> QuerySummary:
-        return self._call("insert", args, kwargs)  # type: ignore[no-any-return]
-
-    @_client()
-    def insert_df(self, *args: Any, **kwargs: Any) -> QuerySummary:
-        return self._call("insert_df", args, kwargs)  # type: ignore[no-any-return]
-
-    @_client()
-    def insert_arrow(self, *args: Any, **kwargs: Any) -> QuerySummary:
-        return self._call("insert_arrow", args, kwargs)  # type: ignore[no-any-return]
-
-    @_client()
-    def insert_df_arrow(self, *args: Any, **kwargs: Any) -> QuerySummary:
-        return self._call("insert_df_arrow", args, kwargs)  # type: ignore[no-any-return]
-
-    @_client()
-    def raw_insert(self, *args: Any, **kwargs: Any) -> QuerySummary:
-        return self._call("raw_insert", args, kwargs)  # type: ignore[no-any-return]
-
-    @_client()
-    def data_insert(self, *args: Any, **kwargs: Any) -> QuerySummary:
-        return self._call("data_insert", args, kwargs)  # type: ignore[no-any-return]
+    query = statement(Client.query)
+    query_np = statement(Client.query_np)
+    query_df = statement(Client.query_df)
+    query_df_arrow = statement(Client.query_df_arrow)
+    query_arrow = statement(Client.query_arrow)
+    raw_query = statement(Client.raw_query)
+    raw_stream = statement(Client.raw_stream)
+    query_column_block_stream = statement(Client.query_column_block_stream)
+    query_row_block_stream = statement(Client.query_row_block_stream)
+    query_rows_stream = statement(Client.query_rows_stream)
+    query_np_stream = statement(Client.query_np_stream)
+    query_df_stream = statement(Client.query_df_stream)
+    query_arrow_stream = statement(Client.query_arrow_stream)
+    query_df_arrow_stream = statement(Client.query_df_arrow_stream)
+    command = statement(Client.command)
+    insert = statement(Client.insert)
+    insert_df = statement(Client.insert_df)
+    insert_arrow = statement(Client.insert_arrow)
+    insert_df_arrow = statement(Client.insert_df_arrow)
+    raw_insert = statement(Client.raw_insert)
+    data_insert = statement(Client.data_insert)

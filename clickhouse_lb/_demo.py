@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from ._console import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, format_table, short_error
 from ._redact import redact
-from .cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, format_table, short_error
 from .events import ErrorRecordedEvent, FailoverEvent, PoolListener, ReplicaRecoveredEvent
 from .pool import ReplicaPool, get_pool
 from .settings import LoadBalancing

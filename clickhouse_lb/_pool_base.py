@@ -1,23 +1,110 @@
-"""What the sync and async pools share above the balancer: configuration, status, plan,
-recording errors, listeners. No I/O and no client here, so neither pool's transport leaks
-into the other (the async one imports aiohttp, the sync one must not)."""
+"""What the sync and async pools share: everything but the ``await``.
+
+Configuration, status, plan, recording errors and listeners (:class:`PoolBase`); how each
+replica's client is created once and how a failed creation is shared with the callers that
+waited for it (:class:`ClientSlot`); the options every client gets; preparing a statement and
+its attempts; the pinned session's forwarding and failure handling (:class:`PinnedBase`).
+No I/O and no client class here, so neither pool's transport leaks into the other (the async
+one imports aiohttp, the sync one must not).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, ClassVar, Generic, TypeVar
 
+from clickhouse_connect.driver.exceptions import ProgrammingError
+
+from ._statements import PreparedCall, prepare_call
 from .balancer import Balancer, ReplicaStatus
-from .config import PoolConfig
-from .settings import BalancingSettings, Replica, split_statement_settings
+from .classify import classify
+from .errors import ReplicaConnectError, SessionLostError
+from .events import Listener
+from .failover import StatementAttempts
+from .pool_config import PoolConfig, connect_timeout_argument
+from .replicas import Replica
+from .settings import BalancingSettings, split_statement_settings
 
-__all__ = ["PoolBase"]
+__all__ = ["ClientSlot", "PinnedBase", "PoolBase", "client_options_for", "connect_failure"]
+
+C = TypeVar("C")
+
+
+def client_options_for(config: PoolConfig, *, whole_seconds: bool) -> dict[str, Any]:
+    """Options given to every replica's client: the user's, plus the pool's defaults.
+    ``whole_seconds``: the client takes its connect timeout in whole seconds (the sync one,
+    at construction; the pool sets the fractional value on its transport afterwards)."""
+    options = dict(config.client_options)
+    # Failover is the pool's job: the client's own retries would only delay it on one replica.
+    options.setdefault("query_retries", 0)
+    timeout = config.connect_timeout_seconds
+    if timeout is not None:
+        options["connect_timeout"] = connect_timeout_argument(timeout) if whole_seconds else timeout
+    return options
+
+
+def connect_failure(address: str, exc: Exception) -> ReplicaConnectError | None:
+    """A client creation that failed on a replica failure, as the error attempts share."""
+    failure = classify(exc)
+    if not failure.replica:
+        return None
+    error = ReplicaConnectError(address, failure.reason)
+    error.__cause__ = exc
+    return error
+
+
+def pin_options(session: bool) -> dict[str, Any]:
+    """The client options of a pinned client: its own ClickHouse session, or none."""
+    return {"session_id": str(uuid.uuid4())} if session else {"autogenerate_session_id": False}
+
+
+class ClientSlot(Generic[C]):
+    """A replica's shared client, created on first use, and the outcome of the last creation.
+    The lock (a thread's or a task's) is the driver's; the bookkeeping is here."""
+
+    __slots__ = ("client", "creations", "failure")
+
+    def __init__(self) -> None:
+        self.client: C | None = None
+        self.failure: ReplicaConnectError | None = None
+        self.creations = 0
+
+    def raise_shared_failure(self, seen: int) -> None:
+        """Another caller's creation failed while this one waited for the lock: share its
+        outcome rather than wait out the same timeout again."""
+        if self.creations != seen and self.failure is not None:
+            raise self.failure
+
+    @contextmanager
+    def creating(self, address: str) -> Iterator[None]:
+        """Around one creation: a replica failure becomes the ReplicaConnectError the waiters
+        share; the count moves when it ends, so that they know it did."""
+        self.failure = None
+        try:
+            yield
+        except Exception as exc:
+            self.failure = connect_failure(address, exc)
+            if self.failure is None:
+                raise
+            raise self.failure from exc
+        finally:
+            self.creations += 1
 
 
 class PoolBase:
     """The balancing side of a pool; subclasses add the clients and the statements."""
 
+    #: Position of ``settings`` in each statement method of the pool's client class.
+    _settings_position: ClassVar[Mapping[str, int | None]] = {}
+
     def __init__(
-        self, config: PoolConfig, *, listeners: Iterable[object] = (), balancer: Balancer | None = None
+        self,
+        config: PoolConfig,
+        *,
+        listeners: Iterable[Listener] = (),
+        balancer: Balancer | None = None,
     ) -> None:
         self.config = config
         self._balancer = balancer or Balancer(config.replicas, config.settings, listeners=listeners)
@@ -55,13 +142,76 @@ class PoolBase:
         return self._balancer.record_error(self._balancer.index_of(address), reason)
 
     def record_slowdown(self, address: str | Replica) -> int:
-        """Count a slowdown (hedged-read accounting; shown as slowdowns_count)."""
+        """Count a slowdown against a replica: it then ranks after its peers with equal errors
+        (as under hedged requests) until the count decays. Returns the new slowdowns_count."""
         return self._balancer.record_slowdown(self._balancer.index_of(address))
 
-    def add_listener(self, listener: object) -> None:
+    def add_listener(self, listener: Listener) -> None:
         """Receive failover, error-recorded and replica-recovered events (see ``PoolListener``).
         Listeners are called synchronously (on the event loop for the async pool): keep them quick."""
         self._balancer.listeners.add(listener)
 
-    def remove_listener(self, listener: object) -> None:
+    def remove_listener(self, listener: Listener) -> None:
         self._balancer.listeners.remove(listener)
+
+    # -- for the drivers -------------------------------------------------------------------
+
+    def _closed_error(self) -> ProgrammingError:
+        return ProgrammingError(f"This {type(self).__name__} is closed")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise self._closed_error()
+
+    def _client_arguments(self, index: int, options: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+        replica = self.config.replicas[index]
+        return {"host": replica.host, "port": replica.port, **options, **extra}
+
+    def _prepare(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> PreparedCall:
+        return prepare_call(
+            method, args, kwargs, self._settings_position.get(method),
+            auto_token=self._balancer.settings.auto_insert_deduplication_token,
+        )
+
+    def _attempts(self, operation: str, order: list[int], *, retry_after_send: bool) -> StatementAttempts:
+        return StatementAttempts(self._balancer, order, operation=operation, retry_after_send=retry_after_send)
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self._balancer.settings.load_balancing.value} over "
+            f"{', '.join(self._balancer.addresses)}{' (closed)' if self._closed else ''}>"
+        )
+
+
+class PinnedBase(Generic[C]):
+    """A client pinned to one replica of a pool: statements run there only. A replica failure
+    counts an error against it (as in the pool) and becomes a SessionLostError; query failures
+    pass through unchanged. Everything that is not a statement is the client's own."""
+
+    _settings_position: ClassVar[Mapping[str, int | None]] = {}
+
+    def __init__(self, pool: PoolBase, index: int, client: C) -> None:
+        self._balancer = pool.balancer
+        self._index = index
+        self.client = client
+        self.address = pool.balancer.addresses[index]
+        get_setting = getattr(client, "get_client_setting", None)
+        self.session_id: str | None = get_setting("session_id") if get_setting is not None else None
+
+    def _prepare(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> PreparedCall:
+        return prepare_call(method, args, kwargs, self._settings_position.get(method), auto_token=False)
+
+    def _lost(self, exc: Exception) -> SessionLostError | None:
+        """The error for a failed statement: None for a query failure (raise it unchanged)."""
+        failure = self._balancer.count_failure(self._index, exc)
+        return SessionLostError(self.address, failure.reason) if failure.replica else None
+
+    def __getattr__(self, name: str) -> Any:
+        # Everything that is not a statement (server_tz, create_query_context, ...) is the
+        # pinned client's own: there is only one replica to ask.
+        if name.startswith("__") or name == "client":
+            raise AttributeError(name)
+        return getattr(self.client, name)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} on {self.address}>"

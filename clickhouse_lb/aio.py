@@ -21,8 +21,6 @@ asyncio specifics:
 from __future__ import annotations
 
 import asyncio
-import inspect
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -31,16 +29,17 @@ import clickhouse_connect
 from clickhouse_connect.driver.asyncclient import AsyncClient
 from clickhouse_connect.driver.exceptions import ProgrammingError
 
-from ._async_client_api import ASYNC_METHODS, AsyncClientAPI
-from ._calls import prepare_call, settings_positions
-from ._pool_base import PoolBase
+from ._async_client_api import AsyncClientAPI
+from ._client_api import STATEMENT_METHODS
+from ._pool_base import ClientSlot, PinnedBase, PoolBase, client_options_for, pin_options
+from ._statements import settings_positions
 from .balancer import Balancer
-from .config import PoolConfig, async_client_option_names, resolve_pool_config
-from .errors import ConfigurationError, ReplicaConnectError, SessionLostError
-from .events import logger
-from .failover import StatementAttempts, run_async
-from .pool import client_options_for, connect_failure, get_pool
-from .settings import BALANCING_SETTING_NAMES, NO_OVERRIDES, Replica, StatementOverrides
+from .errors import ConfigurationError
+from .events import Listener, logger
+from .failover import async_policy, run_async
+from .pool_config import PoolConfig, async_client_option_names, balancing_arguments, resolve_pool_config
+from .replicas import Replica
+from .settings import NO_OVERRIDES, LoadBalancing, StatementOverrides
 
 __all__ = ["AsyncPinnedSession", "AsyncReplicaPool", "get_async_pool"]
 
@@ -65,28 +64,22 @@ def require_native_async_client(installed: str | None = None) -> None:
             f"{text} is installed: pip install 'clickhouse-lb[async]'"
         )
 
-_SETTINGS_POSITION = settings_positions(AsyncClient, ASYNC_METHODS)
+
+_SETTINGS_POSITION = settings_positions(AsyncClient, list(STATEMENT_METHODS))
 
 
-def async_client_options_for(config: PoolConfig) -> dict[str, Any]:
-    """Options given to every replica's AsyncClient: the sync pool's, except that the
-    connect timeout stays in (fractional) seconds, which the async client takes natively."""
-    options = client_options_for(config)
-    timeout = config.connect_timeout_seconds
-    if timeout is not None:
-        options["connect_timeout"] = timeout
-    return options
+async def _close_quietly(client: AsyncClient) -> None:
+    try:
+        await client.close()
+    except Exception:  # closing must not fail the caller
+        logger.debug("closing a replica client failed", exc_info=True)
 
 
-class _ReplicaClient:
-    """A replica's shared client, created on first use, and the outcome of the last creation."""
-
-    __slots__ = ("_lock", "client", "creations", "failure")
+class _Slot(ClientSlot[AsyncClient]):
+    __slots__ = ("_lock",)
 
     def __init__(self) -> None:
-        self.client: AsyncClient | None = None
-        self.failure: ReplicaConnectError | None = None
-        self.creations = 0
+        super().__init__()
         self._lock: asyncio.Lock | None = None
 
     @property
@@ -107,26 +100,29 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
     of one event loop.
     """
 
+    _settings_position = _SETTINGS_POSITION
+
     def __init__(
         self,
         config: PoolConfig,
         *,
-        listeners: Iterable[object] = (),
+        listeners: Iterable[Listener] = (),
         client_factory: AsyncClientFactory | None = None,
         balancer: Balancer | None = None,
     ) -> None:
         super().__init__(config, listeners=listeners, balancer=balancer)
         self._factory: AsyncClientFactory = client_factory or clickhouse_connect.get_async_client
-        self._options = async_client_options_for(config)
-        self._clients = [_ReplicaClient() for _ in config.replicas]
+        # The async client takes a fractional connect timeout natively.
+        self._options = client_options_for(config, whole_seconds=False)
+        self._clients = [_Slot() for _ in config.replicas]
+        self._policy = async_policy()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._hostname_resolved = config.settings.local_hostname is not None
 
     # -- loop, ordering --------------------------------------------------------------------
 
     def _check_open(self) -> None:
-        if self._closed:
-            raise ProgrammingError("This AsyncReplicaPool is closed")
+        super()._check_open()
         loop = asyncio.get_running_loop()
         if self._loop is None:
             self._loop = loop
@@ -151,38 +147,26 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
     # -- clients ---------------------------------------------------------------------------
 
     async def _new_client(self, index: int, **extra: Any) -> AsyncClient:
-        replica = self.config.replicas[index]
-        return await self._factory(host=replica.host, port=replica.port, **{**self._options, **extra})
+        return await self._factory(**self._client_arguments(index, self._options, extra))
 
     async def _client(self, index: int) -> AsyncClient:
         slot = self._clients[index]
-        if slot.client is not None:
-            return slot.client
+        client = slot.client
+        if client is not None:
+            return client
         seen = slot.creations
         async with slot.lock:
             self._check_open()
-            if slot.client is None:
-                if slot.creations != seen and slot.failure is not None:
-                    raise slot.failure
-                slot.client = await self._create_shared(slot, index)
-            return slot.client
-
-    async def _create_shared(self, slot: _ReplicaClient, index: int) -> AsyncClient:
-        """Create a replica's pooled client, remembering a replica failure for the waiters."""
-        slot.failure = None
-        try:
-            client = await self._new_client(index, autogenerate_session_id=False)
-        except Exception as exc:
-            slot.failure = connect_failure(self._balancer.addresses[index], exc)
-            if slot.failure is None:
-                raise
-            raise slot.failure from exc
-        finally:
-            slot.creations += 1  # counted when done: the tasks that waited on it know it ended
-        if self._closed:  # closed while the client was being created
-            await _close_quietly(client)
-            raise ProgrammingError("This AsyncReplicaPool is closed")
-        return client
+            if slot.client is not None:
+                return slot.client
+            slot.raise_shared_failure(seen)
+            with slot.creating(self._balancer.addresses[index]):
+                client = await self._new_client(index, autogenerate_session_id=False)
+            if self._closed:  # closed while the client was being created
+                await _close_quietly(client)
+                raise self._closed_error()
+            slot.client = client
+            return client
 
     async def client(self, address: str | Replica) -> AsyncClient:
         """The shared clickhouse-connect AsyncClient of one replica (no balancing, no failover)."""
@@ -193,23 +177,15 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
 
     async def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self._check_open()
-        call = prepare_call(
-            method, args, kwargs, _SETTINGS_POSITION.get(method),
-            auto_token=self._balancer.settings.auto_insert_deduplication_token,
-        )
-        attempts = StatementAttempts(
-            self._balancer,
-            await self._plan(call.overrides),
-            operation=method,
-            retry_after_send=call.retry_after_send,
-        )
-        call_args, call_kwargs = call.args, call.kwargs
+        call = self._prepare(method, args, kwargs)
+        order = await self._plan(call.overrides)
+        attempts = self._attempts(method, order, retry_after_send=call.retry_after_send)
 
         async def attempt(index: int) -> Any:
             client = await self._client(index)
-            return await getattr(client, method)(*call_args, **call_kwargs)
+            return await getattr(client, method)(*call.args, **call.kwargs)
 
-        return await run_async(attempts, attempt)
+        return await run_async(attempts, attempt, self._policy)
 
     async def ping(self, timeout: float | None = None) -> bool:
         """True when some replica answers ``/ping`` (tried in plan order); each replica that
@@ -220,7 +196,7 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
                 client = await self._client(index)
                 answered = await (client.ping(timeout) if timeout else client.ping())
             except Exception as exc:
-                if self._balancer.replica_failure(index, exc) is None:
+                if not self._balancer.count_failure(index, exc).replica:
                     raise
                 continue
             if self._balancer.ping_answered(index, answered):
@@ -234,15 +210,13 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         does) while a replica cannot be reached. ``session``: give it a ClickHouse session id
         (temporary tables, SET). Close it when done; :meth:`session` does that for you."""
         self._check_open()
-        extra: dict[str, Any] = (
-            {"session_id": str(uuid.uuid4())} if session else {"autogenerate_session_id": False}
-        )
-        attempts = StatementAttempts(self._balancer, await self._plan(), operation="session", retry_after_send=True)
+        extra = pin_options(session)
+        attempts = self._attempts("session", await self._plan(), retry_after_send=True)
 
         async def connect(index: int) -> tuple[int, AsyncClient]:
             return index, await self._new_client(index, **extra)
 
-        index, client = await run_async(attempts, connect)
+        index, client = await run_async(attempts, connect, self._policy)
         return AsyncPinnedSession(self, index, client)
 
     @asynccontextmanager
@@ -276,21 +250,8 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def __repr__(self) -> str:
-        return (
-            f"<AsyncReplicaPool {self._balancer.settings.load_balancing.value} over "
-            f"{', '.join(self._balancer.addresses)}{' (closed)' if self._closed else ''}>"
-        )
 
-
-async def _close_quietly(client: AsyncClient) -> None:
-    try:
-        await client.close()
-    except Exception:  # closing must not fail the caller
-        logger.debug("closing a replica client failed", exc_info=True)
-
-
-class AsyncPinnedSession(AsyncClientAPI):
+class AsyncPinnedSession(AsyncClientAPI, PinnedBase[AsyncClient]):
     """A client pinned to one replica of an async pool (``pool.session()``).
 
     Statements run on that replica only. A replica failure counts an error against it (as in
@@ -298,22 +259,17 @@ class AsyncPinnedSession(AsyncClientAPI):
     cancellation pass through unchanged.
     """
 
-    def __init__(self, pool: AsyncReplicaPool, index: int, client: AsyncClient) -> None:
-        self._pool = pool
-        self._index = index
-        self.client = client
-        self.address = pool.balancer.addresses[index]
-        self.session_id: str | None = client.get_client_setting("session_id")
+    _settings_position = _SETTINGS_POSITION
 
     async def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        call = prepare_call(method, args, kwargs, _SETTINGS_POSITION.get(method), auto_token=False)
+        call = self._prepare(method, args, kwargs)
         try:
             return await getattr(self.client, method)(*call.args, **call.kwargs)
         except Exception as exc:
-            failure = self._pool.balancer.replica_failure(self._index, exc)
-            if failure is None:
+            lost = self._lost(exc)
+            if lost is None:
                 raise
-            raise SessionLostError(self.address, failure.reason) from exc
+            raise lost from exc
 
     async def ping(self, timeout: float | None = None) -> bool:
         return bool(await (self.client.ping(timeout) if timeout else self.client.ping()))
@@ -321,29 +277,30 @@ class AsyncPinnedSession(AsyncClientAPI):
     async def close(self) -> None:
         await _close_quietly(self.client)
 
-    def __getattr__(self, name: str) -> Any:
-        # Everything that is not a statement (server_tz, create_query_context, ...) is the
-        # pinned client's own: there is only one replica to ask.
-        if name.startswith("__") or name == "client":
-            raise AttributeError(name)
-        return getattr(self.client, name)
-
     async def __aenter__(self) -> AsyncPinnedSession:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def __repr__(self) -> str:
-        return f"<AsyncPinnedSession on {self.address}>"
-
 
 def get_async_pool(
     hosts: str | Replica | Iterable[str | Replica] | None = None,
     *,
     dsn: str | None = None,
-    listeners: Iterable[object] = (),
-    **options: Any,
+    load_balancing: str | LoadBalancing | None = None,
+    local_hostname: str | None = None,
+    load_balancing_first_offset: int | None = None,
+    distributed_replica_error_half_life: float | None = None,
+    distributed_replica_error_cap: int | None = None,
+    distributed_replica_max_ignored_errors: int | None = None,
+    connections_with_failover_max_tries: int | None = None,
+    connect_timeout_with_failover_ms: int | None = None,
+    failover_backoff_ms: int | None = None,
+    failover_timeout: float | None = None,
+    auto_insert_deduplication_token: bool | None = None,
+    listeners: Iterable[Listener] = (),
+    **client_options: Any,
 ) -> AsyncReplicaPool:
     """An :class:`AsyncReplicaPool`: the same arguments as :func:`clickhouse_lb.get_pool`
     (hosts or a DSN, ClickHouse's balancing settings, ``listeners``), and every other keyword
@@ -359,18 +316,11 @@ def get_async_pool(
     ['ch-1:8123', 'ch-2:8123']
     """
     require_native_async_client()
-    balancing = {name: options.pop(name) for name in BALANCING_SETTING_NAMES if name in options}
     config = resolve_pool_config(
         hosts,
         dsn=dsn,
-        balancing=balancing,
-        client_options=options,
+        balancing=balancing_arguments(locals()),
+        client_options=client_options,
         valid_client_options=async_client_option_names(),
     )
     return AsyncReplicaPool(config, listeners=listeners)
-
-
-# help() and IDEs show get_pool's parameters, which get_async_pool takes one for one.
-get_async_pool.__signature__ = inspect.signature(get_pool).replace(  # type: ignore[attr-defined]
-    return_annotation="AsyncReplicaPool"
-)

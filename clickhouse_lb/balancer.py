@@ -3,7 +3,8 @@
 No I/O happens here. :class:`Balancer` owns one :class:`~clickhouse_lb.state.ReplicaSetState`
 and answers two questions for a statement: in which order to try the replicas
 (:meth:`Balancer.plan_indices`), and what an attempt's outcome does to the counts
-(:meth:`Balancer.record_failure`, :meth:`Balancer.record_success`).
+(:meth:`Balancer.count_failure` is the one place that classifies a failed call and counts it
+when it is the replica's fault; :meth:`Balancer.record_success` notes a success).
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from dataclasses import dataclass
 from ._redact import redact
 from .classify import Failure, classify
 from .errors import ConfigurationError
-from .events import ErrorRecordedEvent, ListenerSet, ReplicaRecoveredEvent, logger
+from .events import ErrorRecordedEvent, Listener, ListenerSet, ReplicaRecoveredEvent, logger
 from .ordering import plan_order, round_robin_order, static_ranks
-from .settings import NO_OVERRIDES, BalancingSettings, LoadBalancing, Replica, StatementOverrides
+from .replicas import Replica
+from .settings import NO_OVERRIDES, BalancingSettings, LoadBalancing, StatementOverrides
 from .state import Clock, ReplicaSetState
 from .strategies import default_local_hostname, hostname_scores, strategy_priorities
 
@@ -57,7 +59,7 @@ class Balancer:
         *,
         clock: Clock = time.monotonic,
         random: Callable[[], float] = _random.random,
-        listeners: Iterable[object] = (),
+        listeners: Iterable[Listener] = (),
     ) -> None:
         if not replicas:
             raise ConfigurationError("No replicas given")
@@ -125,15 +127,18 @@ class Balancer:
             first_offset = settings.load_balancing_first_offset
             max_ignored = settings.distributed_replica_max_ignored_errors
         round_robin = strategy is LoadBalancing.ROUND_ROBIN
-        errors, counter, recovered = self.state.select(advance_round_robin=advance and round_robin)
-        if recovered:
-            self._recovered(recovered, "decayed")
+        snapshot = self.state.select(advance_round_robin=advance and round_robin)
+        if snapshot.recovered:
+            self._recovered(snapshot.recovered, "decayed")
         if round_robin:
-            return round_robin_order(errors, self._priority_ranks, max_ignored, counter)
+            return round_robin_order(snapshot.errors, self._priority_ranks, max_ignored, snapshot.round_robin)
         ranks = self._default_ranks if strategy is settings.load_balancing else None
         if ranks is None or first_offset != settings.load_balancing_first_offset:
             ranks = self._static_ranks(strategy, first_offset)
-        return plan_order(errors, ranks, max_ignored, self._random)
+        # Slowdowns (pool.record_slowdown) rank right after errors, as under hedged requests;
+        # none recorded (the usual case) gives the plain order, on its faster path.
+        slowdowns = snapshot.slowdowns if snapshot.slowed else None
+        return plan_order(snapshot.errors, ranks, max_ignored, self._random, slowdowns=slowdowns)
 
     def plan(self, overrides: StatementOverrides = NO_OVERRIDES) -> list[str]:
         return [self.addresses[i] for i in self.plan_indices(overrides, advance=False)]
@@ -147,16 +152,16 @@ class Balancer:
             raise ConfigurationError(f"Unknown replica {address!r}; this pool has: {', '.join(self.addresses)}")
         return index
 
-    def record_failure(self, index: int, failure: Failure) -> int:
-        return self.record_error(index, failure.reason)
+    def count_failure(self, index: int, exc: BaseException) -> Failure:
+        """Classify a call that failed on replica ``index`` and, when the replica is at fault
+        (``failure.replica``), count an error against it at once. A query failure (bad SQL,
+        authentication, ...) counts nothing: the caller raises or reports it unchanged.
 
-    def replica_failure(self, index: int, exc: BaseException) -> Failure | None:
-        """Classify a failed call on replica ``index``: a replica failure is counted and
-        returned; a query failure gives None (the caller raises it unchanged)."""
+        The one place where a failed call becomes an error count: failover, pings, pinned
+        sessions and the CLI all go through here."""
         failure = classify(exc)
-        if not failure.replica:
-            return None
-        self.record_failure(index, failure)
+        if failure.replica:
+            self.record_error(index, failure.reason)
         return failure
 
     def ping_answered(self, index: int, answered: bool) -> bool:
@@ -173,7 +178,7 @@ class Balancer:
         address = self.addresses[index]
         logger.debug("error recorded against %s (errors_count=%d): %s", address, count, reason)
         if self.listeners:
-            self.listeners.emit("on_error_recorded", ErrorRecordedEvent(address, count, reason))
+            self.listeners.error_recorded(ErrorRecordedEvent(address, count, reason))
         return count
 
     def record_slowdown(self, index: int) -> int:
@@ -188,7 +193,7 @@ class Balancer:
             address = self.addresses[index]
             logger.info("replica %s is back in rotation (%s)", address, reason)
             if self.listeners:
-                self.listeners.emit("on_replica_recovered", ReplicaRecoveredEvent(address, reason))
+                self.listeners.replica_recovered(ReplicaRecoveredEvent(address, reason))
 
     # -- reporting -------------------------------------------------------------------------
 

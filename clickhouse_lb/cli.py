@@ -19,7 +19,6 @@ import json
 import logging
 import math
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -28,70 +27,18 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
+from ._console import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, format_table, short_error
 from ._redact import redact
 from ._version import __version__
-from .classify import classify
 from .errors import ConfigurationError
 from .pool import ReplicaPool, get_pool
 from .settings import LoadBalancing
 
 __all__ = ["ReplicaCheck", "build_parser", "check_replicas", "format_table", "main"]
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
-
 PASSWORD_ENV = "CLICKHOUSE_PASSWORD"
 
 PoolFactory = Callable[..., ReplicaPool]
-
-
-# -- shared helpers ----------------------------------------------------------------------------
-
-
-_ANSI_STYLE = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def visible_width(text: str) -> int:
-    """Width of ``text`` on a terminal (colour codes take no room)."""
-    return len(_ANSI_STYLE.sub("", text))
-
-
-def format_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, indent: str = "") -> list[str]:
-    """Text columns, left-aligned, two spaces apart, no box drawing (cells may carry colour codes)."""
-    widths = [len(h) for h in header]
-    for row in rows:
-        widths = [max(w, visible_width(cell)) for w, cell in zip(widths, row)]
-
-    def line(cells: Sequence[str]) -> str:
-        padded = (cell + " " * (w - visible_width(cell)) for cell, w in zip(cells, widths))
-        return (indent + "  ".join(padded)).rstrip()
-
-    return [line(header), *(line(row) for row in rows)]
-
-
-_SHORT_ERRORS = (
-    ("Connection refused", "connection refused"),
-    ("timed out", "timed out"),
-    ("Read timeout", "timed out"),
-    ("NameResolutionError", "DNS failure"),
-    ("Name or service not known", "DNS failure"),
-    ("Authentication failed", "authentication failed"),
-    ("Connection reset", "connection reset"),
-    ("RemoteDisconnected", "connection closed by the server"),
-)
-
-
-def short_error(reason: str | None, width: int = 60) -> str:
-    """A few words for a table cell out of a (long, already redacted) failure description."""
-    if not reason:
-        return ""
-    for needle, words in _SHORT_ERRORS:
-        if needle in reason:
-            return words
-    text = redact(reason)
-    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 @contextmanager
@@ -197,7 +144,8 @@ def open_status_pool(args: argparse.Namespace, factory: PoolFactory = get_pool) 
 
 
 def _probe(pool: ReplicaPool, address: str, timeout: float) -> tuple[float | None, str | None, str | None]:
-    """``(latency_ms, version, error)`` of one replica; a failure counts an error against it."""
+    """``(latency_ms, version, error)`` of one replica. A replica failure counts an error
+    against it; a query failure (authentication, permissions, ...) is reported, not counted."""
     try:
         client = pool.client(address)  # creating a client already talks to the server
         started = time.perf_counter()
@@ -208,9 +156,8 @@ def _probe(pool: ReplicaPool, address: str, timeout: float) -> tuple[float | Non
             return None, None, "ping failed"
         version = str(client.command("SELECT version()"))
     except Exception as exc:
-        reason = classify(exc).reason
-        pool.record_error(address, reason)
-        return None, None, reason
+        balancer = pool.balancer
+        return None, None, balancer.count_failure(balancer.index_of(address), exc).reason
     return latency, version, None
 
 

@@ -4,7 +4,9 @@ Logging: a failover at WARNING (which replica, what failed, where the statement 
 a replica returning to rotation at INFO, each attempt at DEBUG. Messages never contain
 passwords or tokens, nor the statement's SQL (which may hold secrets of its own).
 
-Listeners: subclass :class:`PoolListener` (or write any object with some of its methods) and
+Listeners: subclass :class:`PoolListener` (or write any object with some of its methods: each
+is a small protocol, :class:`ErrorRecordedListener`, :class:`FailoverListener`,
+:class:`RecoveryListener`) and
 pass ``listeners=[...]`` to ``get_pool``, or call ``pool.add_listener``. A listener that raises
 is logged and otherwise ignored: metrics must never break a statement.
 """
@@ -12,13 +14,20 @@ is logged and otherwise ignored: metrics must never break a statement.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 __all__ = [
     "ErrorRecordedEvent",
+    "ErrorRecordedListener",
     "FailoverEvent",
+    "FailoverListener",
+    "Listener",
+    "ListenerSet",
     "PoolListener",
+    "RecoveryListener",
     "ReplicaRecoveredEvent",
     "logger",
 ]
@@ -55,7 +64,29 @@ class ReplicaRecoveredEvent:
     reason: str
 
 
-class PoolListener:
+@runtime_checkable
+class ErrorRecordedListener(Protocol):
+    def on_error_recorded(self, event: ErrorRecordedEvent) -> None:
+        """An error was counted against a replica."""
+
+
+@runtime_checkable
+class FailoverListener(Protocol):
+    def on_failover(self, event: FailoverEvent) -> None:
+        """A statement moved from a failed replica to the next one."""
+
+
+@runtime_checkable
+class RecoveryListener(Protocol):
+    def on_replica_recovered(self, event: ReplicaRecoveredEvent) -> None:
+        """A replica returned to rotation."""
+
+
+#: What ``listeners=[...]`` takes: any object with one or more of the three methods.
+Listener = ErrorRecordedListener | FailoverListener | RecoveryListener
+
+
+class PoolListener(ErrorRecordedListener, FailoverListener, RecoveryListener):
     """Override any of these; each is called synchronously, outside the pool's lock."""
 
     def on_error_recorded(self, event: ErrorRecordedEvent) -> None:
@@ -68,27 +99,49 @@ class PoolListener:
         """A replica returned to rotation."""
 
 
+@contextmanager
+def _isolated(listener: object, method: str) -> Iterator[None]:
+    """A listener that raises is logged and otherwise ignored."""
+    try:
+        yield
+    except Exception:
+        logger.exception("clickhouse_lb listener %r failed in %s", listener, method)
+
+
 class ListenerSet:
-    """The listeners of one pool; dispatch never raises."""
+    """The listeners of one pool, sorted by the events they take; dispatch never raises."""
 
-    def __init__(self, listeners: Iterable[object] = ()) -> None:
-        self._listeners: tuple[object, ...] = tuple(listeners)
+    def __init__(self, listeners: Iterable[Listener] = ()) -> None:
+        self._listeners: tuple[Listener, ...] = ()
+        self._set(tuple(listeners))
 
-    def add(self, listener: object) -> None:
-        self._listeners = (*self._listeners, listener)
+    def _set(self, listeners: tuple[Listener, ...]) -> None:
+        # Rebuilt (not mutated) on change, so a dispatch in progress keeps its own tuples.
+        self._listeners = listeners
+        self._errors = tuple(x for x in listeners if isinstance(x, ErrorRecordedListener))
+        self._failovers = tuple(x for x in listeners if isinstance(x, FailoverListener))
+        self._recoveries = tuple(x for x in listeners if isinstance(x, RecoveryListener))
 
-    def remove(self, listener: object) -> None:
-        self._listeners = tuple(x for x in self._listeners if x is not listener)
+    def add(self, listener: Listener) -> None:
+        self._set((*self._listeners, listener))
+
+    def remove(self, listener: Listener) -> None:
+        self._set(tuple(x for x in self._listeners if x is not listener))
 
     def __bool__(self) -> bool:
         return bool(self._listeners)
 
-    def emit(self, method: str, event: object) -> None:
-        for listener in self._listeners:
-            callback = getattr(listener, method, None)
-            if callback is None:
-                continue
-            try:
-                callback(event)
-            except Exception:
-                logger.exception("clickhouse_lb listener %r failed in %s", listener, method)
+    def error_recorded(self, event: ErrorRecordedEvent) -> None:
+        for listener in self._errors:
+            with _isolated(listener, "on_error_recorded"):
+                listener.on_error_recorded(event)
+
+    def failover(self, event: FailoverEvent) -> None:
+        for listener in self._failovers:
+            with _isolated(listener, "on_failover"):
+                listener.on_failover(event)
+
+    def replica_recovered(self, event: ReplicaRecoveredEvent) -> None:
+        for listener in self._recoveries:
+            with _isolated(listener, "on_replica_recovered"):
+                listener.on_replica_recovered(event)

@@ -20,45 +20,22 @@ full jitter (``failover_backoff_ms``).
 from __future__ import annotations
 
 import random
-import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    RetryError,
-    Retrying,
-    retry_if_exception,
-    stop_after_attempt,
-)
-from tenacity.stop import stop_base
+from tenacity import AsyncRetrying, RetryCallState, RetryError, Retrying
 
 from .balancer import Balancer
-from .classify import Failure, classify
+from .classify import Failure
 from .errors import AllReplicasUnavailableError, AttemptFailure
 from .events import FailoverEvent, logger
 
-__all__ = ["StatementAttempts", "is_read_only", "run_async", "run_sync"]
+__all__ = ["StatementAttempts", "async_policy", "run_async", "run_sync", "sync_policy"]
 
 T = TypeVar("T")
 
-_LEADING_NOISE = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|#[^\n]*(?:\n|$)|/\*.*?\*/|\()*", re.DOTALL)
-_READ_KEYWORDS = frozenset({"SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXISTS", "EXPLAIN", "VALUES"})
 _MAX_BACKOFF_SECONDS = 10.0
-
-
-def is_read_only(sql: str | bytes | None) -> bool:
-    """Whether a statement only reads (so repeating it elsewhere is harmless)."""
-    if sql is None:
-        return False
-    if isinstance(sql, (bytes, bytearray)):
-        sql = bytes(sql[:4096]).decode("utf-8", "replace")
-    start = _LEADING_NOISE.match(sql)
-    rest = sql[start.end() if start else 0 :]
-    word = rest[:8].split(None, 1)[0] if rest.strip() else ""
-    return re.sub(r"[^A-Za-z].*", "", word).upper() in _READ_KEYWORDS
 
 
 class StatementAttempts:
@@ -95,10 +72,7 @@ class StatementAttempts:
 
     def failed(self, index: int, exc: BaseException) -> None:
         """Classify a failed attempt and, for a replica failure, count it at once."""
-        failure = classify(exc)
-        self.failures.append((index, failure))
-        if failure.replica:
-            self._balancer.record_failure(index, failure)
+        self.failures.append((index, self._balancer.count_failure(index, exc)))
 
     def should_retry(self, exc: BaseException) -> bool:
         """tenacity's retry predicate: retry replica failures that are safe to repeat."""
@@ -135,9 +109,7 @@ class StatementAttempts:
             next_address,
         )
         if balancer.listeners:
-            balancer.listeners.emit(
-                "on_failover", FailoverEvent(self.operation, address, attempt, failure.reason, next_address)
-            )
+            balancer.listeners.failover(FailoverEvent(self.operation, address, attempt, failure.reason, next_address))
 
     def wait(self, retry_state: RetryCallState) -> float:
         """No pause between replicas; backoff with full jitter before each new pass."""
@@ -149,25 +121,13 @@ class StatementAttempts:
         ceiling = min(_MAX_BACKOFF_SECONDS, base_ms / 1000.0 * 2 ** (pass_number - 1))
         return random.uniform(0.0, ceiling)
 
-    def stop(self) -> stop_base:
-        """After the schedule's last attempt, or at the statement's deadline (counted from its
-        first attempt, which ran before tenacity took over)."""
-        stop: stop_base = stop_after_attempt(len(self.schedule) - len(self.failures))
-        timeout = self._balancer.settings.failover_timeout
-        if timeout is not None:
-            stop = stop | _StopAtDeadline(self.started + timeout)
-        return stop
-
     def remaining(self) -> int:
         return len(self.schedule) - len(self.failures)
 
-    def tenacity_options(self) -> dict[str, Any]:
-        return {
-            "stop": self.stop(),
-            "wait": self.wait,
-            "retry": retry_if_exception(self.should_retry),
-            "reraise": False,
-        }
+    def out_of_time(self) -> bool:
+        """Past the statement's ``failover_timeout`` (counted from its first attempt)."""
+        timeout = self._balancer.settings.failover_timeout
+        return timeout is not None and time.monotonic() >= self.started + timeout
 
     def exhausted(self) -> AllReplicasUnavailableError:
         """The error for a statement whose every attempt failed on a replica."""
@@ -181,12 +141,48 @@ class StatementAttempts:
         return AllReplicasUnavailableError(attempts, last)
 
 
-class _StopAtDeadline(stop_base):
-    def __init__(self, deadline: float) -> None:
-        self.deadline = deadline
+# tenacity's stop, wait and retry callbacks: the statement's StatementAttempts is the first
+# argument of the call tenacity drives (``policy(_attempt, attempts, call)``), so one policy
+# object serves every statement of a pool.
 
-    def __call__(self, retry_state: RetryCallState) -> bool:
-        return time.monotonic() >= self.deadline
+
+def _attempts_of(retry_state: RetryCallState) -> StatementAttempts:
+    attempts = retry_state.args[0]
+    assert isinstance(attempts, StatementAttempts)
+    return attempts
+
+
+def _stop(retry_state: RetryCallState) -> bool:
+    """After the schedule's last attempt, or at the statement's deadline."""
+    attempts = _attempts_of(retry_state)
+    return attempts.remaining() == 0 or attempts.out_of_time()
+
+
+def _wait(retry_state: RetryCallState) -> float:
+    return _attempts_of(retry_state).wait(retry_state)
+
+
+def _retry(retry_state: RetryCallState) -> bool:
+    outcome = retry_state.outcome
+    if outcome is None or not outcome.failed:
+        return False
+    exc = outcome.exception()
+    return exc is not None and _attempts_of(retry_state).should_retry(exc)
+
+
+def sync_policy() -> Retrying:
+    """The failover policy of a sync pool: built once, copied per statement that fails over
+    (as tenacity's own ``@retry`` does per call)."""
+    return Retrying(stop=_stop, wait=_wait, retry=_retry, reraise=False)
+
+
+def async_policy() -> AsyncRetrying:
+    """The asyncio twin of :func:`sync_policy`."""
+    return AsyncRetrying(stop=_stop, wait=_wait, retry=_retry, reraise=False)
+
+
+_SYNC_POLICY = sync_policy()
+_ASYNC_POLICY = async_policy()
 
 
 def _first_attempt_failed(attempts: StatementAttempts, index: int, exc: Exception) -> None:
@@ -198,12 +194,34 @@ def _first_attempt_failed(attempts: StatementAttempts, index: int, exc: Exceptio
         raise attempts.exhausted() from exc
 
 
-def run_sync(attempts: StatementAttempts, call: Callable[[int], T]) -> T:
+def _attempt(attempts: StatementAttempts, call: Callable[[int], T]) -> T:
+    index = attempts.begin()
+    try:
+        result = call(index)
+    except Exception as exc:
+        attempts.failed(index, exc)
+        raise
+    attempts.succeeded(index)
+    return result
+
+
+async def _async_attempt(attempts: StatementAttempts, call: Callable[[int], Awaitable[T]]) -> T:
+    index = attempts.begin()
+    try:
+        result = await call(index)
+    except Exception as exc:
+        attempts.failed(index, exc)
+        raise
+    attempts.succeeded(index)
+    return result
+
+
+def run_sync(attempts: StatementAttempts, call: Callable[[int], T], policy: Retrying = _SYNC_POLICY) -> T:
     """Run ``call(replica_index)`` until it succeeds, per the statement's failover rules.
 
     The first attempt runs directly (the common case: it succeeds, and tenacity's per-call
     bookkeeping would cost as much as the statement's own client work); once it fails,
-    tenacity drives the remaining attempts."""
+    ``policy`` (:func:`sync_policy`) drives the remaining attempts."""
     index = attempts.begin()
     try:
         result = call(index)
@@ -213,22 +231,15 @@ def run_sync(attempts: StatementAttempts, call: Callable[[int], T]) -> T:
         attempts.succeeded(index)
         return result
     try:
-        for attempt in Retrying(**attempts.tenacity_options()):
-            with attempt:
-                index = attempts.begin()
-                try:
-                    result = call(index)
-                except Exception as exc:
-                    attempts.failed(index, exc)
-                    raise
-                attempts.succeeded(index)
-                return result
+        retried: T = policy.copy()(_attempt, attempts, call)
+        return retried
     except RetryError as exc:
         raise attempts.exhausted() from exc.last_attempt.exception()
-    raise AssertionError("unreachable: tenacity ended without an outcome")  # pragma: no cover
 
 
-async def run_async(attempts: StatementAttempts, call: Callable[[int], Awaitable[T]]) -> T:
+async def run_async(
+    attempts: StatementAttempts, call: Callable[[int], Awaitable[T]], policy: AsyncRetrying = _ASYNC_POLICY
+) -> T:
     """The asyncio twin of :func:`run_sync` (tenacity's AsyncRetrying). A cancelled attempt
     is not a replica failure: it counts nothing and cancels the statement."""
     index = attempts.begin()
@@ -240,16 +251,7 @@ async def run_async(attempts: StatementAttempts, call: Callable[[int], Awaitable
         attempts.succeeded(index)
         return result
     try:
-        async for attempt in AsyncRetrying(**attempts.tenacity_options()):
-            with attempt:
-                index = attempts.begin()
-                try:
-                    result = await call(index)
-                except Exception as exc:
-                    attempts.failed(index, exc)
-                    raise
-                attempts.succeeded(index)
-                return result
+        retried: T = await policy.copy()(_async_attempt, attempts, call)
+        return retried
     except RetryError as exc:
         raise attempts.exhausted() from exc.last_attempt.exception()
-    raise AssertionError("unreachable: tenacity ended without an outcome")  # pragma: no cover

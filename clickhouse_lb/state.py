@@ -15,8 +15,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
-__all__ = ["Clock", "ReplicaCounts", "ReplicaSetState", "decay_shifts", "estimated_recovery_time"]
+__all__ = ["Clock", "ReplicaCounts", "ReplicaSetState", "Selection", "decay_shifts", "estimated_recovery_time"]
 
 Clock = Callable[[], float]
 
@@ -44,6 +45,19 @@ def estimated_recovery_time(errors: int, slowdowns: int, half_life: float, since
     return max(0.0, periods * half_life - since_decrease)
 
 
+class Selection(NamedTuple):
+    """A snapshot of the counts for ordering one statement (after decay)."""
+
+    errors: list[int]
+    slowdowns: list[int]
+    #: Whether any slowdown is stored (False: ``slowdowns`` is all zeros).
+    slowed: bool
+    #: The round-robin counter before this selection's step.
+    round_robin: int
+    #: Replicas whose counts this selection's decay brought back to zero.
+    recovered: list[int]
+
+
 @dataclass(frozen=True)
 class ReplicaCounts:
     """One replica's counts after decay to ``now``, and what it last saw."""
@@ -69,6 +83,7 @@ class ReplicaSetState:
         "_lock",
         "_round_robin",
         "_slowdowns",
+        "_slowed",
         "error_cap",
         "half_life",
         "size",
@@ -90,6 +105,7 @@ class ReplicaSetState:
         self._lock = threading.Lock()
         self._errors = [0] * size
         self._slowdowns = [0] * size
+        self._slowed = False  # some slowdown may be non-zero (cleared when decay zeroes them)
         self._last_error: list[str | None] = [None] * size
         self._last_error_time: list[float | None] = [None] * size
         self._failed = [False] * size
@@ -121,10 +137,10 @@ class ReplicaSetState:
                     recovered.append(i)
         return recovered
 
-    def select(self, *, advance_round_robin: bool) -> tuple[list[int], int, list[int]]:
-        """Decay, then a snapshot for ordering: (errors, round-robin counter, replicas that just
-        recovered). ``advance_round_robin``: this is a statement (one round-robin step), not a
-        look at ``plan()``. This runs once per statement, hence the inlined fast path."""
+    def select(self, *, advance_round_robin: bool) -> Selection:
+        """Decay, then a snapshot for ordering. ``advance_round_robin``: this is a statement
+        (one round-robin step), not a look at ``plan()``. This runs once per statement, hence
+        the inlined fast path."""
         with self._lock:
             now = self._clock()
             last = self._last_decrease
@@ -135,12 +151,10 @@ class ReplicaSetState:
             counter = self._round_robin
             if advance_round_robin:
                 self._round_robin = counter + 1
-            return self._errors[:], counter, recovered
-
-    def slowdowns(self) -> list[int]:
-        """The stored slowdown counts (for hedged-read ordering)."""
-        with self._lock:
-            return self._slowdowns[:]
+            slowed = self._slowed
+            if slowed and not any(self._slowdowns):
+                slowed = self._slowed = False
+            return Selection(self._errors[:], self._slowdowns[:], slowed, counter, recovered)
 
     # -- outcomes --------------------------------------------------------------------------
 
@@ -159,6 +173,7 @@ class ReplicaSetState:
     def record_slowdown(self, index: int) -> int:
         with self._lock:
             self._slowdowns[index] += 1
+            self._slowed = True
             return self._slowdowns[index]
 
     def record_success(self, index: int) -> bool:
@@ -203,3 +218,4 @@ class ReplicaSetState:
         with self._lock:
             self._errors = [min(self.error_cap, int(e)) for e in errors]
             self._slowdowns = list(slowdowns) if slowdowns is not None else [0] * self.size
+            self._slowed = any(self._slowdowns)

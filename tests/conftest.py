@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from clickhouse_lb.settings import LoadBalancing, Replica
+from clickhouse_lb.replicas import Replica
+from clickhouse_lb.settings import LoadBalancing
 
 GOLDEN_CANDIDATES = [
     Path(__file__).resolve().parent / "golden" / "ordering.jsonl",

@@ -17,12 +17,13 @@ from clickhouse_connect.driver.common import StreamContext
 from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError, ProgrammingError
 
 import clickhouse_lb
+from clickhouse_lb._pool_base import connect_failure
 from clickhouse_lb.aio import AsyncReplicaPool
 from clickhouse_lb.classify import classify
-from clickhouse_lb.config import async_client_option_names
-from clickhouse_lb.errors import AllReplicasUnavailableError, ConfigurationError, ReplicaConnectError, SessionLostError
+from clickhouse_lb.errors import ConfigurationError, ReplicaConnectError, SessionLostError
 from clickhouse_lb.events import FailoverEvent
-from clickhouse_lb.pool import connect_failure
+from clickhouse_lb.pool_config import async_client_option_names
+from clickhouse_lb.settings import BALANCING_SETTING_NAMES
 
 from .conftest import FakeClock
 from .fakes import FakeClient, FakeReplica, pool_parts, server_error
@@ -166,6 +167,12 @@ def test_get_async_pool_is_a_plain_function_with_get_pools_arguments() -> None:
     assert not inspect.iscoroutinefunction(clickhouse_lb.get_async_pool)
     pool_params = inspect.signature(clickhouse_lb.get_pool).parameters
     assert inspect.signature(clickhouse_lb.get_async_pool).parameters.keys() == pool_params.keys()
+    # The same names, kinds, defaults and types (help() and type checkers see them all) ...
+    described = [(p.name, p.kind, p.default, p.annotation) for p in pool_params.values()]
+    async_params = inspect.signature(clickhouse_lb.get_async_pool).parameters.values()
+    assert [(p.name, p.kind, p.default, p.annotation) for p in async_params] == described
+    # ... and every balancing setting is one of them.
+    assert set(BALANCING_SETTING_NAMES) <= pool_params.keys()
     # No running loop, no I/O: the hosts do not even exist.
     pool = clickhouse_lb.get_async_pool("nowhere-1:8123,nowhere-2:8123", load_balancing="IN_ORDER",
                                         connector_limit_per_host=50, send_receive_timeout=1.5)
@@ -231,14 +238,6 @@ async def test_round_robin_gives_each_healthy_replica_an_exact_share(abc: AsyncF
     assert all(pool.plan() == first for _ in range(3))  # a look does not advance it
 
 
-async def test_statement_settings_choose_the_strategy_and_do_not_reach_the_server(abc: AsyncFakeCluster) -> None:
-    pool = make_pool(abc, load_balancing="in_order")
-    result = await pool.query("SELECT 1", None, {"load_balancing": "first_or_random",
-                                                 "load_balancing_first_offset": 1, "max_threads": 1})
-    assert result == "query@b"
-    assert abc["b"].calls[0][1] == ("SELECT 1", None, {"max_threads": 1})
-
-
 async def test_hostname_lookup_runs_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     threads: list[threading.Thread] = []
 
@@ -278,53 +277,6 @@ async def test_replica_failure_fails_over_and_counts_one_error(
     assert pool.replicas[0].is_up is False
     assert [(e.address, e.next_address) for e in recorder.failovers] == [("a:8123", "b:8123")]
     assert pool.plan() == ["b:8123", "c:8123", "a:8123"]  # routed away until it decays
-
-
-async def test_replica_down_at_client_creation_is_just_a_failed_attempt(abc: AsyncFakeCluster) -> None:
-    abc["a"].fail_creation = refused
-    pool = make_pool(abc, load_balancing="in_order")
-    assert await pool.query("SELECT 1") == "query@b"
-    assert errors(pool) == [1, 0, 0]
-
-
-async def test_errors_decay_and_the_replica_returns(abc: AsyncFakeCluster) -> None:
-    clock = FakeClock()
-    abc["a"].outcomes = [refused, "ok"]
-    pool = make_pool(abc, clock=clock, load_balancing="in_order", distributed_replica_error_half_life=10)
-    assert await pool.query("SELECT 1") == "query@b"
-    assert pool.replicas[0].estimated_recovery_time == 10
-    clock.advance(10)
-    assert await pool.query("SELECT 1") == "query@a"
-    assert errors(pool) == [0, 0, 0]
-
-
-async def test_query_failure_is_raised_unchanged_and_counts_nothing(abc: AsyncFakeCluster) -> None:
-    error = server_error(60, "UNKNOWN_TABLE")
-    abc["a"].outcomes = [lambda: error]
-    pool = make_pool(abc, load_balancing="in_order")
-    with pytest.raises(DatabaseError) as caught:
-        await pool.query("SELECT * FROM missing")
-    assert caught.value is error
-    assert errors(pool) == [0, 0, 0]
-    assert abc["b"].calls == []
-
-
-async def test_all_replicas_down_raises_one_error_listing_every_replica(abc: AsyncFakeCluster) -> None:
-    for replica in abc.replicas.values():
-        replica.outcomes = [refused]
-    pool = make_pool(abc, load_balancing="in_order", connections_with_failover_max_tries=2)
-    with pytest.raises(AllReplicasUnavailableError) as caught:
-        await pool.query("SELECT 1")
-    assert [f.address for f in caught.value.failures] == ["a:8123", "b:8123", "c:8123"] * 2
-    assert errors(pool) == [2, 2, 2]
-
-
-async def test_ping_tries_replicas_in_order(abc: AsyncFakeCluster) -> None:
-    abc["a"].fail_creation = refused
-    pool = make_pool(abc, load_balancing="in_order")
-    assert await pool.ping() is True
-    assert errors(pool) == [1, 0, 0]
-    assert abc["b"].calls[0][0] == "ping"
 
 
 # -- cancellation ----------------------------------------------------------------------------
@@ -427,40 +379,6 @@ def test_a_failed_client_creation_is_a_replica_failure_before_sending() -> None:
 # -- writes ----------------------------------------------------------------------------------
 
 
-async def test_write_is_not_retried_after_the_request_was_sent(abc: AsyncFakeCluster) -> None:
-    abc["a"].outcomes = [disconnected]
-    pool = make_pool(abc, load_balancing="in_order")
-    with pytest.raises(OperationalError) as caught:
-        await pool.command("ALTER TABLE t DELETE WHERE 1")
-    assert not isinstance(caught.value, AllReplicasUnavailableError)
-    assert abc["b"].calls == []
-    assert errors(pool) == [1, 0, 0]
-
-
-async def test_write_is_retried_when_it_failed_before_sending(abc: AsyncFakeCluster) -> None:
-    abc["a"].outcomes = [refused]
-    pool = make_pool(abc, load_balancing="in_order")
-    assert await pool.command("ALTER TABLE t DELETE WHERE 1") == "command@b"
-
-
-async def test_insert_gets_one_stable_deduplication_token_and_is_retried(abc: AsyncFakeCluster) -> None:
-    abc["a"].outcomes = [disconnected]
-    pool = make_pool(abc, load_balancing="in_order")
-    assert await pool.insert("t", [[1]], column_names=["x"]) == "insert@b"
-    first, second = abc["a"].calls[0][2], abc["b"].calls[0][2]
-    token = first["settings"]["insert_deduplication_token"]
-    assert token
-    assert second["settings"]["insert_deduplication_token"] == token
-
-
-async def test_insert_without_token_is_not_retried_after_sending(abc: AsyncFakeCluster) -> None:
-    abc["a"].outcomes = [disconnected]
-    pool = make_pool(abc, load_balancing="in_order", auto_insert_deduplication_token=False)
-    with pytest.raises(OperationalError):
-        await pool.insert("t", [[1]])
-    assert abc["b"].calls == []
-
-
 # -- streaming -------------------------------------------------------------------------------
 
 
@@ -523,16 +441,6 @@ async def test_session_skips_replicas_that_cannot_be_reached(abc: AsyncFakeClust
 
 
 # -- lifecycle -------------------------------------------------------------------------------
-
-
-async def test_closed_pool_refuses_statements(abc: AsyncFakeCluster) -> None:
-    pool = make_pool(abc)
-    async with pool:
-        await pool.query("SELECT 1")
-    assert abc.clients
-    assert all(c.closed for c in abc.clients)
-    with pytest.raises(ProgrammingError, match="closed"):
-        await pool.query("SELECT 1")
 
 
 async def test_close_during_client_creation_closes_the_new_client(abc: AsyncFakeCluster) -> None:

@@ -8,8 +8,8 @@ from collections.abc import Callable
 import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError, ProgrammingError
 
+from clickhouse_lb._statements import is_read_only
 from clickhouse_lb.classify import REPLICA_ERROR_CODES, classify, error_code
-from clickhouse_lb.failover import is_read_only
 
 from .fakes import read_timeout, refused, reset_after_send, server_error
 

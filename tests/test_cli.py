@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from clickhouse_lb import _demo, cli
+from clickhouse_lb import _console, _demo, cli
 from clickhouse_lb.cli import build_parser, format_table, library_logging, main, run_status, short_error
 from clickhouse_lb.pool import ReplicaPool
 from clickhouse_lb.settings import LoadBalancing
 
-from .fakes import FakeCluster, make_pool, refused
+from .fakes import FakeCluster, make_pool, refused, server_error
 
 
 def free_port() -> int:
@@ -137,6 +137,17 @@ def test_status_ping_answering_false_counts_as_down(abc: FakeCluster) -> None:
     assert report["replicas"][2]["error"] == "ping failed"
 
 
+def test_status_does_not_count_a_query_failure_against_a_replica(abc: FakeCluster) -> None:
+    abc["b"].outcomes = ["ok", lambda: server_error(516, "AUTHENTICATION_FAILED")]  # ping ok, then the query
+    out = io.StringIO()
+    assert run_status(status_args("a,b,c", "--json"), out, fake_factory(abc, {})) == 0
+    report = json.loads(out.getvalue())
+    b = report["replicas"][1]
+    assert b["up"] is False
+    assert "AUTHENTICATION_FAILED" in b["error"]
+    assert b["errors_count"] == 0  # wrong credentials say nothing about the replica's health
+
+
 def test_status_passes_credentials_and_timeouts(abc: FakeCluster, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(cli.PASSWORD_ENV, "from-env")
     seen: dict[str, Any] = {}
@@ -209,7 +220,7 @@ def test_status_configuration_errors_exit_2_without_traceback(
 
 def test_format_table_aligns_columns_ignoring_colour_codes() -> None:
     lines = format_table(("a", "bb"), [("\x1b[32mup\x1b[0m", "1"), ("DOWN", "22")], indent="  ")
-    plain = [cli._ANSI_STYLE.sub("", line) for line in lines]
+    plain = [_console._ANSI_STYLE.sub("", line) for line in lines]
     assert plain == ["  a     bb", "  up    1", "  DOWN  22"]
 
 

@@ -16,7 +16,8 @@ import pytest
 from clickhouse_lb.balancer import Balancer
 from clickhouse_lb.errors import AllReplicasUnavailableError
 from clickhouse_lb.ordering import plan_order, static_ranks
-from clickhouse_lb.settings import LoadBalancing, Replica, parse_balancing_settings
+from clickhouse_lb.replicas import Replica
+from clickhouse_lb.settings import LoadBalancing, parse_balancing_settings
 from clickhouse_lb.state import ReplicaSetState
 from clickhouse_lb.strategies import hostname_scores, strategy_priorities
 
@@ -96,6 +97,9 @@ def _check_hedged(case: dict[str, Any]) -> None:
     assert [hosts[i] for i in hedged] == case["expected"]
     plain = plan_order(errors, ranks, case["max_ignored_errors"], rnd)
     assert [hosts[i] for i in plain] == case["expected_non_hedged"]
+    # A pool's balancer orders with the stored slowdowns (pool.record_slowdown) as the hedged key.
+    balancer, _ = _balancer(case)
+    assert _hosts(balancer, balancer.plan_indices(advance=False)) == case["expected"]
 
 
 @pytest.mark.parametrize("case", BY_KIND["decay_sequence"], ids=lambda c: f"case{c['id']}")
@@ -107,8 +111,7 @@ def test_decay_sequence(case: dict[str, Any]) -> None:
     seen = []
     for at in case["selection_calls_at"]:
         clock.now = float(at)
-        errors, *_ = state.select(advance_round_robin=False)
-        seen.append(errors[0])
+        seen.append(state.select(advance_round_robin=False).errors[0])
     assert seen == case["expected_errors_after_each_call"]
 
 

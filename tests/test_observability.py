@@ -20,9 +20,9 @@ import clickhouse_lb
 from clickhouse_lb import ErrorRecordedEvent, FailoverEvent, PoolListener, ReplicaRecoveredEvent
 from clickhouse_lb.balancer import Balancer
 from clickhouse_lb.cli import main
-from clickhouse_lb.config import resolve_pool_config, sync_client_option_names
 from clickhouse_lb.errors import AllReplicasUnavailableError, ConfigurationError, SessionLostError
 from clickhouse_lb.pool import ReplicaPool
+from clickhouse_lb.pool_config import resolve_pool_config, sync_client_option_names
 from clickhouse_lb.settings import BALANCING_SETTING_NAMES
 
 from .conftest import FakeClock

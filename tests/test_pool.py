@@ -9,12 +9,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError, ProgrammingError
+from clickhouse_connect.driver.exceptions import DatabaseError
 
 from clickhouse_lb.errors import AllReplicasUnavailableError, ConfigurationError, SessionLostError
 
-from .conftest import FakeClock
-from .fakes import FakeCluster, make_pool, read_timeout, refused, reset_after_send, server_error
+from .fakes import FakeCluster, make_pool, read_timeout, refused, server_error
 
 
 @pytest.fixture
@@ -56,24 +55,6 @@ def test_replica_failure_fails_over_and_counts_one_error(abc: FakeCluster) -> No
     assert pool.query("SELECT 1") == "query@b"
 
 
-def test_replica_down_at_client_creation_is_just_a_failed_attempt(abc: FakeCluster) -> None:
-    abc["a"].fail_creation = refused
-    pool = make_pool(abc, load_balancing="in_order")
-    assert pool.query("SELECT 1") == "query@b"
-    assert pool.replicas[0].errors_count == 1
-
-
-def test_query_failure_is_raised_unchanged_and_counts_nothing(abc: FakeCluster) -> None:
-    error = server_error(60, "UNKNOWN_TABLE")
-    abc["a"].outcomes = [lambda: error]
-    pool = make_pool(abc, load_balancing="in_order")
-    with pytest.raises(DatabaseError) as caught:
-        pool.query("SELECT * FROM missing")
-    assert caught.value is error
-    assert [s.errors_count for s in pool.replicas] == [0, 0, 0]
-    assert abc["b"].calls == []  # not retried elsewhere: it would only repeat
-
-
 @pytest.mark.parametrize(("code", "name"), [(210, "NETWORK_ERROR"), (209, "SOCKET_TIMEOUT"),
                                             (202, "TOO_MANY_SIMULTANEOUS_QUERIES"), (999, "KEEPER_EXCEPTION")])
 def test_server_errors_that_mean_replica_unavailable_fail_over(abc: FakeCluster, code: int, name: str) -> None:
@@ -81,22 +62,6 @@ def test_server_errors_that_mean_replica_unavailable_fail_over(abc: FakeCluster,
     pool = make_pool(abc, load_balancing="in_order")
     assert pool.query("SELECT 1") == "query@b"
     assert pool.replicas[0].errors_count == 1
-
-
-def test_all_replicas_down_raises_one_error_listing_every_replica(abc: FakeCluster) -> None:
-    for replica in abc.replicas.values():
-        replica.outcomes = [refused]
-    pool = make_pool(abc, load_balancing="in_order", connections_with_failover_max_tries=2)
-    with pytest.raises(AllReplicasUnavailableError) as caught:
-        pool.query("SELECT 1")
-    error = caught.value
-    assert isinstance(error, OperationalError)  # existing except clauses keep working
-    assert [f.address for f in error.failures] == ["a:8123", "b:8123", "c:8123"] * 2
-    assert set(error.last_errors) == {"a:8123", "b:8123", "c:8123"}
-    for address in error.last_errors:
-        assert address in str(error)
-    assert "Connection refused" in str(error)
-    assert [s.errors_count for s in pool.replicas] == [2, 2, 2]
 
 
 def test_pool_recovers_when_replicas_come_back(abc: FakeCluster) -> None:
@@ -111,61 +76,16 @@ def test_pool_recovers_when_replicas_come_back(abc: FakeCluster) -> None:
     assert any(s.is_up for s in pool.replicas)
 
 
-def test_write_is_not_retried_after_the_request_was_sent(abc: FakeCluster) -> None:
-    abc["a"].outcomes = [reset_after_send]
-    pool = make_pool(abc, load_balancing="in_order")
-    with pytest.raises(OperationalError) as caught:
-        pool.command("ALTER TABLE t DELETE WHERE 1")
-    assert not isinstance(caught.value, AllReplicasUnavailableError)
-    assert abc["b"].calls == []
-    assert pool.replicas[0].errors_count == 1  # the replica still failed
-
-
-def test_write_is_retried_when_it_failed_before_sending(abc: FakeCluster) -> None:
-    abc["a"].outcomes = [refused]
-    pool = make_pool(abc, load_balancing="in_order")
-    assert pool.command("ALTER TABLE t DELETE WHERE 1") == "command@b"
-
-
 def test_read_is_retried_after_a_timeout(abc: FakeCluster) -> None:
     abc["a"].outcomes = [read_timeout]
     pool = make_pool(abc, load_balancing="in_order")
     assert pool.query("  /* c */ (SELECT 1)") == "query@b"
 
 
-def test_insert_gets_one_stable_deduplication_token_and_is_retried(abc: FakeCluster) -> None:
-    abc["a"].outcomes = [reset_after_send]
-    pool = make_pool(abc, load_balancing="in_order")
-    assert pool.insert("t", [[1]], column_names=["x"]) == "insert@b"
-    (_, _, first), (_, _, second) = abc["a"].calls[0], abc["b"].calls[0]
-    token = first["settings"]["insert_deduplication_token"]
-    assert token
-    assert second["settings"]["insert_deduplication_token"] == token
-    pool.insert("t", [[2]], column_names=["x"])
-    assert abc["b"].calls[1][2]["settings"]["insert_deduplication_token"] != token  # one per logical insert
-
-
 def test_insert_keeps_the_users_settings_and_token(abc: FakeCluster) -> None:
     pool = make_pool(abc, load_balancing="in_order")
     pool.insert("t", [[1]], settings={"async_insert": 1, "insert_deduplication_token": "mine"})
     assert abc["a"].calls[0][2]["settings"] == {"async_insert": 1, "insert_deduplication_token": "mine"}
-
-
-def test_insert_without_token_is_not_retried_after_sending(abc: FakeCluster) -> None:
-    abc["a"].outcomes = [lambda: server_error(319, "UNKNOWN_STATUS_OF_INSERT")]
-    pool = make_pool(abc, load_balancing="in_order", auto_insert_deduplication_token=False)
-    with pytest.raises(DatabaseError):
-        pool.insert("t", [[1]])
-    assert abc["b"].calls == []
-    assert "settings" not in abc["a"].calls[0][2]
-
-
-def test_statement_settings_choose_the_strategy_and_do_not_reach_the_server(abc: FakeCluster) -> None:
-    pool = make_pool(abc, load_balancing="in_order")
-    result = pool.query("SELECT 1", settings={"load_balancing": "first_or_random",
-                                              "load_balancing_first_offset": 2, "max_threads": 1})
-    assert result == "query@c"
-    assert abc["c"].calls[0][2]["settings"] == {"max_threads": 1}
 
 
 def test_statement_settings_given_positionally_are_handled_too(abc: FakeCluster) -> None:
@@ -188,19 +108,6 @@ def test_record_error_moves_a_replica_back(abc: FakeCluster) -> None:
     assert pool.replicas[0].last_error == "stale data"
     with pytest.raises(ConfigurationError, match=r"Unknown replica 'zz:1'.*a:8123"):
         pool.record_error("zz:1")
-
-
-def test_errors_decay_and_the_replica_returns(abc: FakeCluster) -> None:
-    clock = FakeClock()
-    abc["a"].outcomes = [refused, "ok"]
-    pool = make_pool(abc, clock=clock, load_balancing="in_order", distributed_replica_error_half_life=10)
-    assert pool.query("SELECT 1") == "query@b"
-    assert pool.replicas[0].estimated_recovery_time == 10
-    clock.advance(9.5)
-    assert pool.query("SELECT 1") == "query@b"
-    clock.advance(0.5)
-    assert pool.query("SELECT 1") == "query@a"
-    assert pool.replicas[0].errors_count == 0
 
 
 def test_session_pins_one_replica_and_reports_loss(abc: FakeCluster) -> None:
@@ -226,23 +133,6 @@ def test_session_skips_replicas_that_cannot_be_reached(abc: FakeCluster) -> None
     pool = make_pool(abc, load_balancing="in_order")
     with pool.session() as session:
         assert session.address == "b:8123"
-
-
-def test_ping_tries_replicas_in_order(abc: FakeCluster) -> None:
-    abc["a"].fail_creation = refused
-    pool = make_pool(abc, load_balancing="in_order")
-    assert pool.ping() is True
-    assert pool.replicas[0].errors_count == 1
-
-
-def test_closed_pool_refuses_statements(abc: FakeCluster) -> None:
-    pool = make_pool(abc)
-    pool.query("SELECT 1")
-    with pool:
-        pass
-    assert all(c.closed for c in abc.clients)
-    with pytest.raises(ProgrammingError, match="closed"):
-        pool.query("SELECT 1")
 
 
 def test_round_robin_gives_each_healthy_replica_an_exact_share(abc: FakeCluster) -> None:

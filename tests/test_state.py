@@ -19,25 +19,24 @@ def test_errors_halve_once_per_whole_half_life(clock: FakeClock) -> None:
     state = _state(clock)
     state.load([13, 4])
     clock.advance(150)
-    errors, *_ = state.select(advance_round_robin=False)
-    assert errors == [3, 1]
+    assert state.select(advance_round_robin=False).errors == [3, 1]
 
 
 def test_leftover_fraction_is_dropped_when_the_counts_shift(clock: FakeClock) -> None:
     state = _state(clock)
     state.load([8, 0])
     clock.advance(90)  # one shift; the clock restarts here, the 30 s left over are lost
-    assert state.select(advance_round_robin=False)[0] == [4, 0]
+    assert state.select(advance_round_robin=False).errors == [4, 0]
     clock.advance(59)
-    assert state.select(advance_round_robin=False)[0] == [4, 0]
+    assert state.select(advance_round_robin=False).errors == [4, 0]
     clock.advance(1)
-    assert state.select(advance_round_robin=False)[0] == [2, 0]
+    assert state.select(advance_round_robin=False).errors == [2, 0]
 
 
 def test_zero_half_life_clears_at_every_selection(clock: FakeClock) -> None:
     state = _state(clock, half_life=0)
     state.record_error(0)
-    assert state.select(advance_round_robin=False)[0] == [0, 0]
+    assert state.select(advance_round_robin=False).errors == [0, 0]
 
 
 def test_cap(clock: FakeClock) -> None:
@@ -53,7 +52,7 @@ def test_counts_are_a_look_that_does_not_move_the_clock(clock: FakeClock) -> Non
     clock.advance(90)
     assert state.counts()[0].errors == 4
     clock.advance(30)  # 120 s since the real last decrease: two shifts at the next selection
-    assert state.select(advance_round_robin=False)[0] == [2, 0]
+    assert state.select(advance_round_robin=False).errors == [2, 0]
 
 
 def test_recovery_estimate_and_recovered_list(clock: FakeClock) -> None:
@@ -63,22 +62,32 @@ def test_recovery_estimate_and_recovered_list(clock: FakeClock) -> None:
     clock.advance(5)
     assert state.counts()[0].estimated_recovery_time == 15
     clock.advance(15)
-    *_, recovered = state.select(advance_round_robin=False)
-    assert recovered == [0]
+    assert state.select(advance_round_robin=False).recovered == [0]
 
 
 def test_a_backwards_clock_neither_wipes_nor_freezes(clock: FakeClock) -> None:
     state = _state(clock)
     state.load([5, 0])
     clock.advance(-3600)
-    assert state.select(advance_round_robin=False)[0] == [5, 0]
+    assert state.select(advance_round_robin=False).errors == [5, 0]
 
 
 def test_round_robin_counter_advances_only_for_statements(clock: FakeClock) -> None:
     state = ReplicaSetState(2, clock=clock, round_robin_start=41)
-    assert state.select(advance_round_robin=False)[1] == 41
-    assert state.select(advance_round_robin=True)[1] == 41
-    assert state.select(advance_round_robin=True)[1] == 42
+    assert state.select(advance_round_robin=False).round_robin == 41
+    assert state.select(advance_round_robin=True).round_robin == 41
+    assert state.select(advance_round_robin=True).round_robin == 42
+
+
+def test_selection_carries_slowdowns_and_says_when_there_are_none(clock: FakeClock) -> None:
+    state = _state(clock, half_life=10)
+    assert state.select(advance_round_robin=False).slowed is False
+    state.record_slowdown(1)
+    selection = state.select(advance_round_robin=False)
+    assert (selection.slowdowns, selection.slowed) == ([0, 1], True)
+    clock.advance(10)  # one half-life: 1 >> 1 == 0
+    selection = state.select(advance_round_robin=False)
+    assert (selection.slowdowns, selection.slowed) == ([0, 0], False)
 
 
 @pytest.mark.parametrize(("elapsed", "half_life", "shifts"), [(0, 60, 0), (59.9, 60, 0), (60, 60, 1),

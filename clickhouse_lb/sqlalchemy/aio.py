@@ -35,10 +35,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from clickhouse_connect.common import get_setting
 
-from clickhouse_lb.classify import classify
-from clickhouse_lb.config import async_client_option_names, sync_client_option_names
-from clickhouse_lb.errors import AllReplicasUnavailableError, SessionLostError
+from clickhouse_lb.pool_config import async_client_option_names, sync_client_option_names
 
+from ._shared import ENGINE_ARGS, is_replica_failure
 from .url import EngineArgs, engine_args_from_url
 
 try:
@@ -58,9 +57,6 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
 __all__ = ["ClickHouseLBAsyncDialect", "get_async_replica_pool", "pinned_session"]
-
-_ARGS = "clickhouse_lb_engine_args"
-
 
 class ClickHouseLBAsyncDialect(ClickHouseAsyncDialect):
     """The ``clickhousedb+lb_async://`` dialect (see :mod:`clickhouse_lb.sqlalchemy.aio`)."""
@@ -99,13 +95,13 @@ class ClickHouseLBAsyncDialect(ClickHouseAsyncDialect):
             other_client_option_names=sync_client_option_names(),
             scheme="clickhousedb+lb_async",
         )
-        return [], {_ARGS: args}
+        return [], {ENGINE_ARGS: args}
 
     def connect(self, *cargs: Any, **cparams: Any) -> DBAPIConnection:
         """A DB-API connection pinned to the replica the strategy picks now (the next ones in
         plan order while a replica cannot be reached). Runs inside SQLAlchemy's greenlet, on
         the engine's event loop."""
-        args: EngineArgs = cparams.pop(_ARGS)
+        args: EngineArgs = cparams.pop(ENGINE_ARGS)
         pool = self._pool_for(args, cparams)
         session = self._session
         assert session is not None
@@ -148,7 +144,7 @@ class ClickHouseLBAsyncDialect(ClickHouseAsyncDialect):
         """A replica failure means this connection's replica is gone (with its session):
         SQLAlchemy then invalidates the connection instead of returning it to its pool. A
         closed client is one too, as in clickhouse-connect's dialect."""
-        if isinstance(e, (SessionLostError, AllReplicasUnavailableError)) or classify(e).replica:
+        if is_replica_failure(e):
             return True
         return bool(super().is_disconnect(cast(Any, e), connection, cursor))
 

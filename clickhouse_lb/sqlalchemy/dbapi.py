@@ -37,7 +37,7 @@ from clickhouse_connect.driver.exceptions import (
     Warning,  # PEP 249 name: shadows the builtin in this module, as in clickhouse-connect
 )
 
-from clickhouse_lb._client_api import SYNC_METHODS
+from clickhouse_lb._client_api import STATEMENT_METHODS
 from clickhouse_lb.pool import PinnedSession
 
 __all__ = [
@@ -71,7 +71,7 @@ Time = time
 Timestamp = datetime
 Binary = bytes
 
-_STATEMENTS = frozenset((*SYNC_METHODS, "ping"))
+_STATEMENTS = frozenset((*STATEMENT_METHODS, "ping"))
 
 
 class _CursorClient:

@@ -22,12 +22,11 @@ from typing import TYPE_CHECKING, Any, cast
 from clickhouse_connect.cc_sqlalchemy.dialect import ClickHouseDialect
 from clickhouse_connect.common import get_setting
 
-from clickhouse_lb.classify import classify
-from clickhouse_lb.errors import AllReplicasUnavailableError, SessionLostError
 from clickhouse_lb.pool import ReplicaPool
 
 from . import _compat
 from . import dbapi as _dbapi
+from ._shared import ENGINE_ARGS, is_replica_failure
 from .dbapi import PinnedConnection
 from .url import EngineArgs, engine_args_from_url
 
@@ -36,9 +35,6 @@ if TYPE_CHECKING:
     from sqlalchemy.engine.interfaces import ConnectArgsType, DBAPIConnection
 
 __all__ = ["ClickHouseLBDialect", "get_replica_pool"]
-
-_ARGS = "clickhouse_lb_engine_args"
-
 
 class ClickHouseLBDialect(ClickHouseDialect):
     """The ``clickhousedb+lb://`` dialect (see :mod:`clickhouse_lb.sqlalchemy`)."""
@@ -72,12 +68,12 @@ class ClickHouseLBDialect(ClickHouseDialect):
         """Validate the URL (at ``create_engine``, before any I/O): a bad host, port, strategy
         or balancing parameter raises :class:`~clickhouse_lb.errors.ConfigurationError`."""
         args = engine_args_from_url(url, default_session=bool(get_setting("autogenerate_session_id")))
-        return [], {_ARGS: args}
+        return [], {ENGINE_ARGS: args}
 
     def connect(self, *cargs: Any, **cparams: Any) -> DBAPIConnection:
         """A DB-API connection pinned to the replica the strategy picks now (the next ones in
         plan order while a replica cannot be reached)."""
-        args: EngineArgs = cparams.pop(_ARGS)
+        args: EngineArgs = cparams.pop(ENGINE_ARGS)
         pool = self._pool_for(args, cparams)
         assert self._session is not None
         return cast("DBAPIConnection", PinnedConnection(pool.pin(session=self._session)))
@@ -107,9 +103,7 @@ class ClickHouseLBDialect(ClickHouseDialect):
     def is_disconnect(self, e: Exception, connection: Any, cursor: Any) -> bool:
         """A replica failure means this connection's replica is gone (with its session):
         SQLAlchemy then invalidates the connection instead of returning it to its pool."""
-        if isinstance(e, (SessionLostError, AllReplicasUnavailableError)):
-            return True
-        return classify(e).replica
+        return is_replica_failure(e)
 
 
 def get_replica_pool(engine: Engine) -> ReplicaPool:

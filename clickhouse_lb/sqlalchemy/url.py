@@ -4,7 +4,7 @@ The URL is read through SQLAlchemy's own :class:`~sqlalchemy.engine.URL` (user a
 come decoded, the database too, decoded here where SQLAlchemy < 2.1 does not; repeated query
 parameters come as tuples); the replicas, balancing settings and client options are then
 validated by the same code as ``get_pool``
-(:func:`clickhouse_lb.config.resolve_pool_config`), so the dialect accepts the same names and
+(:func:`clickhouse_lb.pool_config.resolve_pool_config`), so the dialect accepts the same names and
 fails the same way. Accepted forms::
 
     clickhousedb+lb://user:pw@/db?host=ch-1:8123&host=ch-2:8123      repeated host=
@@ -31,15 +31,11 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
-from clickhouse_lb.config import PoolConfig, resolve_pool_config, sync_client_option_names
+from clickhouse_lb._values import as_bool, parse_priorities
 from clickhouse_lb.errors import ConfigurationError
-from clickhouse_lb.settings import (
-    BALANCING_SETTING_NAMES,
-    DEFAULT_HTTP_PORT,
-    DEFAULT_HTTPS_PORT,
-    Replica,
-    parse_replicas,
-)
+from clickhouse_lb.pool_config import PoolConfig, resolve_pool_config, sync_client_option_names
+from clickhouse_lb.replicas import DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, Replica, parse_replicas
+from clickhouse_lb.settings import BALANCING_SETTING_NAMES
 
 from ._compat import url_database
 
@@ -54,8 +50,6 @@ _BALANCING_PREFIXES = ("load_balancing", "distributed_replica_", "connections_wi
 _SERVER_LOOKALIKES = frozenset({"connect_timeout_with_failover_secure_ms"})
 # Options a pinned connection decides for itself.
 _REFUSED = ("session_id", "dsn", "generic_args")
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
 
 
 @dataclass(frozen=True)
@@ -84,7 +78,7 @@ class EngineArgs:
             if name in BALANCING_SETTING_NAMES:
                 balancing[name] = value
             elif name == "autogenerate_session_id":
-                session = _as_bool(name, value)
+                session = as_bool(name, value)
             elif name == "settings" and isinstance(value, Mapping):
                 options["settings"] = {**(options.get("settings") or {}), **value}
             else:
@@ -104,15 +98,6 @@ def _single(query: Mapping[str, str | tuple[str, ...]], name: str) -> str | None
     if len(values) > 1:
         raise ConfigurationError(f"URL parameter {name!r} is given {len(values)} times ({values}): give it once")
     return values[0] if values else None
-
-
-def _as_bool(name: str, value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE or text in _FALSE:
-        return text in _TRUE
-    raise ConfigurationError(f"Bad {name} {value!r}: expected true or false")
 
 
 def _check_not_a_typo(name: str) -> None:
@@ -143,20 +128,6 @@ def _authority_hosts(url: URL) -> list[str]:
     if url.port is None:
         return hosts
     return [f"[{h}]:{url.port}" if ":" in h else f"{h}:{url.port}" for h in hosts]
-
-
-def _priorities(text: str | None) -> list[int] | None:
-    if text is None:
-        return None
-    priorities = []
-    for item in text.split(","):
-        try:
-            priorities.append(int(item.strip()))
-        except ValueError:
-            raise ConfigurationError(
-                f"Bad priority {item.strip()!r} in priority={text!r}: expected integers, one per host"
-            ) from None
-    return priorities
 
 
 def _resolve(
@@ -211,16 +182,17 @@ def engine_args_from_url(
     for name in ("secure", "https"):
         value = _single(query, name)
         if value is not None:
-            secure = secure or _as_bool(name, value)
+            secure = secure or as_bool(name, value)
     interface = _single(query, "interface")
     if interface is not None and interface.strip().lower() == "https":
         secure = True
     session_text = _single(query, "autogenerate_session_id")
-    session = default_session if session_text is None else _as_bool("autogenerate_session_id", session_text)
+    session = default_session if session_text is None else as_bool("autogenerate_session_id", session_text)
+    priority = _single(query, "priority")
     replicas = parse_replicas(
         hosts,
         default_port=DEFAULT_HTTPS_PORT if secure else DEFAULT_HTTP_PORT,
-        priorities=_priorities(_single(query, "priority")),
+        priorities=None if priority is None else parse_priorities(priority),
     )
 
     balancing: dict[str, Any] = {}

@@ -1,4 +1,8 @@
-"""From what the user wrote (keywords, a DSN) to one validated pool configuration.
+"""A pool's whole configuration: from what the user wrote (keywords, a DSN) to one validated
+:class:`PoolConfig` (replicas + balancing settings + every replica's client options).
+
+:mod:`clickhouse_lb.settings` holds the balancing settings alone; :mod:`clickhouse_lb.replicas`
+the replica list; this module puts them together with the clickhouse-connect options.
 
 Shared by :func:`clickhouse_lb.get_pool`, :func:`clickhouse_lb.get_async_pool` and the
 SQLAlchemy dialect, so that all three accept the same names and fail the same way.
@@ -12,18 +16,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ._redact import mask_options
 from .errors import ConfigurationError
-from .settings import (
-    BALANCING_SETTING_NAMES,
-    BalancingSettings,
-    Replica,
-    parse_balancing_settings,
-    parse_dsn,
-    parse_replicas,
-    unknown_name_error,
-)
+from .replicas import DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, Replica, parse_dsn, parse_replicas
+from .settings import BALANCING_SETTING_NAMES, BalancingSettings, parse_balancing_settings, unknown_name_error
 
-__all__ = ["PoolConfig", "async_client_option_names", "resolve_pool_config", "sync_client_option_names"]
+__all__ = [
+    "PoolConfig",
+    "async_client_option_names",
+    "balancing_arguments",
+    "resolve_pool_config",
+    "sync_client_option_names",
+]
 
 #: Options the pool decides per replica; a user may not pass them through.
 _POOL_OWNED = {
@@ -33,9 +37,6 @@ _POOL_OWNED = {
     "generic_args": "pass options by name",
     "session_id": "use `with pool.session() as client:` for a session pinned to one replica",
 }
-
-
-_SECRET_OPTIONS = frozenset({"password", "access_token", "token_provider", "client_cert_key", "headers"})
 
 
 def _parameter_names(*callables: Any) -> frozenset[str]:
@@ -85,7 +86,7 @@ class PoolConfig:
     client_options: dict[str, Any]
 
     def __repr__(self) -> str:
-        shown = {k: ("***" if k in _SECRET_OPTIONS and v else v) for k, v in self.client_options.items()}
+        shown = mask_options(self.client_options)
         return f"PoolConfig(replicas={self.replicas!r}, settings={self.settings!r}, client_options={shown!r})"
 
     @property
@@ -95,6 +96,13 @@ class PoolConfig:
         if len(self.replicas) > 1:
             return self.settings.connect_timeout_with_failover_ms / 1000.0
         return None
+
+
+def balancing_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The balancing settings among a factory's arguments (``get_pool``'s ``locals()``): both
+    factories spell every setting out as a keyword, for ``help()`` and type checkers, and
+    hand them on through here."""
+    return {name: arguments[name] for name in BALANCING_SETTING_NAMES if name in arguments}
 
 
 def resolve_pool_config(
@@ -139,7 +147,7 @@ def resolve_pool_config(
         given = merged_balancing
     if hosts is not None:
         secure = bool(options.get("secure")) or str(options.get("interface", "")).lower() == "https"
-        replicas = parse_replicas(hosts, default_port=8443 if secure else 8123)
+        replicas = parse_replicas(hosts, default_port=DEFAULT_HTTPS_PORT if secure else DEFAULT_HTTP_PORT)
     if not replicas:
         raise ConfigurationError(
             "No replicas given: pass hosts=['ch-1:8123', 'ch-2:8123'] or dsn='clickhouse://ch-1:8123,ch-2:8123/db'"

@@ -1,4 +1,4 @@
-"""What the pool needs to know about one Client call before it runs it (pure, no I/O).
+"""One statement as the pool sees it before running it (pure, no I/O).
 
 Which statement it carries (to tell reads from writes), which balancing settings it gives
 for itself (``settings={"load_balancing": ...}``, taken out before the call reaches the
@@ -9,19 +9,33 @@ Shared by the sync and async pools: their Client method signatures agree on thes
 from __future__ import annotations
 
 import inspect
+import re
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .failover import is_read_only
 from .settings import NO_OVERRIDES, StatementOverrides, split_statement_settings
 
-__all__ = ["INSERT_METHODS", "PreparedCall", "prepare_call", "settings_positions"]
+__all__ = ["INSERT_METHODS", "PreparedCall", "is_read_only", "prepare_call", "settings_positions"]
 
 #: Methods that write rows: a deduplication token makes them retryable after sending.
 INSERT_METHODS = frozenset({"insert", "insert_df", "insert_arrow", "insert_df_arrow", "raw_insert", "data_insert"})
 _TOKEN = "insert_deduplication_token"
+_LEADING_NOISE = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|#[^\n]*(?:\n|$)|/\*.*?\*/|\()*", re.DOTALL)
+_READ_KEYWORDS = frozenset({"SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXISTS", "EXPLAIN", "VALUES"})
+
+
+def is_read_only(sql: str | bytes | None) -> bool:
+    """Whether a statement only reads (so repeating it elsewhere is harmless)."""
+    if sql is None:
+        return False
+    if isinstance(sql, (bytes, bytearray)):
+        sql = bytes(sql[:4096]).decode("utf-8", "replace")
+    start = _LEADING_NOISE.match(sql)
+    rest = sql[start.end() if start else 0 :]
+    word = rest[:8].split(None, 1)[0] if rest.strip() else ""
+    return re.sub(r"[^A-Za-z].*", "", word).upper() in _READ_KEYWORDS
 
 
 def settings_positions(client_class: type, methods: list[str]) -> dict[str, int | None]:
@@ -67,8 +81,11 @@ def prepare_call(
     new_token: Callable[[], str] = lambda: uuid.uuid4().hex,
 ) -> PreparedCall:
     in_kwargs = "settings" in kwargs
-    positional = settings_position is not None and len(args) > settings_position
-    settings = kwargs["settings"] if in_kwargs else args[settings_position] if positional else None  # type: ignore[index]
+    # Where ``settings`` was given positionally (None: by keyword, or not at all).
+    at = settings_position
+    if at is None or len(args) <= at or in_kwargs:
+        at = None
+    settings = kwargs["settings"] if in_kwargs else args[at] if at is not None else None
     overrides, rest = split_statement_settings(settings) if settings else (NO_OVERRIDES, settings)
     if method in INSERT_METHODS:
         context = kwargs.get("context") or (args[0] if method == "data_insert" and args else None)
@@ -82,8 +99,8 @@ def prepare_call(
     else:
         retry_after_send = is_read_only(_statement_text(args, kwargs)) or bool(rest and _TOKEN in rest)
     if rest is not settings:
-        if positional and not in_kwargs:
-            args = (*args[:settings_position], rest, *args[settings_position + 1 :])  # type: ignore[operator]
+        if at is not None:
+            args = (*args[:at], rest, *args[at + 1 :])
         else:
             kwargs = {**kwargs, "settings": rest}
     return PreparedCall(args, kwargs, overrides, retry_after_send)
