@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .attempt_settings import NO_STATEMENT_SETTINGS, StatementAttemptSettings, split_statement_attempt_settings
 from .settings import NO_OVERRIDES, StatementOverrides, split_statement_settings
 
 __all__ = ["INSERT_METHODS", "PreparedCall", "is_read_only", "prepare_call", "settings_positions"]
@@ -59,6 +60,24 @@ class PreparedCall:
     kwargs: dict[str, Any]
     overrides: StatementOverrides
     retry_after_send: bool
+    #: The statement only reads (it may be hedged).
+    read_only: bool = False
+    #: Its own timeouts / hedging, from its ``settings=``.
+    attempt_settings: StatementAttemptSettings = NO_STATEMENT_SETTINGS
+    #: The ``query_id`` it gave in its settings, if any.
+    query_id: str | None = None
+    settings_position: int | None = None
+
+    def with_query_id(self, query_id: str | None) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The call's arguments with ``query_id`` among its settings (None: unchanged)."""
+        if query_id is None or query_id == self.query_id:
+            return self.args, self.kwargs
+        position = self.settings_position
+        args, kwargs = self.args, self.kwargs
+        if position is not None and len(args) > position and "settings" not in kwargs:
+            settings = {**(args[position] or {}), "query_id": query_id}
+            return (*args[:position], settings, *args[position + 1 :]), kwargs
+        return args, {**kwargs, "settings": {**(kwargs.get("settings") or {}), "query_id": query_id}}
 
 
 def _statement_text(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
@@ -87,6 +106,8 @@ def prepare_call(
         at = None
     settings = kwargs["settings"] if in_kwargs else args[at] if at is not None else None
     overrides, rest = split_statement_settings(settings) if settings else (NO_OVERRIDES, settings)
+    attempt_settings, rest = split_statement_attempt_settings(rest) if rest else (NO_STATEMENT_SETTINGS, rest)
+    read_only = False
     if method in INSERT_METHODS:
         context = kwargs.get("context") or (args[0] if method == "data_insert" and args else None)
         if context is not None and not isinstance(context, (str, bytes)):
@@ -97,10 +118,15 @@ def prepare_call(
                 rest = {**(rest or {}), _TOKEN: new_token()}
             retry_after_send = bool(rest and _TOKEN in rest)
     else:
-        retry_after_send = is_read_only(_statement_text(args, kwargs)) or bool(rest and _TOKEN in rest)
+        read_only = is_read_only(_statement_text(args, kwargs))
+        retry_after_send = read_only or bool(rest and _TOKEN in rest)
     if rest is not settings:
         if at is not None:
             args = (*args[:at], rest, *args[at + 1 :])
         else:
             kwargs = {**kwargs, "settings": rest}
-    return PreparedCall(args, kwargs, overrides, retry_after_send)
+    query_id = rest.get("query_id") if rest else None
+    return PreparedCall(
+        args, kwargs, overrides, retry_after_send, read_only, attempt_settings,
+        str(query_id) if query_id is not None else None, settings_position,
+    )

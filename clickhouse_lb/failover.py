@@ -9,9 +9,12 @@ The attempts walk the plan in passes (r1, r2, r3, r1, r2, r3, ...), each replica
   statements already route away), then the next attempt starts, unless the statement is
   not safe to repeat: a write whose request may have reached the server is retried only
   when it carries an ``insert_deduplication_token``;
-* when no attempt is left, or the total ``failover_timeout`` ran out, one
-  :class:`~clickhouse_lb.errors.AllReplicasUnavailableError` lists every replica with its
-  last failure.
+* when no attempt is left, one :class:`~clickhouse_lb.errors.AllReplicasUnavailableError`
+  lists every replica with its last failure; when the statement's ``failover_timeout`` ran
+  out, its subclass :class:`~clickhouse_lb.errors.StatementTimeoutError` does.
+
+The deadline holds: each attempt runs through :mod:`clickhouse_lb.race`, which stops waiting
+for it at the deadline (and closes its connection), and the backoff is cut to it.
 
 Between replicas there is no pause; between passes an optional exponential backoff with
 full jitter (``failover_backoff_ms``).
@@ -28,8 +31,10 @@ from tenacity import AsyncRetrying, RetryCallState, RetryError, Retrying
 
 from .balancer import Balancer
 from .classify import Failure
-from .errors import AllReplicasUnavailableError, AttemptFailure
+from .deadline import Deadline
+from .errors import AllReplicasUnavailableError, AttemptFailure, StatementTimeoutError
 from .events import FailoverEvent, logger
+from .race import RaceFailure
 
 __all__ = ["StatementAttempts", "async_policy", "run_async", "run_sync", "sync_policy"]
 
@@ -41,7 +46,7 @@ _MAX_BACKOFF_SECONDS = 10.0
 class StatementAttempts:
     """The failover state of one statement: its schedule, its failures, its decisions."""
 
-    __slots__ = ("_balancer", "failures", "operation", "retry_after_send", "schedule", "size", "started")
+    __slots__ = ("_balancer", "deadline", "failures", "operation", "retry_after_send", "schedule", "size", "started")
 
     def __init__(
         self,
@@ -59,6 +64,7 @@ class StatementAttempts:
         self.retry_after_send = retry_after_send
         self.failures: list[tuple[int, Failure]] = []
         self.started = time.monotonic()
+        self.deadline = Deadline(balancer.settings.failover_timeout)
 
     def begin(self) -> int:
         """The replica index for the next attempt (every earlier attempt failed)."""
@@ -81,6 +87,8 @@ class StatementAttempts:
         index, failure = self.failures[-1]
         if not failure.replica:
             return False
+        if self.out_of_time():
+            return True  # on to the stop: the statement ends with StatementTimeoutError
         if failure.sent and not self.retry_after_send:
             logger.warning(
                 "%s on %s failed after the request was sent (%s); not retried: the write may "
@@ -119,15 +127,21 @@ class StatementAttempts:
             return 0.0
         pass_number = done // self.size
         ceiling = min(_MAX_BACKOFF_SECONDS, base_ms / 1000.0 * 2 ** (pass_number - 1))
-        return random.uniform(0.0, ceiling)
+        return self.deadline.cut_sleep(random.uniform(0.0, ceiling))
 
     def remaining(self) -> int:
         return len(self.schedule) - len(self.failures)
 
     def out_of_time(self) -> bool:
         """Past the statement's ``failover_timeout`` (counted from its first attempt)."""
-        timeout = self._balancer.settings.failover_timeout
-        return timeout is not None and time.monotonic() >= self.started + timeout
+        return self.deadline.expired
+
+    def hedge_candidate(self, running: set[int]) -> int | None:
+        """The replica a hedged read goes to: the next one of the schedule not already running."""
+        for index in self.schedule[len(self.failures) + 1 :]:
+            if index not in running:
+                return index
+        return None
 
     def exhausted(self) -> AllReplicasUnavailableError:
         """The error for a statement whose every attempt failed on a replica."""
@@ -138,6 +152,12 @@ class StatementAttempts:
             last[addresses[index]] = failure.reason
             attempts.append(AttemptFailure(addresses[index], number, failure.reason))
         logger.error("%s failed on every replica: %s", self.operation, "; ".join(map(str, attempts[-self.size :])))
+        if self.deadline.seconds is not None and self.out_of_time():
+            sent = any(failure.sent for _, failure in self.failures)
+            return StatementTimeoutError(
+                attempts, last, timeout=self.deadline.seconds,
+                may_have_been_applied=sent and not self.retry_after_send,
+            )
         return AllReplicasUnavailableError(attempts, last)
 
 
@@ -190,8 +210,16 @@ def _first_attempt_failed(attempts: StatementAttempts, index: int, exc: Exceptio
     attempts.failed(index, exc)
     if not attempts.should_retry(exc):
         raise exc
-    if attempts.remaining() == 0:
+    if attempts.remaining() == 0 or attempts.out_of_time():
         raise attempts.exhausted() from exc
+
+
+def _unwrap(index: int, exc: Exception) -> tuple[int, Exception]:
+    """An attempt run through :mod:`clickhouse_lb.race` names the replica its last run failed
+    on (a hedge may have run elsewhere)."""
+    if isinstance(exc, RaceFailure) and isinstance(exc.error, Exception):
+        return exc.index, exc.error
+    return index, exc
 
 
 def _attempt(attempts: StatementAttempts, call: Callable[[int], T]) -> T:
@@ -199,10 +227,14 @@ def _attempt(attempts: StatementAttempts, call: Callable[[int], T]) -> T:
     try:
         result = call(index)
     except Exception as exc:
-        attempts.failed(index, exc)
-        raise
-    attempts.succeeded(index)
-    return result
+        failed_on, error = _unwrap(index, exc)
+        attempts.failed(failed_on, error)
+        if error is exc:
+            raise
+    else:
+        attempts.succeeded(index)
+        return result
+    raise error  # outside the handler: the race's wrapper is not chained to it
 
 
 async def _async_attempt(attempts: StatementAttempts, call: Callable[[int], Awaitable[T]]) -> T:
@@ -210,10 +242,14 @@ async def _async_attempt(attempts: StatementAttempts, call: Callable[[int], Awai
     try:
         result = await call(index)
     except Exception as exc:
-        attempts.failed(index, exc)
-        raise
-    attempts.succeeded(index)
-    return result
+        failed_on, error = _unwrap(index, exc)
+        attempts.failed(failed_on, error)
+        if error is exc:
+            raise
+    else:
+        attempts.succeeded(index)
+        return result
+    raise error  # outside the handler: the race's wrapper is not chained to it
 
 
 def run_sync(attempts: StatementAttempts, call: Callable[[int], T], policy: Retrying = _SYNC_POLICY) -> T:
@@ -226,10 +262,17 @@ def run_sync(attempts: StatementAttempts, call: Callable[[int], T], policy: Retr
     try:
         result = call(index)
     except Exception as exc:
-        _first_attempt_failed(attempts, index, exc)
+        failed_on, unwrapped = _unwrap(index, exc)
+        wrapped: Exception | None = None
+        if unwrapped is exc:
+            _first_attempt_failed(attempts, failed_on, exc)
+        else:
+            wrapped = unwrapped
     else:
         attempts.succeeded(index)
         return result
+    if wrapped is not None:  # decided outside the handler: not chained to the race's wrapper
+        _first_attempt_failed(attempts, failed_on, wrapped)
     try:
         retried: T = policy.copy()(_attempt, attempts, call)
         return retried
@@ -246,10 +289,17 @@ async def run_async(
     try:
         result = await call(index)
     except Exception as exc:
-        _first_attempt_failed(attempts, index, exc)
+        failed_on, unwrapped = _unwrap(index, exc)
+        wrapped: Exception | None = None
+        if unwrapped is exc:
+            _first_attempt_failed(attempts, failed_on, exc)
+        else:
+            wrapped = unwrapped
     else:
         attempts.succeeded(index)
         return result
+    if wrapped is not None:  # decided outside the handler: not chained to the race's wrapper
+        _first_attempt_failed(attempts, failed_on, wrapped)
     try:
         retried: T = await policy.copy()(_async_attempt, attempts, call)
         return retried

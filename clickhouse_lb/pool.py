@@ -20,10 +20,13 @@ from typing import Any
 
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
+from urllib3 import Timeout
 
 from ._client_api import STATEMENT_METHODS, SyncClientAPI
-from ._pool_base import ClientSlot, PinnedBase, PoolBase, client_options_for, pin_options
+from ._drive_sync import SyncDriver
+from ._pool_base import ClientSlot, PinnedBase, PoolBase, client_options_for, kill_query_sql, pin_options
 from ._statements import settings_positions
+from ._transport import current_attempt, quiet_transport, set_client_timeouts, tracking_pool_manager
 from .balancer import Balancer
 from .events import Listener, logger
 from .failover import run_sync, sync_policy
@@ -36,21 +39,6 @@ __all__ = ["PinnedSession", "ReplicaPool", "get_pool"]
 ClientFactory = Callable[..., Client]
 
 _SETTINGS_POSITION = settings_positions(Client, list(STATEMENT_METHODS))
-
-
-def set_connect_timeout(client: Any, seconds: float | None) -> None:
-    """Give a sync client a sub-second connect timeout (its constructor takes whole seconds).
-    Uses clickhouse-connect's transport object when it has one; otherwise keeps the rounded value."""
-    backend = getattr(client, "_backend", None)
-    current = getattr(backend, "timeout", None)
-    if seconds is None or current is None:
-        return
-    try:
-        from urllib3 import Timeout
-
-        backend.timeout = Timeout(connect=seconds, read=current.read_timeout)  # type: ignore[union-attr]
-    except Exception:  # pragma: no cover - an older or newer transport layout
-        logger.debug("could not set a %.3fs connect timeout; keeping the client's", seconds)
 
 
 def _close_quietly(client: Client) -> None:
@@ -89,14 +77,21 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         super().__init__(config, listeners=listeners, balancer=balancer)
         self._factory: ClientFactory = client_factory or clickhouse_connect.get_client
         self._options = client_options_for(config, whole_seconds=True)
+        # Connections an abandoned attempt can be cut off on (where the pool can build the
+        # transport clickhouse-connect would; see clickhouse_lb._transport). Not for a client
+        # factory of the caller's own: its clients may not take a pool manager.
+        self._manager = tracking_pool_manager(self._options) if client_factory is None else None
+        if self._manager is not None:
+            self._options["pool_mgr"] = self._manager
         self._clients = [_Slot() for _ in config.replicas]
         self._policy = sync_policy()
+        self._driver = SyncDriver()
 
     # -- clients ---------------------------------------------------------------------------
 
     def _new_client(self, index: int, **extra: Any) -> Client:
         client = self._factory(**self._client_arguments(index, self._options, extra))
-        set_connect_timeout(client, self.config.connect_timeout_seconds)
+        set_client_timeouts(client, self.config.attempts.timeouts)
         return client
 
     def _client(self, index: int) -> Client:
@@ -110,8 +105,14 @@ class ReplicaPool(SyncClientAPI, PoolBase):
             if slot.client is not None:
                 return slot.client
             slot.raise_shared_failure(seen)
-            with slot.creating(self._balancer.addresses[index]):
-                client = self._new_client(index, autogenerate_session_id=False)
+            try:
+                with slot.creating(self._balancer.addresses[index]):
+                    client = self._new_client(index, autogenerate_session_id=False)
+            except Exception:
+                attempt = current_attempt()
+                if attempt is not None and attempt.abandoned:
+                    slot.failure = None  # broken off on purpose: nothing for the waiters to share
+                raise
             if self._closed:  # closed while the client was being created
                 _close_quietly(client)
                 raise self._closed_error()
@@ -129,11 +130,41 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         call = self._prepare(method, args, kwargs)
         order = self._balancer.plan_indices(call.overrides)
         attempts = self._attempts(method, order, retry_after_send=call.retry_after_send)
+        plan = self._statement_plan(attempts, call)
+
+        def run(index: int, query_id: str | None) -> Any:
+            args, kwargs = call.with_query_id(query_id)
+            return getattr(self._client(index), method)(*args, **kwargs)
 
         def attempt(index: int) -> Any:
-            return getattr(self._client(index), method)(*call.args, **call.kwargs)
+            winner, result = self._driver.run(plan.spec(index), run, self._replica_alive, self._kill_query)
+            if winner != index:  # a hedge answered first
+                self._balancer.record_success(winner)
+            return result
 
         return run_sync(attempts, attempt, self._policy)
+
+    def _replica_alive(self, index: int, timeout: float) -> bool:
+        """A liveness check: ``/ping`` on a separate connection, within ``timeout`` seconds."""
+        if self._manager is not None:
+            try:
+                response = self._manager.request(
+                    "GET", self._ping_url(index), timeout=Timeout(total=timeout), retries=False
+                )
+            except Exception:
+                return False
+            return response.status == 200
+        client = self._clients[index].client
+        if client is None:
+            return True  # nothing to ask it with: leave the attempt to its timeouts
+        try:
+            return bool(client.ping(timeout))
+        except Exception:
+            return False
+
+    def _kill_query(self, index: int, query_id: str) -> None:
+        with quiet_transport():
+            self._client(index).command(kill_query_sql(query_id))
 
     def ping(self, timeout: float | None = None) -> bool:
         """True when some replica answers ``/ping`` (tried in plan order); each replica that
@@ -188,6 +219,9 @@ class ReplicaPool(SyncClientAPI, PoolBase):
                 client, slot.client = slot.client, None
             if client is not None:
                 _close_quietly(client)
+        self._driver.close()
+        if self._manager is not None:
+            self._manager.clear()
 
     def __enter__(self) -> ReplicaPool:
         return self
@@ -244,6 +278,11 @@ def get_pool(
     failover_backoff_ms: int | None = None,
     failover_timeout: float | None = None,
     auto_insert_deduplication_token: bool | None = None,
+    use_hedged_requests: bool | int | None = None,
+    receive_data_timeout_ms: float | str | None = None,
+    liveness_check_after_ms: float | None = None,
+    liveness_ping_timeout_ms: float | None = None,
+    liveness_check_interval_ms: float | None = None,
     listeners: Iterable[Listener] = (),
     **client_options: Any,
 ) -> ReplicaPool:
@@ -259,6 +298,13 @@ def get_pool(
     (pause before each new pass), ``failover_timeout=None`` (total seconds per statement),
     ``auto_insert_deduplication_token=True``. A value left as ``None`` comes from the DSN, or
     is the default.
+
+    Hung and slow replicas (see :mod:`clickhouse_lb.attempt_settings`): ``failover_timeout``
+    is a real deadline; ``send_receive_timeout``, ``receive_timeout`` and ``send_timeout`` take
+    fractional seconds; liveness-checked waits (``liveness_check_after_ms=200``,
+    ``liveness_ping_timeout_ms=200``, ``liveness_check_interval_ms=1000``) abandon an attempt on
+    a replica that stopped answering ``/ping``; ``use_hedged_requests=0`` and
+    ``receive_data_timeout_ms="auto"`` for hedged reads.
 
     Every other keyword (``username``, ``password``, ``database``, ``secure``, ``compress``,
     ``send_receive_timeout``, ``settings``, ...) goes to each replica's

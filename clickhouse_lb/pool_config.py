@@ -11,12 +11,12 @@ SQLAlchemy dialect, so that all three accept the same names and fail the same wa
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ._redact import mask_options
+from .attempt_settings import ATTEMPT_SETTING_NAMES, CLIENT_TIMEOUT_OPTIONS, AttemptSettings, parse_attempt_settings
 from .errors import ConfigurationError
 from .replicas import DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, Replica, parse_dsn, parse_replicas
 from .settings import BALANCING_SETTING_NAMES, BalancingSettings, parse_balancing_settings, unknown_name_error
@@ -84,18 +84,27 @@ class PoolConfig:
     replicas: list[Replica]
     settings: BalancingSettings
     client_options: dict[str, Any]
+    #: How attempts wait (timeouts, liveness, hedging): derived from the settings and the
+    #: timeout options, which are then taken out of ``client_options`` (the pool gives each
+    #: client its own, exact values).
+    attempts: AttemptSettings = field(init=False)
+
+    def __post_init__(self) -> None:
+        attempts, rest = parse_attempt_settings(
+            {name: getattr(self.settings, name) for name in ATTEMPT_SETTING_NAMES},
+            self.client_options,
+            connect_timeout_with_failover_ms=self.settings.connect_timeout_with_failover_ms,
+            replicas=len(self.replicas),
+        )
+        object.__setattr__(self, "attempts", attempts)
+        object.__setattr__(self, "client_options", rest)
 
     def __repr__(self) -> str:
         shown = mask_options(self.client_options)
-        return f"PoolConfig(replicas={self.replicas!r}, settings={self.settings!r}, client_options={shown!r})"
-
-    @property
-    def connect_timeout_seconds(self) -> float | None:
-        """The connect timeout of each attempt: ``connect_timeout_with_failover_ms`` when other
-        replicas remain, as on the server; a single-replica pool keeps ``connect_timeout``."""
-        if len(self.replicas) > 1:
-            return self.settings.connect_timeout_with_failover_ms / 1000.0
-        return None
+        return (
+            f"PoolConfig(replicas={self.replicas!r}, settings={self.settings!r}, client_options={shown!r}, "
+            f"attempts={self.attempts!r})"
+        )
 
 
 def balancing_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
@@ -118,9 +127,9 @@ def resolve_pool_config(
     for name in options:
         if name in _POOL_OWNED:
             raise ConfigurationError(f"Option {name!r} is not accepted by a pool: {_POOL_OWNED[name]}")
-        if name not in valid_client_options:
+        if name not in valid_client_options and name not in CLIENT_TIMEOUT_OPTIONS:
             raise unknown_name_error(
-                "option", name, set(valid_client_options) | set(BALANCING_SETTING_NAMES)
+                "option", name, set(valid_client_options) | set(BALANCING_SETTING_NAMES) | set(CLIENT_TIMEOUT_OPTIONS)
             )
     given = {name: value for name, value in balancing.items() if value is not None}
     replicas: list[Replica] = []
@@ -138,7 +147,7 @@ def resolve_pool_config(
         for name, value in parts.options.items():
             if name in _POOL_OWNED:
                 raise ConfigurationError(f"DSN option {name!r} is not accepted by a pool: {_POOL_OWNED[name]}")
-            if name in valid_client_options:
+            if name in valid_client_options or name in CLIENT_TIMEOUT_OPTIONS:
                 options.setdefault(name, value)
             else:
                 server_settings.setdefault(name, value)  # like clickhouse-connect: a server setting
@@ -154,8 +163,3 @@ def resolve_pool_config(
         )
     settings = parse_balancing_settings(given)
     return PoolConfig(replicas, settings, options)
-
-
-def connect_timeout_argument(seconds: float) -> int:
-    """clickhouse-connect's sync client takes whole seconds at construction."""
-    return max(1, math.ceil(seconds))

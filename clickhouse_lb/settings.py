@@ -16,6 +16,7 @@ from enum import Enum
 from typing import Any
 
 from ._values import as_bool, as_int, as_seconds
+from .attempt_settings import ATTEMPT_SETTING_NAMES, normalize_attempt_setting
 from .errors import ConfigurationError
 
 __all__ = [
@@ -73,8 +74,8 @@ _HOSTNAME_STRATEGIES = frozenset(
 @dataclass(frozen=True)
 class BalancingSettings:
     """How a pool orders, counts and fails over. Names and defaults are ClickHouse's
-    (src/Core/Settings.cpp), except the three ``failover_*``/``auto_*`` options, which the
-    server has no equivalent for."""
+    (src/Core/Settings.cpp), except the three ``failover_*``/``auto_*`` options and the
+    ``liveness_*`` ones, which the server has no equivalent for."""
 
     load_balancing: LoadBalancing = LoadBalancing.RANDOM
     load_balancing_first_offset: int = 0
@@ -90,6 +91,15 @@ class BalancingSettings:
     failover_timeout: float | None = None
     #: Add a stable ``insert_deduplication_token`` to inserts so that they can be retried safely.
     auto_insert_deduplication_token: bool = True
+    #: Hedged reads (ClickHouse's name; off in the pool, see clickhouse_lb.hedging).
+    use_hedged_requests: bool = False
+    #: Hedge a read not answered within this many milliseconds, or "auto" (adaptive).
+    receive_data_timeout_ms: float | str = "auto"
+    #: Liveness-checked waits (clickhouse_lb.watch): ping a replica whose answer is this late
+    #: (0: off), how long the ping may take, how often to ping again while it keeps working.
+    liveness_check_after_ms: float = 200
+    liveness_ping_timeout_ms: float = 200
+    liveness_check_interval_ms: float = 1000
 
 
 BALANCING_SETTING_NAMES: tuple[str, ...] = tuple(f.name for f in fields(BalancingSettings))
@@ -130,6 +140,8 @@ def parse_balancing_settings(values: Mapping[str, Any]) -> BalancingSettings:
             parsed[name] = as_seconds(name, value, allow_none=True)
         elif name == "auto_insert_deduplication_token":
             parsed[name] = as_bool(name, value)
+        elif name in ATTEMPT_SETTING_NAMES:
+            parsed[name] = normalize_attempt_setting(name, value)
         else:
             parsed[name] = as_int(name, value, minimum=_INT_SETTINGS[name])
     return BalancingSettings(**parsed)

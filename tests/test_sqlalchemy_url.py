@@ -187,7 +187,8 @@ def test_client_options_and_server_settings_are_split_like_clickhouse_connect() 
     )
     options = got.config.client_options
     assert options["compress"] == "false"
-    assert options["send_receive_timeout"] == "30"
+    assert "send_receive_timeout" not in options  # the pool's: it gives each client the exact value
+    assert got.config.attempts.timeouts.receive == 30.0
     assert options["settings"] == {
         "max_execution_time": "5",
         # ch_ sends a name the dialect owns to the server (its own load_balancing, query priority)
@@ -223,7 +224,7 @@ def test_connect_args_merge_into_the_url() -> None:
     )
     assert merged.config.settings.load_balancing is LoadBalancing.IN_ORDER
     assert merged.config.settings.distributed_replica_error_cap == 7
-    assert merged.config.client_options["send_receive_timeout"] == 10
+    assert merged.config.attempts.timeouts.receive == 10.0
     assert merged.config.client_options["settings"] == {"max_threads": "2", "readonly": 1}
     assert merged.session is False
     assert got.with_connect_args({}) is got
