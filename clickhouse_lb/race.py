@@ -129,6 +129,7 @@ def run_attempt(spec: AttemptSpec) -> Generator[Command, Any, tuple[int, Any]]:
         return AttemptAbandonedError(spec.address(run.index), kind, detail, write=spec.write)
 
     yield from launch(spec.first)
+    planned = clock()  # when the current wake-up was due (to tell a stalled process)
     while True:
         for run in list(runs):
             if not run.handle.done():
@@ -149,6 +150,7 @@ def run_attempt(spec: AttemptSpec) -> Generator[Command, Any, tuple[int, Any]]:
         wakes = [(run, *run.watch.next_wake(now)) for run in runs]
         run, wake, delay = min(wakes, key=lambda w: w[2])
         if delay > 0:
+            planned = now + delay
             yield Wait([r.handle for r in runs], delay)
             continue
         if wake is Wake.DEADLINE:
@@ -164,8 +166,14 @@ def run_attempt(spec: AttemptSpec) -> Generator[Command, Any, tuple[int, Any]]:
                 yield from launch(index, hedge=True)
             continue
         if wake is Wake.CHECK:
-            alive = yield Ping(run.index, run.watch.ping_timeout(now))
-            if not run.watch.checked(bool(alive), clock()):
+            timeout = run.watch.ping_timeout(now)
+            alive = yield Ping(run.index, timeout)
+            pinged = clock()
+            # Woke up late, or the ping's timeout fired late: this process stalled, not the replica.
+            tolerance = run.watch.liveness.stall_tolerance
+            stalled = now - planned > tolerance or pinged - now > timeout + tolerance
+            planned = pinged
+            if not run.watch.checked(bool(alive), pinged, stalled=stalled):
                 continue
             error = abandoned(run, "hung", f"no answer to /ping within {run.watch.liveness.ping_timeout:g}s "
                                            f"after waiting {now - run.started:.3f}s")

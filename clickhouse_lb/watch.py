@@ -16,7 +16,10 @@ An attempt's request is out; the caller waits for the answer. It wakes up for th
   hung: abandon the attempt (a replica failure) after one failed check for a statement that is
   safe to repeat elsewhere, and after ``liveness_failed_checks_for_writes`` consecutive ones for
   a write that is not (it cannot fail over, so a false alarm would cost an error the user sees,
-  not just a retry).
+  not just a retry). A failed ping during which this process itself ran late (the check woke
+  up, or the ping's timeout fired, more than ``stall_tolerance`` after planned: a loaded machine,
+  a busy event loop) is inconclusive and repeated: a false alarm would take a healthy replica
+  out of rotation until its error decays.
 
 Defaults: check after 150 ms, ping timeout 200 ms, so a read that went to a hung replica moves
 on after about 0.35 s (the next replica's answer included, under 0.5 s: see BENCHMARKS.md); a
@@ -50,6 +53,11 @@ class LivenessPolicy:
     interval: float = 1.0
     #: Consecutive failed checks before a write that is not safe to repeat is abandoned.
     failed_checks_for_writes: int = 3
+    #: A ping that failed while this process was itself stalled (the check woke up, or the
+    #: ping's timeout fired, this much later than planned: a loaded machine, a busy event
+    #: loop) proves nothing about the replica; it is repeated, up to ``max_inconclusive`` times.
+    stall_tolerance: float = 0.05
+    max_inconclusive: int = 3
 
     @property
     def enabled(self) -> bool:
@@ -63,8 +71,8 @@ NO_LIVENESS = LivenessPolicy(check_after=None)
 class AttemptWatch:
     """The waits of one attempt. Times are the driver's clock readings (monotonic seconds)."""
 
-    __slots__ = ("_failed_checks", "_next_check", "deadline_at", "hedge_at", "liveness", "receive_at", "retry_safe",
-                 "started")
+    __slots__ = ("_failed_checks", "_inconclusive", "_next_check", "deadline_at", "hedge_at", "liveness", "receive_at",
+                 "retry_safe", "started")
 
     def __init__(
         self,
@@ -84,6 +92,7 @@ class AttemptWatch:
         self.retry_safe = retry_safe
         self._next_check = None if liveness.check_after is None else started + liveness.check_after
         self._failed_checks = 0
+        self._inconclusive = 0
 
     def next_wake(self, now: float) -> tuple[Wake, float]:
         """The next reason to wake up and how many seconds from ``now`` (0: it is due).
@@ -115,11 +124,16 @@ class AttemptWatch:
         """The hedge started (or cannot): no further HEDGE wake for this attempt."""
         self.hedge_at = None
 
-    def checked(self, alive: bool, now: float) -> bool:
-        """Record a liveness check's outcome; True: abandon the attempt (the replica is hung)."""
+    def checked(self, alive: bool, now: float, *, stalled: bool = False) -> bool:
+        """Record a liveness check's outcome; True: abandon the attempt (the replica is hung).
+        ``stalled``: this process ran late around the check (see ``stall_tolerance``)."""
         if alive:
             self._failed_checks = 0
             self._next_check = now + self.liveness.interval
+            return False
+        if stalled and self._inconclusive < self.liveness.max_inconclusive:
+            self._inconclusive += 1
+            self._next_check = now  # ask again at once
             return False
         self._failed_checks += 1
         needed = 1 if self.retry_safe else max(1, self.liveness.failed_checks_for_writes)

@@ -276,3 +276,30 @@ def test_an_attempt_is_hedged_once_even_when_the_hedge_is_slow_too(clock: FakeCl
                         {0: True, 1: True, 2: True})
     assert driver.drive(spec_for(clock, hedge_after=0.1)) == (1, "rows@1")
     assert [entry for entry in driver.log if entry.startswith("launch")] == ["launch 0", "launch 1"]
+
+
+def test_a_failed_ping_while_this_process_stalled_is_asked_again() -> None:
+    watch = AttemptWatch(0.0, liveness=LivenessPolicy(max_inconclusive=2))
+    assert watch.checked(False, 0.6, stalled=True) is False  # the check ran 0.45 s late: proves nothing
+    assert watch.next_wake(0.6) == (Wake.CHECK, 0.0)  # ask again at once
+    assert watch.checked(True, 0.62) is False  # it answers: the attempt keeps going
+    assert watch.checked(False, 1.7, stalled=True) is False
+    assert watch.checked(False, 1.9, stalled=True) is True  # stalled or not, three times is enough
+
+
+def test_the_race_tells_a_late_wake_up_from_a_hung_replica(clock: FakeClock) -> None:
+    steps = run_attempt(spec_for(clock))
+    command = steps.send(None)
+    assert isinstance(command, Launch)
+    run = FakeRun(0)
+    command = steps.send(run)
+    assert isinstance(command, Wait)
+    clock.advance(command.timeout + 0.3)  # the wait overran: this process stalled
+    command = steps.send(None)
+    assert isinstance(command, Ping)
+    clock.advance(command.timeout)
+    command = steps.send(False)
+    assert isinstance(command, Ping)  # inconclusive: asked again instead of abandoning
+    clock.advance(0.01)
+    command = steps.send(True)
+    assert isinstance(command, Wait)  # alive after all: the attempt goes on
