@@ -7,11 +7,13 @@ the first complete answer wins, the other attempt is cancelled (connection close
 orders it later while hedging is on (the hedged sort key: errors, slowdowns, priority,
 strategy, random).
 
-``receive_data_timeout_ms`` is a number of milliseconds, or ``"auto"``: a high percentile of the
-pool's recent read latencies (the winners'), bounded to [``AUTO_MIN``, ``AUTO_MAX``]; until the
-pool has seen ``AUTO_MIN_SAMPLES`` reads it is ``AUTO_MAX`` (hedge rarely while nothing is known).
-With the 95th percentile about 5 reads in 100 are hedged on a steady workload: that is the
-extra load hedging costs (see BENCHMARKS.md for measured figures).
+``receive_data_timeout_ms`` is a number of milliseconds, or ``"auto"``: the 95th percentile of
+the pool's recent read latencies (the winners'), but at most ``AUTO_MEDIAN_FACTOR`` times their
+median (one slow replica among fast ones puts a third of the samples above any high percentile;
+the median stays with the fast ones, so the slow replica's reads are still hedged), bounded to
+[``AUTO_MIN``, ``AUTO_MAX``]; until the pool has seen ``AUTO_MIN_SAMPLES`` reads it is
+``AUTO_MAX`` (hedge rarely while nothing is known). On a steady workload about 5 reads in 100
+are hedged: that is the extra load hedging costs (see BENCHMARKS.md for measured figures).
 
 Off by default in the pool, unlike on the server: every hedge is a second full query on another
 replica, and the pool cannot see the server's load; hedge when tail latency matters more than
@@ -34,6 +36,7 @@ AUTO_PERCENTILE = 0.95
 AUTO_MIN = 0.05
 AUTO_MAX = 2.0  # ClickHouse's receive_data_timeout_ms default
 AUTO_MIN_SAMPLES = 20
+AUTO_MEDIAN_FACTOR = 3.0
 WINDOW = 512
 
 
@@ -79,7 +82,9 @@ def adaptive_delay(latencies: list[float]) -> float:
     """The "auto" delay for these recent latencies (any order)."""
     if len(latencies) < AUTO_MIN_SAMPLES:
         return AUTO_MAX
-    return min(AUTO_MAX, max(AUTO_MIN, percentile(sorted(latencies), AUTO_PERCENTILE)))
+    ordered = sorted(latencies)
+    high = min(percentile(ordered, AUTO_PERCENTILE), AUTO_MEDIAN_FACTOR * percentile(ordered, 0.5))
+    return min(AUTO_MAX, max(AUTO_MIN, high))
 
 
 class LatencyWindow:

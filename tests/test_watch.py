@@ -88,6 +88,13 @@ def test_auto_delay_is_a_bounded_high_percentile_of_recent_latencies() -> None:
     assert adaptive_delay([30.0] * 100) == AUTO_MAX
 
 
+def test_one_slow_replica_does_not_raise_the_auto_delay_out_of_reach() -> None:
+    # A third of the reads go to a replica 0.5 s slow: the 95th percentile is 0.5 s, but the
+    # median is a fast read's, and the delay stays a small multiple of it.
+    latencies = [0.02] * 66 + [0.5] * 34
+    assert adaptive_delay(latencies) == pytest.approx(0.06)
+
+
 def test_hedge_policy_off_fixed_or_adaptive() -> None:
     window = LatencyWindow(size=4)
     for value in (1.0, 2.0, 3.0, 4.0, 5.0):
