@@ -27,6 +27,7 @@ from ._drive_sync import SyncDriver
 from ._pool_base import ClientSlot, PinnedBase, PoolBase, client_options_for, kill_query_sql, pin_options
 from ._statements import settings_positions
 from ._transport import current_attempt, quiet_transport, set_client_timeouts, tracking_pool_manager
+from ._watchdog import Watchdog
 from .balancer import Balancer
 from .events import Listener, logger
 from .failover import run_sync, sync_policy
@@ -86,6 +87,12 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         self._clients = [_Slot() for _ in config.replicas]
         self._policy = sync_policy()
         self._driver = SyncDriver()
+        # Attempts that are not hedged run on the caller's thread under a watchdog where their
+        # connections can be shut down from outside (or the clients are the caller's own: a
+        # test's fakes); otherwise on the driver's worker threads, which the statement can
+        # leave behind.
+        watched = self._manager is not None or client_factory is not None
+        self._watchdog = Watchdog(self._replica_alive, self._kill_query) if watched else None
 
     # -- clients ---------------------------------------------------------------------------
 
@@ -136,7 +143,11 @@ class ReplicaPool(SyncClientAPI, PoolBase):
             args, kwargs = call.with_query_id(query_id)
             return getattr(self._client(index), method)(*args, **kwargs)
 
+        watchdog = self._watchdog if not plan.hedgeable else None
+
         def attempt(index: int) -> Any:
+            if watchdog is not None:
+                return watchdog.run(plan.spec(index), run)[1]
             winner, result = self._driver.run(plan.spec(index), run, self._replica_alive, self._kill_query)
             if winner != index:  # a hedge answered first
                 self._balancer.record_success(winner)
@@ -165,6 +176,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
     def _kill_query(self, index: int, query_id: str) -> None:
         with quiet_transport():
             self._client(index).command(kill_query_sql(query_id))
+
 
     def ping(self, timeout: float | None = None) -> bool:
         """True when some replica answers ``/ping`` (tried in plan order); each replica that
@@ -220,6 +232,8 @@ class ReplicaPool(SyncClientAPI, PoolBase):
             if client is not None:
                 _close_quietly(client)
         self._driver.close()
+        if self._watchdog is not None:
+            self._watchdog.close()
         if self._manager is not None:
             self._manager.clear()
 

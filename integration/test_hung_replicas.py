@@ -174,7 +174,7 @@ def test_a_write_on_a_hung_replica_says_it_may_have_been_applied(cluster: Cluste
         started = time.monotonic()
         with pytest.raises(AttemptAbandonedError) as caught:
             pool.command(f"INSERT INTO {table} VALUES (1)")  # no deduplication token: not retryable
-        assert time.monotonic() - started < 3.0  # three failed liveness checks, not the deadline
+        assert time.monotonic() - started < 4.5  # three failed liveness checks, before the 5 s deadline
         assert caught.value.kind == "hung"
         assert "may have been applied" in str(caught.value)
         assert pool.replicas[0].errors_count == 1
