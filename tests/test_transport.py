@@ -15,6 +15,7 @@ from urllib3 import Timeout
 
 from clickhouse_lb._drive_sync import SyncDriver
 from clickhouse_lb._transport import AttemptConnections, set_client_timeouts, tracking_pool_manager
+from clickhouse_lb.errors import AttemptAbandonedError
 from clickhouse_lb.race import AttemptSpec, RaceFailure
 from clickhouse_lb.timeouts import Timeouts
 from clickhouse_lb.watch import AttemptWatch, LivenessPolicy
@@ -184,3 +185,62 @@ def test_async_driver_cancels_a_hung_run_and_kills_a_lost_hedge() -> None:
         assert killed == [(0, "q-slow")]
 
     asyncio.run(main())
+
+
+def test_the_watchdog_abandons_a_hung_call_running_on_the_callers_thread(silent_listener: str) -> None:
+    from clickhouse_lb._watchdog import Watchdog
+
+    manager = tracking_pool_manager({})
+    assert manager is not None
+    pings: list[int] = []
+
+    def ping(index: int, timeout: float) -> bool:
+        pings.append(index)
+        time.sleep(timeout)  # a hung replica: no answer within the timeout
+        return False
+
+    watchdog = Watchdog(ping, lambda index, query_id: None)
+
+    def call(index: int, query_id: str | None) -> Any:
+        return manager.request("GET", f"http://{silent_listener}/", timeout=Timeout(connect=1, read=30), retries=False)
+
+    spec = AttemptSpec(
+        first=0,
+        clock=time.monotonic,
+        watch=lambda index, started: AttemptWatch(started, liveness=LivenessPolicy(check_after=0.1, ping_timeout=0.1)),
+        address=lambda index: silent_listener,
+    )
+    started = time.monotonic()
+    with pytest.raises(AttemptAbandonedError) as caught:
+        watchdog.run(spec, call)
+    assert time.monotonic() - started < 2.0  # not the 30 s read timeout
+    assert caught.value.kind == "hung"
+    assert pings == [0]
+    # A quick call is not disturbed and costs no check.
+    assert watchdog.run(spec, lambda index, query_id: "rows") == (0, "rows")
+    assert pings == [0]
+    watchdog.close()
+
+
+def test_the_watchdog_cuts_a_call_at_the_deadline(silent_listener: str) -> None:
+    from clickhouse_lb._watchdog import Watchdog
+
+    manager = tracking_pool_manager({})
+    assert manager is not None
+    watchdog = Watchdog(lambda index, timeout: True, lambda index, query_id: None)
+    deadline = time.monotonic() + 0.3
+    spec = AttemptSpec(
+        first=0,
+        clock=time.monotonic,
+        watch=lambda index, started: AttemptWatch(started, deadline_at=deadline),
+        address=lambda index: silent_listener,
+    )
+
+    def call(index: int, query_id: str | None) -> Any:
+        return manager.request("GET", f"http://{silent_listener}/", timeout=Timeout(connect=1, read=30), retries=False)
+
+    with pytest.raises(AttemptAbandonedError) as caught:
+        watchdog.run(spec, call)
+    assert caught.value.kind == "deadline"
+    assert time.monotonic() - deadline < 1.0
+    watchdog.close()
