@@ -34,13 +34,13 @@ async def test_failover_timeout_holds_on_hung_replicas_async(cluster: ClusterBas
         assert time.monotonic() - started < 2.0
 
 
-async def test_a_paused_replica_is_left_within_half_a_second_async(cluster: ClusterBase) -> None:
+async def test_a_paused_replica_is_left_without_waiting_for_a_socket_timeout_async(cluster: ClusterBase) -> None:
     async with clickhouse_lb.get_async_pool(cluster.hosts, load_balancing="in_order") as pool:
         assert await pool.command(WHO) == "r1"
         cluster.pause(0)
         started = time.monotonic()
         assert await pool.command(WHO) in ("r2", "r3")
-        assert time.monotonic() - started < 1.5  # liveness: about 0.4 s, not a socket timeout
+        assert time.monotonic() - started < 2.5  # liveness: about 0.35 s (BENCHMARKS.md), not 300 s
         assert pool.replicas[0].errors_count == 1
 
 
@@ -50,10 +50,10 @@ async def test_hedged_reads_async(cluster: ClusterBase) -> None:
     ) as pool:
         assert await pool.command(WHO, settings={"use_hedged_requests": 0}) == "r1"
         await (await pool.client(cluster.hosts[1])).command("SELECT 1")
-        cluster.set_delay(0, 2)
+        cluster.set_delay(0, 4)
         started = time.monotonic()
         assert await pool.command(WHO) in ("r2", "r3")
-        assert time.monotonic() - started < 1.5
+        assert time.monotonic() - started < 3.0  # not the slow replica's 4 s
         assert pool.replicas[0].slowdowns_count >= 1
         await asyncio.sleep(0)
 
