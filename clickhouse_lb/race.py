@@ -3,7 +3,10 @@
 :func:`run_attempt` is a generator that decides; a driver does the I/O it asks for. The sync
 driver (:mod:`clickhouse_lb._drive_sync`: worker threads, ``concurrent.futures.wait``) and the
 async one (:mod:`clickhouse_lb._drive_async`: tasks, ``asyncio.wait``) execute the same
-commands, so the two pools cannot drift on what a hang, a timeout or a hedge does:
+commands, so the two pools cannot drift on what a hang, a timeout or a hedge does. (The sync
+pool's cheap path for an attempt that is not hedged, :mod:`clickhouse_lb._watchdog`, keeps the
+same :class:`~clickhouse_lb.watch.AttemptWatch` decisions without a second thread per
+statement.)
 
 ``Launch(replica, query_id)``
     start the call on replica index ``replica`` (on a worker thread / as a task); answer: a handle
@@ -25,7 +28,7 @@ awaited; when the last run fails, :class:`RaceFailure` carries the replica and t
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from .errors import AttemptAbandonedError
@@ -106,7 +109,6 @@ class AttemptSpec:
     on_latency: Callable[[float], object] = lambda seconds: None
     #: A hedge started on this replica (the extra load hedging costs).
     on_hedge: Callable[[int], object] = lambda index: None
-    launched: list[int] = field(default_factory=list)
 
 
 def run_attempt(spec: AttemptSpec) -> Generator[Command, Any, tuple[int, Any]]:
@@ -119,7 +121,6 @@ def run_attempt(spec: AttemptSpec) -> Generator[Command, Any, tuple[int, Any]]:
         query_id = spec.query_id()
         started = clock()
         handle = yield Launch(index, query_id)
-        spec.launched.append(index)
         watch = spec.watch(index, started)
         if hedge:
             watch.hedged()  # one hedge per attempt: the hedge itself is not hedged again
