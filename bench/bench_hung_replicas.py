@@ -92,40 +92,51 @@ def hedging(cluster: LocalCluster, threads: int, reads: int, **settings: Any) ->
         return extra, statistics.median(latencies) * 1000, latencies[int(len(latencies) * 0.99)] * 1000
 
 
+def run_blackout(cluster: LocalCluster, args: argparse.Namespace) -> None:
+    print(f"### Hang blackout: {args.threads} threads of reads, one replica of 3 paused {args.pause:g} s\n")
+    print("| settings | failed statements | worst per-thread gap | errors counted | statements |")
+    print("|---|---|---|---|---|")
+    for label, settings in (
+        ("defaults", {}),
+        ("tuned: `liveness_check_after_ms=100, liveness_ping_timeout_ms=100`",
+         {"liveness_check_after_ms": 100, "liveness_ping_timeout_ms": 100}),
+        ("liveness off, default timeouts (before this change)", {"liveness_check_after_ms": 0}),
+    ):
+        cluster.heal()
+        failed, worst, errors, done = blackout(cluster, args.pause, args.threads, **settings)
+        print(f"| {label} | {failed} | {worst:.2f} s | {errors} | {done} |")
+
+
+def run_hedging(cluster: LocalCluster, args: argparse.Namespace) -> None:
+    print(f"\n### Hedged reads: {args.threads} threads x {args.reads} reads, round_robin\n")
+    print("| cluster | hedging | extra requests per 100 statements | median | p99 |")
+    print("|---|---|---|---|---|")
+    for condition, delay in (("healthy", 0.0), ("one replica +0.5 s", 0.5)):
+        cluster.heal()
+        cluster.set_delay(0, delay)
+        for label, settings in (
+            ("off (default)", {}),
+            ('`receive_data_timeout_ms="auto"`', {"use_hedged_requests": 1}),
+            ("`receive_data_timeout_ms=50`", {"use_hedged_requests": 1, "receive_data_timeout_ms": 50}),
+        ):
+            extra, median, p99 = hedging(cluster, args.threads, args.reads, **settings)
+            print(f"| {condition} | {label} | {extra:.1f} | {median:.1f} ms | {p99:.1f} ms |")
+    cluster.heal()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--pause", type=float, default=10.0)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--reads", type=int, default=250)
+    parser.add_argument("--only", choices=["blackout", "hedging"], help="run one of the two parts")
     args = parser.parse_args()
     load_before = os.getloadavg()
     with LocalCluster(replicas=3) as cluster:
-        print(f"### Hang blackout: {args.threads} threads of reads, one replica of 3 paused {args.pause:g} s\n")
-        print("| settings | failed statements | worst per-thread gap | errors counted | statements |")
-        print("|---|---|---|---|---|")
-        for label, settings in (
-            ("defaults", {}),
-            ("tuned: `liveness_check_after_ms=100, liveness_ping_timeout_ms=100`",
-             {"liveness_check_after_ms": 100, "liveness_ping_timeout_ms": 100}),
-            ("liveness off, default timeouts (before this change)", {"liveness_check_after_ms": 0}),
-        ):
-            cluster.heal()
-            failed, worst, errors, done = blackout(cluster, args.pause, args.threads, **settings)
-            print(f"| {label} | {failed} | {worst:.2f} s | {errors} | {done} |")
-        print(f"\n### Hedged reads: {args.threads} threads x {args.reads} reads, round_robin\n")
-        print("| cluster | hedging | extra requests per 100 statements | median | p99 |")
-        print("|---|---|---|---|---|")
-        for condition, delay in (("healthy", 0.0), ("one replica +0.5 s", 0.5)):
-            cluster.heal()
-            cluster.set_delay(0, delay)
-            for label, settings in (
-                ("off (default)", {}),
-                ('`receive_data_timeout_ms="auto"`', {"use_hedged_requests": 1}),
-                ("`receive_data_timeout_ms=50`", {"use_hedged_requests": 1, "receive_data_timeout_ms": 50}),
-            ):
-                extra, median, p99 = hedging(cluster, args.threads, args.reads, **settings)
-                print(f"| {condition} | {label} | {extra:.1f} | {median:.1f} ms | {p99:.1f} ms |")
-        cluster.heal()
+        if args.only != "hedging":
+            run_blackout(cluster, args)
+        if args.only != "blackout":
+            run_hedging(cluster, args)
     load_after = os.getloadavg()
     print(f"\nload average (1 min) before/after: {load_before[0]:.1f} / {load_after[0]:.1f} on {os.cpu_count()} cores")
 

@@ -55,9 +55,10 @@ class LivenessPolicy:
     failed_checks_for_writes: int = 3
     #: A ping that failed while this process was itself stalled (the check woke up, or the
     #: ping's timeout fired, this much later than planned: a loaded machine, a busy event
-    #: loop) proves nothing about the replica; it is repeated, up to ``max_inconclusive`` times.
+    #: loop) proves nothing about the replica; it is repeated, up to ``max_inconclusive`` times
+    #: in a row (each repeat costs a ping timeout: a hung replica then costs a read one more).
     stall_tolerance: float = 0.05
-    max_inconclusive: int = 3
+    max_inconclusive: int = 1
 
     @property
     def enabled(self) -> bool:
