@@ -94,6 +94,7 @@ class Watchdog:
 
     def _add(self, entry: _Watched) -> None:
         first = entry.watch.next_wake(entry.started)[1] + entry.started
+        entry.planned = first  # when its first wake-up is due (a check then late means a stall)
         with self._cond:
             self._watched.add(entry)
             if self._thread is None:

@@ -244,3 +244,35 @@ def test_the_watchdog_cuts_a_call_at_the_deadline(silent_listener: str) -> None:
     assert caught.value.kind == "deadline"
     assert time.monotonic() - deadline < 1.0
     watchdog.close()
+
+
+def test_the_watchdog_believes_a_failed_ping_that_was_on_time(silent_listener: str) -> None:
+    """The first check is not mistaken for a stalled one (which would cost a second ping)."""
+    from clickhouse_lb._watchdog import Watchdog
+
+    manager = tracking_pool_manager({})
+    assert manager is not None
+    pings: list[float] = []
+
+    def ping(index: int, timeout: float) -> bool:
+        pings.append(timeout)
+        time.sleep(timeout)
+        return False
+
+    watchdog = Watchdog(ping, lambda index, query_id: None)
+    spec = AttemptSpec(
+        first=0,
+        clock=time.monotonic,
+        watch=lambda index, started: AttemptWatch(
+            started, liveness=LivenessPolicy(check_after=0.1, ping_timeout=0.1, stall_tolerance=1.0)
+        ),
+        address=lambda index: silent_listener,
+    )
+
+    def call(index: int, query_id: str | None) -> Any:
+        return manager.request("GET", f"http://{silent_listener}/", timeout=Timeout(connect=1, read=30), retries=False)
+
+    with pytest.raises(AttemptAbandonedError):
+        watchdog.run(spec, call)
+    assert len(pings) == 1
+    watchdog.close()
