@@ -246,33 +246,17 @@ def test_the_watchdog_cuts_a_call_at_the_deadline(silent_listener: str) -> None:
     watchdog.close()
 
 
-def test_the_watchdog_believes_a_failed_ping_that_was_on_time(silent_listener: str) -> None:
-    """The first check is not mistaken for a stalled one (which would cost a second ping)."""
-    from clickhouse_lb._watchdog import Watchdog
+def test_the_watchdog_plans_an_attempts_first_check_when_it_starts() -> None:
+    """A check is stalled when it runs later than planned; the first one is planned at the
+    attempt's start plus check_after (planned at the start itself, every hung read would be
+    taken for a stall and cost a second ping)."""
+    from clickhouse_lb._watchdog import Watchdog, _Watched
 
-    manager = tracking_pool_manager({})
-    assert manager is not None
-    pings: list[float] = []
-
-    def ping(index: int, timeout: float) -> bool:
-        pings.append(timeout)
-        time.sleep(timeout)
-        return False
-
-    watchdog = Watchdog(ping, lambda index, query_id: None)
-    spec = AttemptSpec(
-        first=0,
-        clock=time.monotonic,
-        watch=lambda index, started: AttemptWatch(
-            started, liveness=LivenessPolicy(check_after=0.1, ping_timeout=0.1, stall_tolerance=1.0)
-        ),
-        address=lambda index: silent_listener,
-    )
-
-    def call(index: int, query_id: str | None) -> Any:
-        return manager.request("GET", f"http://{silent_listener}/", timeout=Timeout(connect=1, read=30), retries=False)
-
-    with pytest.raises(AttemptAbandonedError):
-        watchdog.run(spec, call)
-    assert len(pings) == 1
+    now = [100.0]
+    watchdog = Watchdog(lambda index, timeout: True, lambda index, query_id: None, clock=lambda: now[0])
+    spec = AttemptSpec(first=0, clock=lambda: now[0], watch=lambda index, started: AttemptWatch(started))
+    entry = _Watched(spec, spec.watch(0, 100.0), None, 100.0)
+    watchdog._add(entry)
+    assert entry.planned == pytest.approx(100.15)
+    watchdog._remove(entry)
     watchdog.close()
