@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -20,7 +20,7 @@ from clickhouse_connect.driver.exceptions import ProgrammingError
 
 from ._statements import PreparedCall, prepare_call
 from .attempt_plan import StatementPlan
-from .balancer import Balancer, ReplicaStatus
+from .balancer import Balancer, ReplicaStatus, new_replica_set_state
 from .classify import classify
 from .errors import ReplicaConnectError, SessionLostError
 from .events import Listener
@@ -29,6 +29,7 @@ from .hedging import LatencyWindow
 from .pool_config import PoolConfig
 from .replicas import Replica
 from .settings import BalancingSettings, split_statement_settings
+from .shared_state import acquire_state
 from .timeouts import client_timeout_arguments
 
 __all__ = ["ClientSlot", "PinnedBase", "PoolBase", "client_options_for", "connect_failure", "kill_query_sql"]
@@ -120,7 +121,21 @@ class PoolBase:
         balancer: Balancer | None = None,
     ) -> None:
         self.config = config
-        self._balancer = balancer or Balancer(config.replicas, config.settings, listeners=listeners)
+        # -- shared balancing state (clickhouse_lb.shared_state) --------------------------------
+        # A pool given no balancer shares its counts with the other pools and engines of the
+        # process over the same replica set (unless share_state=False); the hold is given back
+        # on close() or when the balancer is garbage-collected.
+        self._release_state: Callable[[], object] | None = None
+        if balancer is None:
+            size, settings = len(config.replicas), config.settings
+            lease = acquire_state(config, lambda: new_replica_set_state(size, settings)) if config.share_state else None
+            balancer = Balancer(
+                config.replicas, settings, listeners=listeners, state=lease.value if lease is not None else None
+            )
+            if lease is not None:
+                self._release_state = lease.release_with(balancer)
+        # -------------------------------------------------------------------------------------
+        self._balancer = balancer
         self._closed = False
         #: Recent read latencies: the adaptive hedge delay (receive_data_timeout_ms="auto").
         self._latencies = LatencyWindow()
@@ -172,6 +187,11 @@ class PoolBase:
         """Count a slowdown against a replica: it then ranks after its peers with equal errors
         (as under hedged requests) until the count decays. Returns the new slowdowns_count."""
         return self._balancer.record_slowdown(self._balancer.index_of(address))
+
+    def _release_shared_state(self) -> None:
+        """Give back this pool's hold on the shared balancing state (on close)."""
+        if self._release_state is not None:
+            self._release_state()
 
     def add_listener(self, listener: Listener) -> None:
         """Receive failover, error-recorded and replica-recovered events (see ``PoolListener``).

@@ -261,6 +261,7 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
     async def close(self) -> None:
         """Close every replica client. Statements after this raise ProgrammingError."""
         self._closed = True
+        self._release_shared_state()
         clients = []
         for slot in self._clients:
             if slot.client is not None:
@@ -330,6 +331,7 @@ def get_async_pool(
     liveness_ping_timeout_ms: float | None = None,
     liveness_check_interval_ms: float | None = None,
     listeners: Iterable[Listener] = (),
+    share_state: bool | None = None,
     **client_options: Any,
 ) -> AsyncReplicaPool:
     """An :class:`AsyncReplicaPool`: the same arguments as :func:`clickhouse_lb.get_pool`
@@ -352,5 +354,6 @@ def get_async_pool(
         balancing=balancing_arguments(locals()),
         client_options=client_options,
         valid_client_options=async_client_option_names(),
+        share_state=share_state,
     )
     return AsyncReplicaPool(config, listeners=listeners)

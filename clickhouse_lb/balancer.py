@@ -24,7 +24,7 @@ from .settings import NO_OVERRIDES, BalancingSettings, LoadBalancing, StatementO
 from .state import Clock, ReplicaSetState
 from .strategies import default_local_hostname, hostname_scores, strategy_priorities
 
-__all__ = ["Balancer", "ReplicaStatus"]
+__all__ = ["Balancer", "ReplicaStatus", "new_replica_set_state"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,18 @@ class ReplicaStatus:
     is_up: bool
 
 
+def new_replica_set_state(size: int, settings: BalancingSettings, clock: Clock = time.monotonic) -> ReplicaSetState:
+    """A fresh state for ``size`` replicas under ``settings``."""
+    return ReplicaSetState(
+        size,
+        half_life=settings.distributed_replica_error_half_life,
+        error_cap=settings.distributed_replica_error_cap,
+        clock=clock,
+        # Many processes started together must not all begin with the same replica.
+        round_robin_start=_random.SystemRandom().getrandbits(32),
+    )
+
+
 class Balancer:
     """Ordering and error accounting for one replica set (thread-safe)."""
 
@@ -60,6 +72,7 @@ class Balancer:
         clock: Clock = time.monotonic,
         random: Callable[[], float] = _random.random,
         listeners: Iterable[Listener] = (),
+        state: ReplicaSetState | None = None,
     ) -> None:
         if not replicas:
             raise ConfigurationError("No replicas given")
@@ -72,14 +85,8 @@ class Balancer:
         self._priority_ranks = static_ranks(self._priorities, [0] * len(self._priorities))
         self._random = random
         self.listeners = ListenerSet(listeners)
-        self.state = ReplicaSetState(
-            len(self.replicas),
-            half_life=settings.distributed_replica_error_half_life,
-            error_cap=settings.distributed_replica_error_cap,
-            clock=clock,
-            # Many processes started together must not all begin with the same replica.
-            round_robin_start=_random.SystemRandom().getrandbits(32),
-        )
+        # ``state``: one shared with other pools over the same replicas (clickhouse_lb.shared_state).
+        self.state = state if state is not None else new_replica_set_state(len(self.replicas), settings, clock)
         # Static parts of the sort key, per (strategy, first offset): computed once, on first use.
         self._ranks: dict[tuple[LoadBalancing, int], list[int]] = {}
         self._local_hostname = settings.local_hostname

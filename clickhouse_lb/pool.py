@@ -226,6 +226,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
     def close(self) -> None:
         """Close every replica client. Statements after this raise ProgrammingError."""
         self._closed = True
+        self._release_shared_state()
         for slot in self._clients:
             with slot.lock:
                 client, slot.client = slot.client, None
@@ -298,6 +299,7 @@ def get_pool(
     liveness_ping_timeout_ms: float | None = None,
     liveness_check_interval_ms: float | None = None,
     listeners: Iterable[Listener] = (),
+    share_state: bool | None = None,
     **client_options: Any,
 ) -> ReplicaPool:
     """A :class:`ReplicaPool` over ``hosts`` (``["ch-1:8123", ...]``, ``"ch-1:8123,ch-2:8123"``,
@@ -312,6 +314,11 @@ def get_pool(
     (pause before each new pass), ``failover_timeout=None`` (total seconds per statement),
     ``auto_insert_deduplication_token=True``. A value left as ``None`` comes from the DSN, or
     is the default.
+
+    ``share_state=True`` (the default; ``share_state=0`` in a DSN): the error counts, decay
+    clock and round-robin counter are shared with every other pool and engine of the process
+    over the same replicas, settings, user and database (see :mod:`clickhouse_lb.shared_state`),
+    so pools built per request still balance. ``False``: this pool keeps its own.
 
     Hung and slow replicas (see :mod:`clickhouse_lb.attempt_settings`): ``failover_timeout``
     is a real deadline; ``send_receive_timeout``, ``receive_timeout`` and ``send_timeout`` take
@@ -331,5 +338,6 @@ def get_pool(
         balancing=balancing_arguments(locals()),
         client_options=client_options,
         valid_client_options=sync_client_option_names(),
+        share_state=share_state,
     )
     return ReplicaPool(config, listeners=listeners)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._redact import mask_options
+from ._values import as_bool
 from .attempt_settings import ATTEMPT_SETTING_NAMES, CLIENT_TIMEOUT_OPTIONS, AttemptSettings, parse_attempt_settings
 from .errors import ConfigurationError
 from .replicas import DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, Replica, parse_dsn, parse_replicas
@@ -28,6 +29,10 @@ __all__ = [
     "resolve_pool_config",
     "sync_client_option_names",
 ]
+
+#: The option (keyword, DSN and URL parameter) that turns state sharing off for one pool or engine
+#: (see :mod:`clickhouse_lb.shared_state`).
+SHARE_STATE = "share_state"
 
 #: Options the pool decides per replica; a user may not pass them through.
 _POOL_OWNED = {
@@ -84,6 +89,10 @@ class PoolConfig:
     replicas: list[Replica]
     settings: BalancingSettings
     client_options: dict[str, Any]
+    #: Share the balancing state with the process's other pools over the same replica set
+    #: (clickhouse_lb.shared_state); False: a state of this pool's own.
+    share_state: bool = True
+
     #: How attempts wait (timeouts, liveness, hedging): derived from the settings and the
     #: timeout options, which are then taken out of ``client_options`` (the pool gives each
     #: client its own, exact values).
@@ -103,7 +112,7 @@ class PoolConfig:
         shown = mask_options(self.client_options)
         return (
             f"PoolConfig(replicas={self.replicas!r}, settings={self.settings!r}, client_options={shown!r}, "
-            f"attempts={self.attempts!r})"
+            f"share_state={self.share_state!r}, attempts={self.attempts!r})"
         )
 
 
@@ -121,15 +130,18 @@ def resolve_pool_config(
     balancing: Mapping[str, Any],
     client_options: Mapping[str, Any],
     valid_client_options: frozenset[str],
+    share_state: bool | str | int | None = None,
 ) -> PoolConfig:
-    """Merge a DSN and keyword arguments (keywords win), validate every name and value."""
+    """Merge a DSN and keyword arguments (keywords win), validate every name and value.
+    ``share_state``: None takes the DSN's ``share_state=``, or True."""
     options = dict(client_options)
     for name in options:
         if name in _POOL_OWNED:
             raise ConfigurationError(f"Option {name!r} is not accepted by a pool: {_POOL_OWNED[name]}")
         if name not in valid_client_options and name not in CLIENT_TIMEOUT_OPTIONS:
             raise unknown_name_error(
-                "option", name, set(valid_client_options) | set(BALANCING_SETTING_NAMES) | set(CLIENT_TIMEOUT_OPTIONS)
+                "option", name,
+                set(valid_client_options) | set(BALANCING_SETTING_NAMES) | set(CLIENT_TIMEOUT_OPTIONS) | {SHARE_STATE},
             )
     given = {name: value for name, value in balancing.items() if value is not None}
     replicas: list[Replica] = []
@@ -144,7 +156,12 @@ def resolve_pool_config(
         if parts.secure and "secure" not in options and "interface" not in options:
             options["secure"] = True
         server_settings = dict(options.get("settings") or {})
+        dsn_share_state = parts.options.get(SHARE_STATE)
+        if share_state is None and dsn_share_state is not None:
+            share_state = dsn_share_state
         for name, value in parts.options.items():
+            if name == SHARE_STATE:
+                continue
             if name in _POOL_OWNED:
                 raise ConfigurationError(f"DSN option {name!r} is not accepted by a pool: {_POOL_OWNED[name]}")
             if name in valid_client_options or name in CLIENT_TIMEOUT_OPTIONS:
@@ -162,4 +179,5 @@ def resolve_pool_config(
             "No replicas given: pass hosts=['ch-1:8123', 'ch-2:8123'] or dsn='clickhouse://ch-1:8123,ch-2:8123/db'"
         )
     settings = parse_balancing_settings(given)
-    return PoolConfig(replicas, settings, options)
+    share = True if share_state is None else as_bool(SHARE_STATE, share_state)
+    return PoolConfig(replicas, settings, options, share_state=share)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from clickhouse_lb import shared_state
 from clickhouse_lb.replicas import Replica
 from clickhouse_lb.settings import LoadBalancing
 
@@ -21,6 +23,15 @@ def load_golden() -> list[dict[str, Any]]:
         if path.exists():
             return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     raise FileNotFoundError(f"golden vectors not found in {GOLDEN_CANDIDATES}")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_shared_balancing_state() -> Iterator[None]:
+    """Pools and engines over the same replicas share their balancing state for the life of the
+    process (clickhouse_lb.shared_state): each test starts from none, as a new process would."""
+    shared_state.registry.clear()
+    yield
+    shared_state.registry.clear()
 
 
 class FakeClock:

@@ -98,3 +98,15 @@ def test_superset_lists_our_driver_under_the_clickhouse_connect_spec() -> None:
             drivers.setdefault(dialect.name, set()).add(dialect.driver)
     clickhouse_connect_spec = next(s for s in SPECS if s.name == "ClickHouseConnectEngineSpec")
     assert "lb" in drivers[clickhouse_connect_spec.engine]
+
+
+def test_what_superset_shows_as_backend_and_driver() -> None:
+    """Superset's Database.backend / .driver (the database list's Backend column, and
+    ``GET /api/v1/database/<id>``) are the URL's ``get_backend_name()`` / ``get_driver_name()``;
+    docs/sqlalchemy.md tells users to look for these to check that the dialect is in use."""
+    from sqlalchemy import create_engine
+
+    engine = create_engine("clickhousedb+lb://user:pw@ch-1,ch-2,ch-3:8123/db")
+    assert (engine.url.get_backend_name(), engine.url.get_driver_name()) == ("clickhousedb", "lb")
+    assert (engine.dialect.name, engine.dialect.driver) == ("clickhousedb", "lb")
+    assert isinstance(engine.dialect, ClickHouseLBDialect)

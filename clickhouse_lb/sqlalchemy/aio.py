@@ -12,7 +12,9 @@ execute mutex, its connection pool) is clickhouse-connect's own
 this subclass changes only where connections come from, as the sync dialect does:
 
 - one balancing state (one :class:`~clickhouse_lb.AsyncReplicaPool`'s balancer) per engine, so
-  the error counts are shared by all of the engine's connections;
+  the error counts are shared by all of the engine's connections; the state itself is the
+  process-wide one of its replica set (:mod:`clickhouse_lb.shared_state`), shared with the sync
+  dialect's engines and the pools over it;
 - each DB-API connection wraps an :class:`~clickhouse_lb.AsyncPinnedSession`, pinned by
   :meth:`AsyncReplicaPool.pin() <clickhouse_lb.AsyncReplicaPool.pin>` to the replica the
   strategy picks when the connection is created; it is handed to clickhouse-connect's DB-API

@@ -5,7 +5,10 @@ Everything SQL (types, compiler, DDL, reflection, Alembic support) is clickhouse
 only where connections come from:
 
 - one :class:`~clickhouse_lb.ReplicaPool` per engine (a dialect instance belongs to one
-  engine), so the error counts are shared by all of the engine's connections;
+  engine), so the error counts are shared by all of the engine's connections; its balancing
+  state is the process-wide one of its replica set (:mod:`clickhouse_lb.shared_state`), shared
+  with the other engines and pools over it, so applications that make an engine per query
+  (Superset) still balance (``share_state=0`` in the URL: a state of the engine's own);
 - each DB-API connection is pinned to the replica the strategy picks when it is created (its
   statements, ClickHouse session and temporary tables stay together);
 - a replica failure on a connection is a disconnect: SQLAlchemy invalidates the connection

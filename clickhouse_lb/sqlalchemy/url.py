@@ -15,7 +15,7 @@ fails the same way. Accepted forms::
 
 Hosts are taken in that order: the URL's authority, then ``host=`` values, then
 ``alt_hosts=`` values. The parameters the dialect owns (hosts, ``priority``, ``secure``/``https``,
-``autogenerate_session_id`` and the balancing settings under their ClickHouse names) are taken
+``autogenerate_session_id``, ``share_state`` and the balancing settings under their ClickHouse names) are taken
 out; every other parameter goes on as clickhouse-connect's own dialect would treat it: a
 clickhouse-connect client option when it names one, otherwise a server setting (a ``ch_``
 prefix forces a server setting, e.g. ``ch_load_balancing`` for the server's own
@@ -33,7 +33,7 @@ from sqlalchemy.engine import URL
 
 from clickhouse_lb._values import as_bool, parse_priorities
 from clickhouse_lb.errors import ConfigurationError
-from clickhouse_lb.pool_config import PoolConfig, resolve_pool_config, sync_client_option_names
+from clickhouse_lb.pool_config import SHARE_STATE, PoolConfig, resolve_pool_config, sync_client_option_names
 from clickhouse_lb.replicas import DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, Replica, parse_replicas
 from clickhouse_lb.settings import BALANCING_SETTING_NAMES
 
@@ -42,7 +42,7 @@ from ._compat import url_database
 __all__ = ["DIALECT_PARAMETERS", "EngineArgs", "engine_args_from_url"]
 
 #: Query parameters the dialect takes for itself (besides the balancing settings).
-DIALECT_PARAMETERS = ("host", "alt_hosts", "priority", "secure", "https", "autogenerate_session_id")
+DIALECT_PARAMETERS = ("host", "alt_hosts", "priority", "secure", "https", "autogenerate_session_id", SHARE_STATE)
 
 # Names that can only be meant as balancing settings: an unknown one is a typo, not a server setting.
 _BALANCING_PREFIXES = ("load_balancing", "distributed_replica_", "connections_with_failover", "failover_")
@@ -74,16 +74,21 @@ class EngineArgs:
         balancing = dict(self.balancing)
         options = dict(self.client_options)
         session = self.session
+        share_state: object = self.config.share_state
         for name, value in connect_args.items():
             if name in BALANCING_SETTING_NAMES:
                 balancing[name] = value
             elif name == "autogenerate_session_id":
                 session = as_bool(name, value)
+            elif name == SHARE_STATE:
+                share_state = value
             elif name == "settings" and isinstance(value, Mapping):
                 options["settings"] = {**(options.get("settings") or {}), **value}
             else:
                 options[name] = value
-        return _resolve(self.config.replicas, balancing, options, session, self.client_option_names)
+        return _resolve(
+            self.config.replicas, balancing, options, session, self.client_option_names, share_state=share_state
+        )
 
 
 def _values(query: Mapping[str, str | tuple[str, ...]], name: str) -> list[str]:
@@ -136,6 +141,8 @@ def _resolve(
     options: dict[str, Any],
     session: bool,
     client_option_names: frozenset[str],
+    *,
+    share_state: object = None,
 ) -> EngineArgs:
     for name in _REFUSED:
         if name in options:
@@ -149,6 +156,7 @@ def _resolve(
         balancing=balancing,
         client_options=options,
         valid_client_options=client_option_names,
+        share_state=None if share_state is None else as_bool(SHARE_STATE, share_state),
     )
     return EngineArgs(config, session, balancing, options, client_option_names)
 
@@ -222,4 +230,4 @@ def engine_args_from_url(
         options["secure"] = True
     if settings:
         options["settings"] = settings
-    return _resolve(replicas, balancing, options, session, client_option_names)
+    return _resolve(replicas, balancing, options, session, client_option_names, share_state=_single(query, SHARE_STATE))

@@ -7,12 +7,15 @@ Enable with ``pytest_plugins = ["clickhouse_lb.testing.pytest_plugin"]`` in a co
   default, Docker with ``CLICKHOUSE_LB_CLUSTER=docker`` (the tests are skipped, with the reason,
   when no Docker engine answers).
 * ``healthy_clickhouse_cluster`` (function scope): the same cluster, healed (killed replicas
-  restarted, paused ones resumed, delays and injected failures cleared) before and after the test.
+  restarted, paused ones resumed, delays and injected failures cleared) before and after the test;
+  the process's shared balancing state (:mod:`clickhouse_lb.shared_state`) is forgotten with it,
+  so that pools made in the test do not inherit error counts from faults a previous test injected.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -34,7 +37,19 @@ def clickhouse_cluster() -> Iterator[ClusterBase]:
 
 @pytest.fixture
 def healthy_clickhouse_cluster(clickhouse_cluster: ClusterBase) -> Iterator[ClusterBase]:
-    """The session cluster, healed before and after the test."""
+    """The session cluster, healed before and after the test (and the shared balancing state
+    forgotten: it describes faults that heal() has just undone)."""
     clickhouse_cluster.heal()
+    _forget_shared_balancing_state()
     yield clickhouse_cluster
     clickhouse_cluster.heal()
+    _forget_shared_balancing_state()
+
+
+def _forget_shared_balancing_state() -> None:
+    # The test cluster is a layer below the pool and imports nothing from it; a pool that was
+    # used in this process has loaded its shared-state module, and only then is there anything
+    # to forget.
+    shared_state = sys.modules.get("clickhouse_lb.shared_state")
+    if shared_state is not None:
+        shared_state.registry.clear()
