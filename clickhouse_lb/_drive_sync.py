@@ -7,7 +7,8 @@ import concurrent.futures as cf
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ._transport import AttemptConnections
+from ._threads import attempt_executor, check_executor
+from ._transport import AttemptConnections, quiet_transport
 from .events import logger
 from .race import Abandon, AttemptSpec, Launch, Ping, Wait, run_attempt
 
@@ -52,8 +53,8 @@ class SyncDriver:
     one replica; ``ping(index, timeout)`` a liveness check; ``kill(index, query_id)`` a best
     effort ``KILL QUERY`` (run on a worker, never waited for)."""
 
-    def __init__(self, *, max_workers: int = 64) -> None:
-        self._executor = cf.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="clickhouse-lb-attempt")
+    def __init__(self) -> None:
+        self._executor = attempt_executor()
 
     def run(
         self,
@@ -106,11 +107,9 @@ class SyncDriver:
 
             def kill_quietly() -> None:
                 try:
-                    kill(index, query_id)
+                    with quiet_transport():
+                        kill(index, query_id)
                 except Exception as exc:
                     logger.debug("KILL QUERY %s on replica %d failed: %s", query_id, index, exc)
 
-            self._executor.submit(kill_quietly)
-
-    def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+            check_executor().submit(kill_quietly)

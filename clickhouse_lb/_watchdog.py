@@ -13,12 +13,12 @@ whose connections cannot be shut down from outside (no abandonable transport).
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from ._threads import check_executor
 from ._transport import AttemptConnections, quiet_transport
 from .errors import AttemptAbandonedError
 from .events import logger
@@ -57,7 +57,7 @@ class Watchdog:
         kill: Callable[[int, str], None],
         *,
         clock: Callable[[], float] = time.monotonic,
-        max_checks: int = 16,
+        idle_exit: float = 10.0,
     ) -> None:
         self._ping = ping
         self._kill = kill
@@ -67,7 +67,8 @@ class Watchdog:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._wakes_at = float("inf")  # when the watchdog thread means to wake up next
-        self._checks = cf.ThreadPoolExecutor(max_workers=max_checks, thread_name_prefix="clickhouse-lb-check")
+        self._checks = check_executor()
+        self._idle_exit = idle_exit
 
     def run(self, spec: AttemptSpec, call: Callable[[int, str | None], T]) -> tuple[int, T]:
         """Run ``call`` on this thread under watch; raises the watchdog's verdict when it
@@ -97,7 +98,7 @@ class Watchdog:
         entry.planned = first  # when its first wake-up is due (a check then late means a stall)
         with self._cond:
             self._watched.add(entry)
-            if self._thread is None:
+            if self._thread is None and not self._closed:
                 self._thread = threading.Thread(target=self._loop, name="clickhouse-lb-watchdog", daemon=True)
                 self._thread.start()
             # Wake the watchdog only when this attempt needs it sooner than it means to wake up
@@ -129,6 +130,15 @@ class Watchdog:
                     if sleep is None or delay < sleep:
                         sleep = delay
                 if not due:
+                    if not self._watched:
+                        # Nothing to watch: wait a while, then end (a pool nobody closes must not
+                        # keep a thread); the next attempt starts a new one.
+                        self._wakes_at = float("inf")
+                        self._cond.wait(self._idle_exit)
+                        if not self._watched:
+                            self._thread = None
+                            return
+                        continue
                     self._wakes_at = float("inf") if sleep is None else now + sleep
                     self._cond.wait(sleep)
                     continue
@@ -185,4 +195,3 @@ class Watchdog:
         with self._cond:
             self._closed = True
             self._cond.notify()
-        self._checks.shutdown(wait=False, cancel_futures=True)

@@ -232,7 +232,6 @@ class ReplicaPool(SyncClientAPI, PoolBase):
                 client, slot.client = slot.client, None
             if client is not None:
                 _close_quietly(client)
-        self._driver.close()
         if self._watchdog is not None:
             self._watchdog.close()
         if self._manager is not None:

@@ -104,7 +104,6 @@ def test_sync_driver_abandons_a_hung_attempt_after_a_failed_ping(silent_listener
     assert time.monotonic() - started < 2.0
     assert getattr(caught.value.error, "kind", None) == "hung"
     assert pings == [pytest.approx(0.1)]
-    driver.close()
 
 
 def test_no_tracking_where_clickhouse_connect_builds_its_own_transport() -> None:
@@ -259,4 +258,19 @@ def test_the_watchdog_plans_an_attempts_first_check_when_it_starts() -> None:
     watchdog._add(entry)
     assert entry.planned == pytest.approx(100.15)
     watchdog._remove(entry)
+    watchdog.close()
+
+
+def test_an_idle_watchdog_ends_its_thread() -> None:
+    """A pool nobody closes (an engine per request) must not keep a thread per pool."""
+    from clickhouse_lb._watchdog import Watchdog
+
+    watchdog = Watchdog(lambda index, timeout: True, lambda index, query_id: None, idle_exit=0.05)
+    spec = AttemptSpec(first=0, clock=time.monotonic, watch=lambda index, started: AttemptWatch(started))
+    assert watchdog.run(spec, lambda index, query_id: "rows") == (0, "rows")
+    thread = watchdog._thread
+    assert thread is not None
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    assert watchdog.run(spec, lambda index, query_id: "again") == (0, "again")  # a new one starts
     watchdog.close()
