@@ -9,6 +9,8 @@
 2. Hedging: ``--reads`` reads per thread on a healthy cluster, then with one replica slowed
    (an injected 0.5 s delay on every query): extra requests per 100 statements
    (``pool.hedged_requests``), median and p99 latency, hedging off / "auto" / fixed.
+3. Deadline: ``failover_timeout=1`` with every replica paused, and with every replica refusing
+   under an 8 s backoff: how long the statement took, sync and async.
 
 Prints markdown tables for BENCHMARKS.md, with the machine's load average.
 """
@@ -16,6 +18,7 @@ Prints markdown tables for BENCHMARKS.md, with the machine's load average.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import threading
@@ -124,19 +127,70 @@ def run_hedging(cluster: LocalCluster, args: argparse.Namespace) -> None:
     cluster.heal()
 
 
+def _fault_all(cluster: LocalCluster, fault: str) -> None:
+    for i in range(len(cluster.hosts)):
+        (cluster.pause if fault == "pause" else cluster.kill)(i)
+
+
+def deadline_sync(cluster: LocalCluster, fault: str, settings: dict[str, Any]) -> float:
+    with clickhouse_lb.get_pool(cluster.hosts, **settings) as pool:
+        pool.command(WHO)
+        _fault_all(cluster, fault)
+        started = time.monotonic()
+        with contextlib.suppress(clickhouse_lb.AllReplicasUnavailableError):
+            pool.command(WHO)
+        return time.monotonic() - started
+
+
+async def deadline_async(cluster: LocalCluster, fault: str, settings: dict[str, Any]) -> float:
+    async with clickhouse_lb.get_async_pool(cluster.hosts, **settings) as pool:
+        await pool.command(WHO)
+        _fault_all(cluster, fault)
+        started = time.monotonic()
+        with contextlib.suppress(clickhouse_lb.AllReplicasUnavailableError):
+            await pool.command(WHO)
+        return time.monotonic() - started
+
+
+def run_deadline(cluster: LocalCluster, args: argparse.Namespace) -> None:
+    import asyncio
+
+    print("\n### Statement deadline: `failover_timeout=1`\n")
+    print("| case | pool | statement took (3 runs) |")
+    print("|---|---|---|")
+    cases = (
+        ("all replicas paused", "pause", {"failover_timeout": 1.0}),
+        ("all replicas refusing, `failover_backoff_ms=8000`", "kill",
+         {"failover_timeout": 1.0, "failover_backoff_ms": 8000, "connections_with_failover_max_tries": 5}),
+    )
+    for label, fault, settings in cases:
+        for flavour in ("sync", "async"):
+            took = []
+            for _ in range(3):
+                cluster.heal()
+                if flavour == "sync":
+                    took.append(deadline_sync(cluster, fault, settings))
+                else:
+                    took.append(asyncio.run(deadline_async(cluster, fault, settings)))
+            print(f"| {label} | {flavour} | {' / '.join(f'{t:.3f} s' for t in took)} |")
+    cluster.heal()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--pause", type=float, default=10.0)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--reads", type=int, default=250)
-    parser.add_argument("--only", choices=["blackout", "hedging"], help="run one of the two parts")
+    parser.add_argument("--only", choices=["blackout", "hedging", "deadline"], help="run one part")
     args = parser.parse_args()
     load_before = os.getloadavg()
     with LocalCluster(replicas=3) as cluster:
-        if args.only != "hedging":
+        if args.only in (None, "blackout"):
             run_blackout(cluster, args)
-        if args.only != "blackout":
+        if args.only in (None, "hedging"):
             run_hedging(cluster, args)
+        if args.only in (None, "deadline"):
+            run_deadline(cluster, args)
     load_after = os.getloadavg()
     print(f"\nload average (1 min) before/after: {load_before[0]:.1f} / {load_after[0]:.1f} on {os.cpu_count()} cores")
 

@@ -328,3 +328,17 @@ def test_password_never_shown() -> None:
     got = args("clickhousedb+lb://u:topsecret@ch-1/db")
     assert "topsecret" not in repr(got)
     assert "topsecret" not in repr(create_engine("clickhousedb+lb://u:topsecret@ch-1/db"))
+
+
+def test_hung_replica_settings_come_from_the_url() -> None:
+    got = args(
+        "clickhousedb+lb://u@ch-1,ch-2/db?use_hedged_requests=1&receive_data_timeout_ms=auto"
+        "&liveness_check_after_ms=100&receive_timeout=0.5&failover_timeout=2.5"
+    )
+    attempts = got.config.attempts
+    assert attempts.hedging.enabled
+    assert attempts.hedging.delay is None  # auto
+    assert attempts.liveness.check_after == 0.1
+    assert attempts.timeouts.receive == 0.5
+    assert got.config.settings.failover_timeout == 2.5
+    assert "receive_timeout" not in (got.config.client_options.get("settings") or {})  # not a server setting

@@ -32,6 +32,7 @@ from typing import Any
 from sqlalchemy.engine import URL
 
 from clickhouse_lb._values import as_bool, parse_priorities
+from clickhouse_lb.attempt_settings import CLIENT_TIMEOUT_OPTIONS
 from clickhouse_lb.errors import ConfigurationError
 from clickhouse_lb.pool_config import SHARE_STATE, PoolConfig, resolve_pool_config, sync_client_option_names
 from clickhouse_lb.replicas import DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, Replica, parse_replicas
@@ -216,8 +217,10 @@ def engine_args_from_url(
             options[name] = value  # refused by _resolve, with the reason
         elif name.startswith("ch_"):
             settings[name[3:]] = str(value)
-        elif name in client_option_names or name in other_client_option_names:
-            options[name] = value  # the other client's options are refused by _resolve, naming the valid ones
+        elif name in client_option_names or name in other_client_option_names or name in CLIENT_TIMEOUT_OPTIONS:
+            # the other client's options are refused by _resolve, naming the valid ones; the
+            # timeouts (receive_timeout, send_timeout too) are the pool's, in fractional seconds
+            options[name] = value
         elif name == "compression":  # clickhouse-connect's URL spelling of `compress`
             options.setdefault("compress", value)
         else:
