@@ -24,6 +24,8 @@ class ClusterBase(abc.ABC):
     """
 
     password: str = ""
+    #: The cluster's name in ``system.clusters`` and for ``ON CLUSTER`` statements.
+    cluster_name: str = "lb_cluster"
 
     @property
     @abc.abstractmethod
@@ -75,6 +77,27 @@ class ClusterBase(abc.ABC):
     def heal(self) -> None:
         """Restart killed replicas, resume paused ones, clear delays and injected failures."""
 
+    # -- replication and network faults (where the cluster can do them) -------------------------
+    def delay_replication(self, i: int, seconds: float) -> None:
+        """Replica ``i`` applies the replication log ``seconds`` late (replication lag; 0 clears)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot delay replication")
+
+    def stop_replication(self, i: int) -> None:
+        """Replica ``i`` stops applying replicated writes until :meth:`start_replication`."""
+        raise NotImplementedError(f"{type(self).__name__} cannot stop replication")
+
+    def start_replication(self, i: int) -> None:
+        """Replica ``i`` applies replicated writes again (and catches up)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot start replication")
+
+    def blackhole(self, i: int) -> None:
+        """Connections to replica ``i`` are never answered (``connect()`` hangs)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot black-hole a replica")
+
+    def unblackhole(self, i: int) -> None:
+        """Undo :meth:`blackhole`."""
+        raise NotImplementedError(f"{type(self).__name__} cannot black-hole a replica")
+
     # -- shared helpers ------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.hosts)
@@ -111,9 +134,11 @@ class ClusterBase(abc.ABC):
         return body.decode()
 
     def on_all(self, sql: str) -> list[str]:
-        """Run a statement (e.g. DDL) on every live, unpaused replica; return the bodies.
+        """Run a statement on every reachable replica (live, not paused); return the bodies.
 
-        Local replicas do NOT replicate to each other: run DDL and inserts on each of them.
+        For tables every replica needs, prefer ``CREATE TABLE ... ON CLUSTER`` with a
+        ReplicatedMergeTree engine: both clusters replicate those. ``on_all`` is for per-replica
+        state (plain MergeTree copies that differ on purpose, settings, ...).
         """
         return [self.query(i, sql) for i in range(len(self)) if self._reachable(i)]
 

@@ -11,8 +11,15 @@ SIGSTOP (the kernel still accepts connections, nothing answers), :meth:`restart`
 process again on the same address with the same data directory (MergeTree data survives),
 :meth:`set_delay` and :meth:`fail_next` use the replica's fault-injection endpoint.
 
-The replicas do NOT replicate to each other: each has its own data. Create tables and insert on
-every replica (:meth:`on_all`) when a test needs the same data everywhere.
+Replication: ``ReplicatedMergeTree`` tables replicate between the replicas and ``ON CLUSTER
+lb_cluster`` statements run on all of them, through a replication log in ``base_dir/replication``
+shared by the replica processes (see docs/local-cluster.md for what it guarantees and how it
+differs from ClickHouse Keeper). Replication faults: :meth:`delay_replication`,
+:meth:`stop_replication` / :meth:`start_replication`; network fault: :meth:`blackhole` /
+:meth:`unblackhole` (``connect()`` hangs). Plain MergeTree tables are per replica, as on a server.
+
+Same port: ``shared_port=True`` (or ``port=N``) runs every replica on its own loopback address
+and one shared port, for the ``a,b,c:PORT`` URL forms.
 
 No orphan processes: replicas are SIGKILLed by :meth:`close`, at interpreter exit (atexit), and
 each replica exits by itself when its parent process dies (parent watch; plus PR_SET_PDEATHSIG on
@@ -23,6 +30,9 @@ Example::
     with LocalCluster(replicas=3) as cluster:
         client = cluster.client(0)
         client.query("SELECT getMacro('replica')").result_rows  # [('r1',)]
+        cluster.query(0, "CREATE TABLE t ON CLUSTER lb_cluster (x UInt8) ENGINE = ReplicatedMergeTree ORDER BY x")
+        cluster.query(1, "INSERT INTO t VALUES (1)")
+        cluster.query(2, "SYSTEM SYNC REPLICA t")  # r3 now has the row
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -42,10 +53,13 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
+from clickhouse_lb.testing import _replog
 from clickhouse_lb.testing._base import ClusterBase, ClusterError
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 _FAULTS_PATH = "/__clickhouse_lb__/faults"
+_REPLICATION_PATH = "/__clickhouse_lb__/replication"
+_BLACKHOLE_STATE = "blackhole.state"
 _LIVE: weakref.WeakSet[LocalCluster] = weakref.WeakSet()
 
 
@@ -58,6 +72,7 @@ class _Replica:
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
     paused: bool = False
+    blackholed: bool = False
 
 
 def _default_distinct() -> bool:
@@ -75,6 +90,11 @@ class LocalCluster(ClusterBase):
         of ``127.0.0.1``.
     :param password: password of user ``default`` on every replica (default: empty).
     :param startup_timeout: seconds to wait for a replica to answer ``/ping``.
+    :param cluster_name: the cluster's name in ``system.clusters`` and ``ON CLUSTER``
+        (default ``lb_cluster``, as in docker-compose.yml).
+    :param shared_port: every replica listens on the same port (one free on all the replicas'
+        addresses), each on its own address; needs distinct addresses (Linux).
+    :param port: that shared port, chosen by you (implies ``shared_port``).
     """
 
     def __init__(
@@ -86,11 +106,20 @@ class LocalCluster(ClusterBase):
         distinct_addresses: bool | None = None,
         password: str = "",
         startup_timeout: float = 60.0,
+        cluster_name: str = "lb_cluster",
+        shared_port: bool = False,
+        port: int | None = None,
     ) -> None:
         if names is not None and len(names) != replicas:
             raise ValueError("names must have one entry per replica")
         if replicas < 1:
             raise ValueError("at least one replica")
+        if port is not None and not 0 < port < 65536:
+            raise ValueError(f"port must be between 1 and 65535, not {port!r}")
+        if not cluster_name or not all(c.isalnum() or c in "_-" for c in cluster_name):
+            raise ValueError(
+                f"cluster_name must be a non-empty name of letters, digits, '_' or '-', not {cluster_name!r}"
+            )
         self._names = list(names) if names is not None else [f"r{i + 1}" for i in range(replicas)]
         self._own_dir = base_dir is None
         self._base_dir = Path(base_dir) if base_dir is not None else None
@@ -99,6 +128,13 @@ class LocalCluster(ClusterBase):
         self.startup_timeout = startup_timeout
         self._replicas: list[_Replica] = []
         self._distinct = distinct
+        self.cluster_name = cluster_name
+        self._shared_port = shared_port or port is not None
+        self._port = port
+        if self._shared_port and not distinct:
+            raise ValueError(
+                "shared_port/port need distinct loopback addresses per replica (distinct_addresses=True, Linux)"
+            )
         self._lock = threading.RLock()
         self._started = False
 
@@ -135,12 +171,31 @@ class LocalCluster(ClusterBase):
                 _Replica(i, name, f"127.0.0.{11 + i}" if self._distinct else "127.0.0.1", self._base_dir / name)
                 for i, name in enumerate(self._names)
             ]
+            if self._shared_port:
+                port = self._port or _free_common_port([r.host for r in self._replicas])
+                for r in self._replicas:
+                    r.port = port
             self._started = True
             _LIVE.add(self)
             try:
-                for r in self._replicas:
-                    self._spawn(r)
-                self._wait_all(self._replicas)
+                for attempt in range(3):
+                    for r in self._replicas:
+                        self._spawn(r)
+                    try:
+                        self._wait_all(self._replicas)
+                        break
+                    except ClusterError as exc:
+                        # A port chosen for all addresses can be taken by another process before
+                        # the replicas bind it: choose again.
+                        chosen_here = self._shared_port and self._port is None
+                        if attempt == 2 or not chosen_here or "Address already in use" not in str(exc):
+                            raise
+                        for r in self._replicas:
+                            self._kill_proc(r)
+                        port = _free_common_port([r.host for r in self._replicas])
+                        for r in self._replicas:
+                            r.port = port
+                self._write_cluster_file()
             except BaseException:
                 self.close()
                 raise
@@ -174,7 +229,10 @@ class LocalCluster(ClusterBase):
             r = self._replica(i)
             if r.proc is None or r.proc.poll() is not None:
                 raise ClusterError(f"replica {r.name} is not running")
-            os.kill(r.proc.pid, signal.SIGSTOP)
+            # Never stop a replica while it holds the replication log's writer lock: the others
+            # would wait for it. Holding the lock here, it cannot be inside.
+            with _replog.writer_lock(self.replication_dir):
+                os.kill(r.proc.pid, signal.SIGSTOP)
             r.paused = True
 
     def resume(self, i: int) -> None:
@@ -215,10 +273,116 @@ class LocalCluster(ClusterBase):
             if dead:
                 self._wait_all(dead)
             for r in self._replicas:
+                if r.blackholed:
+                    self.unblackhole(r.index)
+            for r in self._replicas:
                 self._faults(r.index, {"delay": 0.0, "fail_next": 0, "code": 210})
+                self._replication(r.index, {"delay": 0.0, "stopped": False})
 
     def _reachable(self, i: int) -> bool:
-        return self.is_alive(i) and not self._replica(i).paused
+        r = self._replica(i)
+        return self.is_alive(i) and not r.paused and not r.blackholed
+
+    # -- replication -----------------------------------------------------------------------------
+    @property
+    def replication_dir(self) -> Path:
+        """The replication log shared by the replicas (see docs/local-cluster.md)."""
+        return self.base_dir / "replication"
+
+    def delay_replication(self, i: int, seconds: float) -> None:
+        """Replica ``i`` applies replicated writes only once they are ``seconds`` old (0 clears).
+
+        Its ``system.replicas`` shows the lag (``absolute_delay``, ``queue_size``); ``ON CLUSTER``
+        statements are not delayed (ClickHouse runs them outside the replication queue).
+        Cleared by :meth:`heal` and by a restart of the replica.
+        """
+        if seconds < 0:
+            raise ValueError(f"seconds must be >= 0, not {seconds!r}")
+        self._replication(i, {"delay": float(seconds)})
+
+    def stop_replication(self, i: int) -> None:
+        """Replica ``i`` stops applying replicated writes (like ``SYSTEM STOP REPLICATION QUEUES``)."""
+        self._replication(i, {"stopped": True})
+
+    def start_replication(self, i: int) -> None:
+        """Undo :meth:`stop_replication`: replica ``i`` catches up with the log."""
+        self._replication(i, {"stopped": False})
+
+    def replication_state(self, i: int) -> dict[str, object]:
+        """Replica ``i``'s replication: ``delay``, ``stopped``, ``applied``, ``log_end``, ``queue``."""
+        return self._replication(i, None)
+
+    def _replication(self, i: int, change: dict[str, object] | None) -> dict[str, object]:
+        r = self._replica(i)
+        if change is None:
+            status, body = self._http(i, "GET", _REPLICATION_PATH, None, 5.0)
+        else:
+            status, body = self._http(
+                i,
+                "POST",
+                _REPLICATION_PATH,
+                json.dumps(change).encode(),
+                5.0,
+                headers={"Content-Type": "application/json"},
+            )
+        if status != 200:
+            raise ClusterError(f"replication endpoint of {r.name}: HTTP {status} {body!r}")
+        state = json.loads(body)
+        assert isinstance(state, dict)
+        return state
+
+    # -- black hole ------------------------------------------------------------------------------
+    def blackhole(self, i: int, timeout: float = 10.0) -> None:
+        """Connections to replica ``i`` are never answered: ``connect()`` hangs (SYNs dropped),
+        established connections go silent. The process keeps running (and replicating)."""
+        with self._lock:
+            r = self._replica(i)
+            if r.proc is None or r.proc.poll() is not None or r.paused:
+                raise ClusterError(f"replica {r.name} is not running (or paused): cannot black-hole it")
+            if r.blackholed:
+                return
+            os.kill(r.proc.pid, signal.SIGUSR1)
+            self._wait_blackhole_state(r, "on", timeout)
+            r.blackholed = True
+
+    def unblackhole(self, i: int, timeout: float = 10.0) -> None:
+        """Undo :meth:`blackhole`: replica ``i`` accepts connections again."""
+        with self._lock:
+            r = self._replica(i)
+            if not r.blackholed:
+                return
+            r.blackholed = False
+            if r.proc is None or r.proc.poll() is not None:
+                return
+            os.kill(r.proc.pid, signal.SIGUSR2)
+            self._wait_blackhole_state(r, "off", timeout)
+            self.wait_ready(i, timeout)
+
+    def is_blackholed(self, i: int) -> bool:
+        """Whether replica ``i`` is in a :meth:`blackhole`."""
+        return self._replica(i).blackholed
+
+    def _wait_blackhole_state(self, r: _Replica, state: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        path = r.data_dir / _BLACKHOLE_STATE
+        while True:
+            with contextlib.suppress(OSError):
+                if path.read_text() == state:
+                    return
+            if time.monotonic() > deadline:
+                raise ClusterError(f"replica {r.name} did not switch its black hole {state} within {timeout:g}s")
+            time.sleep(0.01)
+
+    def _write_cluster_file(self) -> None:
+        """Describe the cluster for the replicas' system.clusters."""
+        description = {
+            "cluster": self.cluster_name,
+            "replicas": [{"name": r.name, "host": r.host, "port": r.port} for r in self._replicas],
+        }
+        path = self.base_dir / "cluster.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(description))
+        os.replace(tmp, path)
 
     def replica_memory_mb(self) -> list[float | None]:
         """Resident memory (RSS, MiB) of each replica process (Linux; None when unknown or killed)."""
@@ -250,6 +414,8 @@ class LocalCluster(ClusterBase):
 
     def _spawn(self, r: _Replica) -> None:
         r.data_dir.mkdir(parents=True, exist_ok=True)
+        (r.data_dir / _BLACKHOLE_STATE).unlink(missing_ok=True)
+        r.blackholed = False
         port_file = r.data_dir / "replica.port"
         port_file.unlink(missing_ok=True)
         cmd = [
@@ -268,6 +434,12 @@ class LocalCluster(ClusterBase):
             str(port_file),
             "--parent-pid",
             str(os.getpid()),
+            "--cluster-name",
+            self.cluster_name,
+            "--replication-dir",
+            str(self.replication_dir),
+            "--cluster-file",
+            str(self.base_dir / "cluster.json"),
         ]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
@@ -322,6 +494,7 @@ class LocalCluster(ClusterBase):
     def _kill_proc(r: _Replica) -> None:
         proc, r.proc = r.proc, None
         r.paused = False
+        r.blackholed = False
         if proc is None:
             return
         if proc.poll() is None:
@@ -343,6 +516,28 @@ class LocalCluster(ClusterBase):
         state = json.loads(body)
         assert isinstance(state, dict)
         return state
+
+
+def _free_common_port(hosts: list[str], attempts: int = 50) -> int:
+    """A TCP port free on every one of ``hosts`` right now (the kernel picks it on the first)."""
+    for _ in range(attempts):
+        probes: list[socket.socket] = []
+        try:
+            first = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            probes.append(first)
+            first.bind((hosts[0], 0))
+            port = int(first.getsockname()[1])
+            for host in hosts[1:]:
+                probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                probes.append(probe)
+                probe.bind((host, port))
+            return port
+        except OSError:
+            continue
+        finally:
+            for probe in probes:
+                probe.close()
+    raise ClusterError(f"no TCP port free on all of {', '.join(hosts)} after {attempts} attempts")
 
 
 @atexit.register

@@ -4,12 +4,16 @@ Three ``clickhouse/clickhouse-server`` replicas of one shard (macros ``replica``
 ``shard`` = 01, ReplicatedMergeTree through ClickHouse Keeper), HTTP ports published on
 ``127.0.0.1:8123``, ``8124``, ``8125``. Fault injection goes through ``docker compose``:
 ``kill`` (SIGKILL), ``pause``/``unpause`` (cgroup freezer: the kernel still accepts connections),
-``start`` after a kill. :meth:`DockerCluster.set_delay` and :meth:`DockerCluster.fail_next` are
-not available on real servers and raise :class:`NotImplementedError` (tests needing them should
-use :class:`~clickhouse_lb.testing.LocalCluster`).
+``start`` after a kill; :meth:`DockerCluster.stop_replication` / ``start_replication`` send
+``SYSTEM STOP|START FETCHES`` and ``SYSTEM STOP|START REPLICATION QUEUES`` to the replica.
+:meth:`DockerCluster.set_delay`, :meth:`DockerCluster.fail_next`,
+:meth:`DockerCluster.delay_replication` and :meth:`DockerCluster.blackhole` are not available
+on real servers and raise :class:`NotImplementedError` (tests needing them should use
+:class:`~clickhouse_lb.testing.LocalCluster`).
 
-Unlike the local replicas, these DO replicate: ``ON CLUSTER`` DDL and ReplicatedMergeTree work
-(the cluster is named ``lb_cluster``); :meth:`on_all` still runs a statement on each replica.
+Replication is ClickHouse Keeper's here (the local cluster emulates it with a shared log):
+``ON CLUSTER lb_cluster`` DDL and ReplicatedMergeTree work; :meth:`on_all` still runs a
+statement on each replica.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ class DockerCluster(ClusterBase):
         self.password = password
         self._killed: set[int] = set()
         self._paused: set[int] = set()
+        self._replication_stopped: set[int] = set()
         self._started = False
 
     @staticmethod
@@ -152,6 +157,32 @@ class DockerCluster(ClusterBase):
             "use LocalCluster (CLICKHOUSE_LB_CLUSTER=local) for injected-error tests"
         )
 
+    def delay_replication(self, i: int, seconds: float) -> None:
+        raise NotImplementedError(
+            "A real clickhouse-server has no timed replication delay; use stop_replication/start_replication "
+            "(SYSTEM STOP/START FETCHES) here, or LocalCluster (CLICKHOUSE_LB_CLUSTER=local) for lag tests"
+        )
+
+    def stop_replication(self, i: int) -> None:
+        self.query(i, "SYSTEM STOP FETCHES")
+        self.query(i, "SYSTEM STOP REPLICATION QUEUES")
+        self._replication_stopped.add(i)
+
+    def start_replication(self, i: int) -> None:
+        self.query(i, "SYSTEM START FETCHES")
+        self.query(i, "SYSTEM START REPLICATION QUEUES")
+        self._replication_stopped.discard(i)
+
+    def blackhole(self, i: int) -> None:
+        raise NotImplementedError(
+            "DockerCluster cannot black-hole a replica: its HTTP port is published by Docker's proxy on "
+            "127.0.0.1, which completes TCP handshakes itself even when the container is disconnected; "
+            "use LocalCluster (CLICKHOUSE_LB_CLUSTER=local) for connect-timeout tests"
+        )
+
+    def unblackhole(self, i: int) -> None:
+        self.blackhole(i)
+
     def is_alive(self, i: int) -> bool:
         return self._started and i not in self._killed
 
@@ -163,3 +194,5 @@ class DockerCluster(ClusterBase):
             self.resume(i)
         for i in sorted(self._killed):
             self.restart(i)
+        for i in sorted(self._replication_stopped):
+            self.start_replication(i)

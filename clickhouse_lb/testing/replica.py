@@ -54,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shard", default="01")
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--port-file", default=None)
+    parser.add_argument("--cluster-name", default="lb_cluster", help="the cluster name ON CLUSTER accepts")
+    parser.add_argument("--replication-dir", default=None, help="the cluster's shared replication log directory")
+    parser.add_argument("--cluster-file", default=None, help="JSON description of the cluster (system.clusters)")
     parser.add_argument(
         "--password-env", default=None, help="name of an environment variable holding the password of user default"
     )
@@ -79,13 +82,25 @@ def main(argv: list[str] | None = None) -> int:
     log = logging.getLogger("clickhouse_lb.testing.replica")
     password = os.environ.get(args.password_env, "") if args.password_env else ""
 
+    from clickhouse_lb.testing import _blackhole
     from clickhouse_lb.testing.server import ReplicaServer
 
-    server = ReplicaServer(args.name, data_dir, args.host, args.port, password=password, shard=args.shard)
+    server = ReplicaServer(
+        args.name,
+        data_dir,
+        args.host,
+        args.port,
+        password=password,
+        shard=args.shard,
+        cluster_name=args.cluster_name,
+        replication_dir=args.replication_dir,
+        cluster_file=args.cluster_file,
+    )
+    control = _blackhole.serve(server, args.host, data_dir)
 
     def _stop(signum: int, _frame: object) -> None:
         log.info("signal %s: stopping", signum)
-        threading.Thread(target=server.http.shutdown, daemon=True).start()
+        control.stop()
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
@@ -95,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp.write_text(str(server.port))
         os.replace(tmp, args.port_file)
     try:
-        server.serve_forever()
+        _blackhole.serve_forever(control, args.host, data_dir)
     finally:
         server.http.server_close()
     log.info("replica %s stopped", args.name)

@@ -42,8 +42,11 @@ Not faithful / not implemented:
 * Readonly for a *session* request (GET or ``readonly`` parameter) is decided from the statement's
   first keyword instead of by the engine (sessionless requests use the engine's own check).
 * Only the ``default`` user; no quotas, roles, access rights.
-* Each replica is a separate engine: replicas do NOT replicate to each other (ReplicatedMergeTree
-  is not available; run DDL and inserts on every replica, e.g. ``LocalCluster.on_all``).
+* Replication is the local cluster's own (:mod:`clickhouse_lb.testing._replication`, described
+  in docs/local-cluster.md): ``Replicated*MergeTree`` tables become ``*MergeTree`` tables that
+  replicate through a log on disk shared by the replicas; ``ON CLUSTER``, ``system.clusters``,
+  ``system.replicas`` and ``SYSTEM SYNC REPLICA`` are answered by it. A ``Replicated`` database
+  engine is refused (NOT_IMPLEMENTED).
 
 Fault injection (a path no ClickHouse server has): ``GET/POST /__clickhouse_lb__/faults`` with a
 JSON object ``{"delay": seconds, "fail_next": n, "code": 210}``. The delay is applied before every
@@ -51,6 +54,10 @@ JSON object ``{"delay": seconds, "fail_next": n, "code": 210}``. The delay is ap
 requests then fail with ClickHouse error ``code`` (``Code: 210. DB::Exception: Injected failure by
 clickhouse_lb.testing. (NETWORK_ERROR)``, the HTTP status ClickHouse uses for that code).
 ``GET /__clickhouse_lb__/info`` answers ``{"name", "pid", "sessions"}``.
+``GET/POST /__clickhouse_lb__/replication`` reads or sets the replication faults
+(``{"delay": seconds, "stopped": bool}``; answers also ``applied``, ``log_end``, ``queue``).
+SIGUSR1/SIGUSR2 put the replica in and out of a network black hole
+(:mod:`clickhouse_lb.testing._blackhole`).
 """
 
 from __future__ import annotations
@@ -82,6 +89,7 @@ from clickhouse_lb.testing._engine import (
     sql_identifier,
 )
 from clickhouse_lb.testing._http import HttpServer, Request, Response
+from clickhouse_lb.testing._replication import Replication, RunStatement
 
 log = logging.getLogger("clickhouse_lb.testing.server")
 
@@ -251,6 +259,9 @@ class ReplicaServer:
         *,
         password: str = "",
         shard: str = "01",
+        cluster_name: str = "lb_cluster",
+        replication_dir: str | os.PathLike[str] | None = None,
+        cluster_file: str | os.PathLike[str] | None = None,
     ) -> None:
         self.name = name
         self.data_dir = Path(data_dir)
@@ -275,6 +286,19 @@ class ReplicaServer:
         self._running_ids: set[str] = set()
         self._running_lock = threading.Lock()
         self.faults = _Faults()
+        self.replication = Replication(
+            name,
+            shard,
+            self._path,
+            self.data_dir,
+            Path(replication_dir) if replication_dir is not None else self.data_dir / "replication",
+            cluster_name=cluster_name,
+            cluster_file=Path(cluster_file) if cluster_file is not None else None,
+        )
+        self.replication.start()
+        #: Set while the replica is black-holed (see clickhouse_lb.testing._blackhole).
+        self.blackholed = threading.Event()
+        self._unblackholed = threading.Event()
         self._stop = threading.Event()
         self.http = HttpServer((host, port), self.handle)
         self._reaper = threading.Thread(target=self._reap_sessions, name="session-reaper", daemon=True)
@@ -283,6 +307,15 @@ class ReplicaServer:
     @property
     def port(self) -> int:
         return self.http.port
+
+    def set_blackholed(self, on: bool) -> None:
+        """While black-holed, requests on established connections are never answered."""
+        if on:
+            self._unblackholed.clear()
+            self.blackholed.set()
+        else:
+            self.blackholed.clear()
+            self._unblackholed.set()
 
     def _load_error_names(self) -> None:
         try:
@@ -305,6 +338,7 @@ class ReplicaServer:
         self._stop.set()
         self.http.shutdown()
         self.http.server_close()
+        self.replication.close()
         with self._sessions_lock:
             sessions, self._sessions = list(self._sessions.values()), {}
         for session in sessions:
@@ -337,6 +371,9 @@ class ReplicaServer:
             return self._ok()
         if path.startswith(CONTROL_PREFIX):
             return self._control(path[len(CONTROL_PREFIX) :], request)
+        if self.blackholed.is_set():  # established connections go silent too
+            self._unblackholed.wait()
+            return Response(503, [], b"", close=True)
         query_id = params.get("query_id") or str(uuid.uuid4())
         base_headers = [("X-ClickHouse-Server-Display-Name", self.name), ("X-ClickHouse-Query-Id", query_id)]
         if path != "/":
@@ -394,6 +431,15 @@ class ReplicaServer:
                 log.info("faults set: %s", state)
             else:
                 state = self.faults.snapshot()
+            return Response(200, [("Content-Type", "application/json")], json.dumps(state).encode())
+        if what == "replication":
+            try:
+                data = json.loads(request.body or b"{}") if request.method == "POST" else None
+                if data is not None and not isinstance(data, dict):
+                    raise ValueError("expected a JSON object")
+                state = self.replication.control(data)
+            except (ValueError, TypeError) as exc:
+                return Response(400, [("Content-Type", "text/plain")], f"bad replication request: {exc}\n".encode())
             return Response(200, [("Content-Type", "application/json")], json.dumps(state).encode())
         if what == "info":
             with self._sessions_lock:
@@ -537,12 +583,20 @@ class ReplicaServer:
             return _Statement(stmt, stmt, match.group("fmt").decode(), full[match.end() :])
         return _Statement(full.decode("utf-8", "replace"))
 
-    @staticmethod
-    def _execute(conn: EngineConn, plan: _Plan) -> Result:
+    def _execute(self, conn: EngineConn, plan: _Plan) -> Result:
         statement = plan.statement
         if statement.insert_stmt is not None and statement.insert_format is not None:
-            return conn.insert(statement.insert_stmt, statement.insert_format, statement.data)
-        return conn.execute(statement.sql, plan.default_format, plan.query_params)
+            insert_stmt, insert_format = statement.insert_stmt, statement.insert_format
+
+            def run(sql: str) -> Result:
+                return conn.insert(sql, insert_format, statement.data)
+
+            runner = RunStatement(run, statement.data, insert_format)
+            return self.replication.execute(conn, insert_stmt, plan.settings, runner)
+        runner = RunStatement(lambda sql: conn.execute(sql, plan.default_format, plan.query_params))
+        # Replication (clickhouse_lb.testing._replication) sees every statement: it replicates
+        # writes to replicated tables and ON CLUSTER statements, and answers system.replicas/clusters.
+        return self.replication.execute(conn, statement.sql, plan.settings, runner)
 
     def _run_sessionless(self, plan: _Plan) -> Result:
         statement, readonly = plan.statement, plan.readonly
