@@ -74,7 +74,7 @@ class SyncDriver:
                     return stop.value  # type: ignore[no-any-return]
                 reply = None
                 if isinstance(command, Launch):
-                    reply = self._launch(call, command)
+                    reply = self._launch(call, command, spec.connect_timeout)
                     launched.append(reply)
                 elif isinstance(command, Wait):
                     cf.wait([run.future for run in command.handles], command.timeout, cf.FIRST_COMPLETED)
@@ -89,8 +89,10 @@ class SyncDriver:
                         run.connections.abandon()
             raise
 
-    def _launch(self, call: Callable[[int, str | None], Any], command: Launch) -> _ThreadRun:
-        connections = AttemptConnections()
+    def _launch(
+        self, call: Callable[[int, str | None], Any], command: Launch, connect_timeout: float | None
+    ) -> _ThreadRun:
+        connections = AttemptConnections(connect_timeout)
 
         def work() -> Any:
             with connections:

@@ -28,6 +28,7 @@ from typing import Any
 
 from urllib3 import HTTPConnectionPool, HTTPSConnectionPool, PoolManager, Timeout
 from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.exceptions import ConnectTimeoutError
 
 from .events import logger
 from .timeouts import Timeouts
@@ -38,13 +39,20 @@ _local = threading.local()
 
 
 class AttemptConnections:
-    """The connections one attempt used on its worker thread; :meth:`abandon` closes them."""
+    """The connections one attempt used on its thread; :meth:`abandon` closes them.
 
-    __slots__ = ("_lock", "abandoned", "connections")
+    ``connect_timeout``: the attempt's exact connect timeout (clickhouse-connect gives urllib3
+    whole seconds, rounded up, at least while the client is being created), cut to the
+    statement's deadline. Once a connect of the attempt timed out, urllib3's own retry of it
+    fails at once: failing over is the pool's job, not a second wait on the same replica."""
 
-    def __init__(self) -> None:
+    __slots__ = ("_lock", "abandoned", "connect_timed_out", "connect_timeout", "connections")
+
+    def __init__(self, connect_timeout: float | None = None) -> None:
         self.connections: list[HTTPConnection] = []
         self.abandoned = False
+        self.connect_timeout = connect_timeout
+        self.connect_timed_out = False
         self._lock = threading.Lock()
 
     def add(self, connection: HTTPConnection) -> None:
@@ -122,7 +130,20 @@ class _Tracked:
                 raise ConnectionAbortedError("attempt abandoned by clickhouse-lb")
 
     def connect(self) -> None:
-        super().connect()  # type: ignore[misc]
+        attempt = current_attempt()
+        if attempt is not None:
+            if attempt.connect_timed_out:
+                raise ConnectTimeoutError(self, "connect already timed out in this attempt (clickhouse-lb)")
+            limit = attempt.connect_timeout
+            current = getattr(self, "timeout", None)
+            if limit is not None and (not isinstance(current, (int, float)) or current > limit):
+                setattr(self, "timeout", limit)  # noqa: B010 - the connect timeout urllib3 connects with
+        try:
+            super().connect()  # type: ignore[misc]
+        except ConnectTimeoutError:
+            if attempt is not None:
+                attempt.connect_timed_out = True
+            raise
         self._register()
 
     def request(self, *args: Any, **kwargs: Any) -> Any:

@@ -41,7 +41,7 @@ class _Watched:
         self.watch = watch
         self.query_id = query_id
         self.started = started
-        self.connections = AttemptConnections()
+        self.connections = AttemptConnections(spec.connect_timeout)
         self.verdict: AttemptAbandonedError | None = None
         self.checking = False
         self.planned = started

@@ -80,6 +80,7 @@ class StatementPlan:
             query_id=(lambda: fixed) if fixed is not None else (_new_query_id if killable else _no_query_id),
             address=self.addresses.__getitem__,
             write=self.write,
+            connect_timeout=self.deadline.cut(settings.timeouts.connect),
             on_failure=self.count_failure,
             on_slower=self.count_slowdown,
             on_latency=self.window.add if self.hedgeable else _ignore,

@@ -101,6 +101,8 @@ class AttemptSpec:
     query_id: Callable[[], str | None] = lambda: None
     address: Callable[[int], str] = str
     write: bool = False
+    #: The exact connect timeout of a run, cut to the statement's deadline (None: the client's).
+    connect_timeout: float | None = None
     #: A run failed while another kept going (count it now).
     on_failure: Callable[[int, BaseException], object] = lambda index, exc: None
     #: A run lost a hedged race: the replica was slower (count a slowdown).

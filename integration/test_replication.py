@@ -415,12 +415,6 @@ def test_connect_timeout_with_failover_ms_governs_failover_from_a_blackholed_rep
     assert long - short >= 1.5, (short, long)  # the setting, not anything else, sets the wait
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pool defect found by the black hole: a replica's client is created with the connect timeout "
-    "rounded up to whole seconds (clickhouse_lb.pool_config.connect_timeout_argument) and urllib3 tries the "
-    "connect twice, so 200 ms costs about 2 s",
-)
 def test_a_200ms_connect_timeout_fails_over_well_under_a_second(cluster: ClusterBase) -> None:
     local = _local_only(cluster)
     local.blackhole(0)

@@ -274,3 +274,23 @@ def test_an_idle_watchdog_ends_its_thread() -> None:
     assert not thread.is_alive()
     assert watchdog.run(spec, lambda index, query_id: "again") == (0, "again")  # a new one starts
     watchdog.close()
+
+
+def test_a_connect_that_timed_out_is_not_waited_for_twice_in_one_attempt(silent_listener: str) -> None:
+    """urllib3 retries a connect once; the pool fails over instead of waiting the timeout again."""
+    from urllib3.exceptions import ConnectTimeoutError
+
+    from clickhouse_lb._transport import _TrackedHTTPConnection
+
+    host, port = silent_listener.split(":")
+    attempt = AttemptConnections(connect_timeout=0.05)
+    connection = _TrackedHTTPConnection(host, int(port), timeout=30)
+    with attempt:
+        connection.connect()  # the listener accepts: this one connects
+        assert connection.timeout == 0.05  # the attempt's exact connect timeout, not the client's 30 s
+        attempt.connect_timed_out = True
+        started = time.monotonic()
+        with pytest.raises(ConnectTimeoutError):
+            _TrackedHTTPConnection(host, int(port), timeout=30).connect()
+        assert time.monotonic() - started < 0.5
+    connection.close()
