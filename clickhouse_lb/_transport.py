@@ -28,7 +28,7 @@ from typing import Any
 
 from urllib3 import HTTPConnectionPool, HTTPSConnectionPool, PoolManager, Timeout
 from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.exceptions import ConnectTimeoutError
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
 from .events import logger
 from .timeouts import Timeouts
@@ -140,8 +140,9 @@ class _Tracked:
                 setattr(self, "timeout", limit)  # noqa: B010 - the connect timeout urllib3 connects with
         try:
             super().connect()  # type: ignore[misc]
-        except ConnectTimeoutError:
-            if attempt is not None:
+        except ConnectTimeoutError as exc:
+            # (urllib3 2 makes a refused connection, NewConnectionError, a ConnectTimeoutError too)
+            if attempt is not None and not isinstance(exc, NewConnectionError):
                 attempt.connect_timed_out = True
             raise
         self._register()

@@ -95,7 +95,7 @@ def test_sync_driver_abandons_a_hung_attempt_after_a_failed_ping(silent_listener
     spec = AttemptSpec(
         first=0,
         clock=time.monotonic,
-        watch=lambda index, started: AttemptWatch(started, liveness=LivenessPolicy(check_after=0.1, ping_timeout=0.1)),
+        watch=lambda index, started: AttemptWatch(started, liveness=LivenessPolicy(check_after=0.1, ping_timeout=0.1, stall_tolerance=60)),
         address=lambda index: silent_listener,
     )
     started = time.monotonic()
@@ -206,7 +206,7 @@ def test_the_watchdog_abandons_a_hung_call_running_on_the_callers_thread(silent_
     spec = AttemptSpec(
         first=0,
         clock=time.monotonic,
-        watch=lambda index, started: AttemptWatch(started, liveness=LivenessPolicy(check_after=0.1, ping_timeout=0.1)),
+        watch=lambda index, started: AttemptWatch(started, liveness=LivenessPolicy(check_after=0.1, ping_timeout=0.1, stall_tolerance=60)),
         address=lambda index: silent_listener,
     )
     started = time.monotonic()
@@ -294,3 +294,18 @@ def test_a_connect_that_timed_out_is_not_waited_for_twice_in_one_attempt(silent_
             _TrackedHTTPConnection(host, int(port), timeout=30).connect()
         assert time.monotonic() - started < 0.5
     connection.close()
+
+
+def test_a_refused_connect_is_not_taken_for_a_timeout() -> None:
+    from urllib3.exceptions import NewConnectionError
+
+    from clickhouse_lb._transport import _TrackedHTTPConnection
+
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there: refused
+    attempt = AttemptConnections(connect_timeout=1.0)
+    with attempt, pytest.raises(NewConnectionError):
+        _TrackedHTTPConnection("127.0.0.1", port).connect()
+    assert not attempt.connect_timed_out  # the error keeps saying "refused"
