@@ -21,6 +21,11 @@ from clickhouse_lb.timeouts import Timeouts
 from clickhouse_lb.watch import AttemptWatch, LivenessPolicy
 
 
+#: Quick liveness checks that never take the machine's own stalls into account (these tests are
+#: about what an abandon does, not about telling a stall from a hang).
+QUICK_CHECKS = LivenessPolicy(check_after=0.1, ping_timeout=0.1, stall_tolerance=60)
+
+
 @pytest.fixture
 def silent_listener() -> Iterator[str]:
     """127.0.0.1:port that accepts and then never reads or answers."""
@@ -95,7 +100,7 @@ def test_sync_driver_abandons_a_hung_attempt_after_a_failed_ping(silent_listener
     spec = AttemptSpec(
         first=0,
         clock=time.monotonic,
-        watch=lambda index, started: AttemptWatch(started, liveness=LivenessPolicy(check_after=0.1, ping_timeout=0.1, stall_tolerance=60)),
+        watch=lambda index, started: AttemptWatch(started, liveness=QUICK_CHECKS),
         address=lambda index: silent_listener,
     )
     started = time.monotonic()
@@ -206,7 +211,7 @@ def test_the_watchdog_abandons_a_hung_call_running_on_the_callers_thread(silent_
     spec = AttemptSpec(
         first=0,
         clock=time.monotonic,
-        watch=lambda index, started: AttemptWatch(started, liveness=LivenessPolicy(check_after=0.1, ping_timeout=0.1, stall_tolerance=60)),
+        watch=lambda index, started: AttemptWatch(started, liveness=QUICK_CHECKS),
         address=lambda index: silent_listener,
     )
     started = time.monotonic()
