@@ -20,7 +20,6 @@ from clickhouse_lb.race import AttemptSpec, RaceFailure
 from clickhouse_lb.timeouts import Timeouts
 from clickhouse_lb.watch import AttemptWatch, LivenessPolicy
 
-
 #: Quick liveness checks that never take the machine's own stalls into account (these tests are
 #: about what an abandon does, not about telling a stall from a hang).
 QUICK_CHECKS = LivenessPolicy(check_after=0.1, ping_timeout=0.1, stall_tolerance=60)
