@@ -24,6 +24,7 @@ import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import clickhouse_lb
@@ -127,9 +128,21 @@ def run_hedging(cluster: LocalCluster, args: argparse.Namespace) -> None:
     cluster.heal()
 
 
+def _stopped(pid: int | None) -> bool:
+    """Every thread of the process stopped (SIGSTOP takes effect asynchronously)."""
+    if pid is None:
+        return True
+    tasks = Path(f"/proc/{pid}/task")
+    states = [(task / "stat").read_text().rpartition(")")[2].split()[0] for task in tasks.iterdir()]
+    return all(state in ("T", "t") for state in states)
+
+
 def _fault_all(cluster: LocalCluster, fault: str) -> None:
     for i in range(len(cluster.hosts)):
         (cluster.pause if fault == "pause" else cluster.kill)(i)
+    if fault == "pause":
+        while not all(_stopped(pid) for pid in cluster.pids):
+            time.sleep(0.002)
 
 
 def deadline_sync(cluster: LocalCluster, fault: str, settings: dict[str, Any]) -> float:
