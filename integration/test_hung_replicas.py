@@ -221,3 +221,18 @@ def test_sub_second_timeouts_are_accepted_and_applied(cluster: ClusterBase) -> N
         started = time.monotonic()
         assert pool.command(WHO, settings=settings) in ("r1", "r3")  # r2 cut at 0.3 s
         assert time.monotonic() - started < 3.0
+
+
+def test_a_streamed_read_is_hedged_before_its_first_block(cluster: ClusterBase) -> None:
+    with clickhouse_lb.get_pool(
+        cluster.hosts, load_balancing="in_order", use_hedged_requests=1, receive_data_timeout_ms=100
+    ) as pool:
+        assert pool.command(WHO, settings={"use_hedged_requests": 0}) == "r1"
+        pool.client(cluster.hosts[1]).command("SELECT 1")
+        cluster.set_delay(0, 4)
+        started = time.monotonic()
+        with pool.query_row_block_stream(WHO) as stream:
+            rows = [row for block in stream for row in block]
+        assert time.monotonic() - started < 3.0  # not the slow replica's 4 s
+        assert rows in ([("r2",)], [("r3",)], [["r2"]], [["r3"]])
+        assert pool.replicas[0].slowdowns_count >= 1
