@@ -1,0 +1,201 @@
+"""The contenders, as data, and the object each one runs statements through.
+
+A contender is a :class:`Contender` entry; :func:`open_target` turns it into a :class:`Target`
+(``query(sql)`` and ``close()``) over a running cluster (and HAProxy, when there is one).
+Every contender's statements go through a clickhouse-connect ``Client.query`` with the same
+options (no session id, no client-side retries), so the differences measured are the
+balancing layer's: nothing else.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import clickhouse_connect
+
+import clickhouse_lb
+from clickhouse_lb.errors import ConfigurationError
+from clickhouse_lb.settings import LoadBalancing
+
+__all__ = [
+    "BARE",
+    "CONTENDERS",
+    "Contender",
+    "Target",
+    "by_name",
+    "open_target",
+    "pool_accepts",
+    "strategy_available",
+]
+
+#: What every bare client and every HAProxy client is given (the pool gives its own the same).
+CLIENT_OPTIONS: Mapping[str, Any] = {"autogenerate_session_id": False, "query_retries": 0}
+
+
+@dataclass(frozen=True)
+class Contender:
+    """``kind``: ``bare`` (one client to replica 0), ``bare_pick`` (one bare client per replica,
+    picked per statement by ``strategy``: random or round_robin), ``pool`` (clickhouse-lb with
+    ``load_balancing=strategy`` and ``options``), ``haproxy`` (one client to HAProxy's
+    ``profile`` frontend). ``control``: the bare contender that picks replicas the same way, so
+    that ``ratio to control`` is the balancing layer's own cost."""
+
+    name: str
+    kind: str
+    description: str
+    strategy: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    profile: str | None = None
+    control: str | None = None
+
+
+BARE = "bare"
+CONTENDERS: tuple[Contender, ...] = (
+    Contender(BARE, "bare", "one bare clickhouse-connect client to replica r1"),
+    Contender("bare_random", "bare_pick", "3 bare clients, one picked at random per statement", "random"),
+    Contender("bare_round_robin", "bare_pick", "3 bare clients, picked in turn", "round_robin"),
+    Contender("pool_in_order", "pool", "clickhouse-lb, load_balancing=in_order", "in_order", control=BARE),
+    Contender("pool_random", "pool", "clickhouse-lb, load_balancing=random (the default)", "random",
+              control="bare_random"),
+    Contender("pool_round_robin", "pool", "clickhouse-lb, load_balancing=round_robin", "round_robin",
+              control="bare_round_robin"),
+    Contender("pool_first_or_random", "pool", "clickhouse-lb, load_balancing=first_or_random", "first_or_random",
+              control=BARE),
+    Contender(
+        "pool_random_tuned", "pool",
+        "clickhouse-lb random, send_receive_timeout=1, connect_timeout_with_failover_ms=200, "
+        "distributed_replica_error_half_life=1",
+        "random",
+        options={"send_receive_timeout": 1, "connect_timeout_with_failover_ms": 200,
+                 "distributed_replica_error_half_life": 1},
+        control="bare_random",
+    ),
+    Contender("pool_least_loaded", "pool", "clickhouse-lb, load_balancing=least_loaded", "least_loaded",
+              control="bare_random"),
+    Contender("haproxy_default", "haproxy", "HAProxy, default profile (roundrobin)", profile="haproxy_default",
+              control="bare_round_robin"),
+    Contender("haproxy_tuned", "haproxy", "HAProxy, tuned profile (roundrobin)", profile="haproxy_tuned",
+              control="bare_round_robin"),
+    Contender("haproxy_leastconn", "haproxy", "HAProxy, tuned profile with balance leastconn",
+              profile="haproxy_leastconn", control="bare_random"),
+)
+
+
+def by_name(name: str) -> Contender:
+    for contender in CONTENDERS:
+        if contender.name == name:
+            return contender
+    raise KeyError(f"unknown contender {name!r}; known: {', '.join(c.name for c in CONTENDERS)}")
+
+
+class Target(Protocol):
+    def query(self, sql: str) -> Sequence[Sequence[Any]]: ...
+
+    def close(self) -> None: ...
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
+class _Client:
+    """One clickhouse-connect client, created at once (it talks to the server)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._client = clickhouse_connect.get_client(host=host, port=port, **CLIENT_OPTIONS)
+
+    def query(self, sql: str) -> Sequence[Sequence[Any]]:
+        return self._client.query(sql).result_rows
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class _Picked:
+    """One bare client per replica, picked per statement (random, or in turn)."""
+
+    def __init__(self, addresses: Sequence[str], strategy: str) -> None:
+        self._clients = [clickhouse_connect.get_client(host=h, port=p, **CLIENT_OPTIONS)
+                         for h, p in map(_split, addresses)]
+        n = len(self._clients)
+        if strategy == "random":
+            self._pick: Callable[[], int] = lambda: random.randrange(n)
+        elif strategy == "round_robin":
+            # a random start, as the pool's (next() on the counter is atomic under the GIL)
+            counter = itertools.count(random.randrange(n))
+            self._pick = lambda: next(counter) % n
+        else:
+            raise ValueError(f"bare clients pick 'random' or 'round_robin', not {strategy!r}")
+
+    def query(self, sql: str) -> Sequence[Sequence[Any]]:
+        return self._clients[self._pick()].query(sql).result_rows
+
+    def close(self) -> None:
+        for client in self._clients:
+            client.close()
+
+
+class _Pool:
+    def __init__(self, addresses: Sequence[str], strategy: str, options: Mapping[str, Any]) -> None:
+        self._pool = clickhouse_lb.get_pool(list(addresses), load_balancing=strategy, **options)
+
+    def query(self, sql: str) -> Sequence[Sequence[Any]]:
+        return self._pool.query(sql).result_rows
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+def open_target(contender: Contender, addresses: Sequence[str], haproxy: Any | None) -> Target:
+    """A ready :class:`Target` for ``contender`` over the replicas at ``addresses``
+    (``haproxy``: a started :class:`~headtohead.haproxy.HAProxy`, needed by HAProxy contenders)."""
+    if contender.kind == "bare":
+        return _Client(*_split(addresses[0]))
+    if contender.kind == "bare_pick":
+        assert contender.strategy is not None
+        return _Picked(addresses, contender.strategy)
+    if contender.kind == "pool":
+        assert contender.strategy is not None
+        return _Pool(addresses, contender.strategy, contender.options)
+    if contender.kind == "haproxy":
+        if haproxy is None or contender.profile is None:
+            raise RuntimeError(f"{contender.name} needs HAProxy")
+        return _Client(*haproxy.address(contender.profile))
+    raise ValueError(f"unknown contender kind {contender.kind!r}")
+
+
+# -- feature detection: what this clickhouse-lb can do ------------------------------------------
+
+
+def pool_accepts(**options: Any) -> bool:
+    """Whether ``get_pool`` takes these keywords (no I/O: building a pool connects nowhere)."""
+    try:
+        clickhouse_lb.get_pool(["127.0.0.1:9"], **options).close()
+    except (ConfigurationError, TypeError, ValueError):
+        return False
+    return True
+
+
+def strategy_available(name: str) -> bool:
+    try:
+        LoadBalancing.parse(name)
+    except ConfigurationError:
+        return False
+    return True
+
+
+def available(contender: Contender, haproxy_present: bool) -> str | None:
+    """None when the contender can run here, else why not."""
+    if contender.kind == "haproxy" and not haproxy_present:
+        return "no HAProxy in this run: haproxy not on PATH, or --no-haproxy"
+    if contender.kind == "pool":
+        if contender.strategy and not strategy_available(contender.strategy):
+            return f"this clickhouse-lb has no load_balancing={contender.strategy!r}"
+        if contender.options and not pool_accepts(**contender.options):
+            return f"this clickhouse-lb's get_pool does not accept {sorted(contender.options)}"
+    return None
