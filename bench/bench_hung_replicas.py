@@ -34,7 +34,7 @@ WHO = "SELECT getMacro('replica')"
 
 
 def blackout(cluster: LocalCluster, pause: float, threads: int, **settings: Any) -> tuple[int, float, int, int]:
-    with clickhouse_lb.get_pool(cluster.hosts, **settings) as pool:
+    with clickhouse_lb.get_pool(cluster.hosts, share_state=False, **settings) as pool:
         for _ in range(30):
             pool.command(WHO)
         stop = threading.Event()
@@ -71,7 +71,7 @@ def blackout(cluster: LocalCluster, pause: float, threads: int, **settings: Any)
 
 
 def hedging(cluster: LocalCluster, threads: int, reads: int, **settings: Any) -> tuple[float, float, float]:
-    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="round_robin", **settings) as pool:
+    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="round_robin", share_state=False, **settings) as pool:
         for address in cluster.hosts:
             pool.client(address).command("SELECT 1")
         for _ in range(40):  # warm-up (and the adaptive delay's first samples)
@@ -146,7 +146,7 @@ def _fault_all(cluster: LocalCluster, fault: str) -> None:
 
 
 def deadline_sync(cluster: LocalCluster, fault: str, settings: dict[str, Any]) -> float:
-    with clickhouse_lb.get_pool(cluster.hosts, **settings) as pool:
+    with clickhouse_lb.get_pool(cluster.hosts, share_state=False, **settings) as pool:
         pool.command(WHO)
         _fault_all(cluster, fault)
         started = time.monotonic()
@@ -156,7 +156,7 @@ def deadline_sync(cluster: LocalCluster, fault: str, settings: dict[str, Any]) -
 
 
 async def deadline_async(cluster: LocalCluster, fault: str, settings: dict[str, Any]) -> float:
-    async with clickhouse_lb.get_async_pool(cluster.hosts, **settings) as pool:
+    async with clickhouse_lb.get_async_pool(cluster.hosts, share_state=False, **settings) as pool:
         await pool.command(WHO)
         _fault_all(cluster, fault)
         started = time.monotonic()

@@ -12,8 +12,8 @@ name                           default     meaning
 ``send_timeout``               300         ClickHouse's name: socket write timeout, s
 ``connect_timeout_with_        1000        ClickHouse's: connect timeout when other replicas
 failover_ms``                              remain (ms)
-``liveness_check_after_ms``    150         ping a replica whose answer is this late (0: off)
-``liveness_ping_timeout_ms``   200         a replica that does not answer the ping is hung
+``liveness_check_after_ms``    100         ping a replica whose answer is this late (0: off)
+``liveness_ping_timeout_ms``   150         a replica that does not answer the ping is hung
 ``liveness_check_interval_ms`` 1000        ping again while a live replica keeps working
 ``use_hedged_requests``        0           hedged reads (ClickHouse's name; on by default in
                                            the server, off in the pool: see hedging.py)

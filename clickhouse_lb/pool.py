@@ -321,8 +321,8 @@ def get_pool(
 
     Hung and slow replicas (see :mod:`clickhouse_lb.attempt_settings`): ``failover_timeout``
     is a real deadline; ``send_receive_timeout``, ``receive_timeout`` and ``send_timeout`` take
-    fractional seconds; liveness-checked waits (``liveness_check_after_ms=200``,
-    ``liveness_ping_timeout_ms=200``, ``liveness_check_interval_ms=1000``) abandon an attempt on
+    fractional seconds; liveness-checked waits (``liveness_check_after_ms=100``,
+    ``liveness_ping_timeout_ms=150``, ``liveness_check_interval_ms=1000``) abandon an attempt on
     a replica that stopped answering ``/ping``; ``use_hedged_requests=0`` and
     ``receive_data_timeout_ms="auto"`` for hedged reads.
 

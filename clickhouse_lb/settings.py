@@ -18,6 +18,7 @@ from typing import Any
 from ._values import as_bool, as_int, as_seconds
 from .attempt_settings import ATTEMPT_SETTING_NAMES, normalize_attempt_setting
 from .errors import ConfigurationError
+from .watch import LIVENESS_DEFAULTS
 
 __all__ = [
     "BALANCING_SETTING_NAMES",
@@ -97,9 +98,9 @@ class BalancingSettings:
     receive_data_timeout_ms: float | str = "auto"
     #: Liveness-checked waits (clickhouse_lb.watch): ping a replica whose answer is this late
     #: (0: off), how long the ping may take, how often to ping again while it keeps working.
-    liveness_check_after_ms: float = 200
-    liveness_ping_timeout_ms: float = 200
-    liveness_check_interval_ms: float = 1000
+    liveness_check_after_ms: float = LIVENESS_DEFAULTS.check_after * 1000  # type: ignore[operator]
+    liveness_ping_timeout_ms: float = LIVENESS_DEFAULTS.ping_timeout * 1000
+    liveness_check_interval_ms: float = LIVENESS_DEFAULTS.interval * 1000
 
 
 BALANCING_SETTING_NAMES: tuple[str, ...] = tuple(f.name for f in fields(BalancingSettings))

@@ -21,8 +21,8 @@ An attempt's request is out; the caller waits for the answer. It wakes up for th
   a busy event loop) is inconclusive and repeated: a false alarm would take a healthy replica
   out of rotation until its error decays.
 
-Defaults: check after 150 ms, ping timeout 200 ms, so a read that went to a hung replica moves
-on after about 0.35 s (the next replica's answer included, under 0.5 s: see BENCHMARKS.md); a
+Defaults: check after 100 ms, ping timeout 150 ms, so a read that went to a hung replica moves
+on after about 0.25 s (the next replica's answer included, under 0.5 s: see BENCHMARKS.md); a
 healthy replica is pinged once a second while a long query runs.
 """
 
@@ -46,9 +46,9 @@ class LivenessPolicy:
     """When to ping a replica whose attempt is waiting for its answer. Seconds."""
 
     #: First check after an attempt waited this long; None: liveness checks are off.
-    check_after: float | None = 0.15
+    check_after: float | None = 0.1
     #: How long the ping may take before the replica counts as not alive.
-    ping_timeout: float = 0.2
+    ping_timeout: float = 0.15
     #: Further checks while the attempt keeps waiting on a replica that answered.
     interval: float = 1.0
     #: Consecutive failed checks before a write that is not safe to repeat is abandoned.

@@ -21,7 +21,7 @@ def parse(values: dict[str, object], options: dict[str, object] | None = None): 
 
 def test_defaults_check_liveness_and_do_not_hedge() -> None:
     settings, rest = parse({}, {"compress": True})
-    assert settings.liveness == LivenessPolicy(check_after=0.15, ping_timeout=0.2, interval=1.0)
+    assert settings.liveness == LivenessPolicy(check_after=0.1, ping_timeout=0.15, interval=1.0)
     assert settings.hedging == HedgePolicy(enabled=False, delay=None)
     assert settings.timeouts == Timeouts(connect=1.0, send=300.0, receive=300.0)
     assert rest == {"compress": True}
@@ -78,3 +78,11 @@ def test_values_are_normalized_where_every_setting_is_validated() -> None:
     assert normalize_attempt_setting("liveness_check_after_ms", "0") == 0.0
     with pytest.raises(ConfigurationError, match="liveness_check_interval_ms 'x'"):
         normalize_attempt_setting("liveness_check_interval_ms", "x")
+
+
+def test_the_pools_defaults_are_the_policys() -> None:
+    """One source of truth: a pool built with no liveness keyword gets LivenessPolicy's defaults."""
+    import clickhouse_lb
+
+    pool = clickhouse_lb.get_pool(["a:8123", "b:8123"])
+    assert pool.config.attempts.liveness == LivenessPolicy()

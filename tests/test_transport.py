@@ -177,7 +177,9 @@ def test_async_driver_cancels_a_hung_run_and_kills_a_lost_hedge() -> None:
         hedged = AttemptSpec(
             first=0,
             clock=time.monotonic,
-            watch=lambda index, started: AttemptWatch(started, hedge_after=0.05),
+            watch=lambda index, started: AttemptWatch(
+                started, hedge_after=0.05, liveness=LivenessPolicy(check_after=None)  # the hedge alone
+            ),
             hedge_index=lambda running: None if 1 in running else 1,
             query_id=lambda: next(ids),
         )
@@ -260,7 +262,7 @@ def test_the_watchdog_plans_an_attempts_first_check_when_it_starts() -> None:
     spec = AttemptSpec(first=0, clock=lambda: now[0], watch=lambda index, started: AttemptWatch(started))
     entry = _Watched(spec, spec.watch(0, 100.0), None, 100.0)
     watchdog._add(entry)
-    assert entry.planned == pytest.approx(100.15)
+    assert entry.planned == pytest.approx(100.1)
     watchdog._remove(entry)
     watchdog.close()
 

@@ -24,15 +24,15 @@ from .conftest import FakeClock
 # -- the watch -------------------------------------------------------------------------------
 
 
-def test_a_waiting_attempt_is_first_checked_after_150ms_by_default() -> None:
+def test_a_waiting_attempt_is_first_checked_after_100ms_by_default() -> None:
     watch = AttemptWatch(10.0)
-    assert watch.next_wake(10.0) == (Wake.CHECK, pytest.approx(0.15))
-    assert watch.ping_timeout(10.15) == pytest.approx(0.2)
+    assert watch.next_wake(10.0) == (Wake.CHECK, pytest.approx(0.1))
+    assert watch.ping_timeout(10.1) == pytest.approx(0.15)
 
 
 def test_a_replica_that_answers_keeps_its_attempt_and_is_checked_again_later() -> None:
     watch = AttemptWatch(0.0)
-    for now in (0.15, 1.15, 2.15, 3.15, 4.15):  # a 5 s query on a live replica: never abandoned
+    for now in (0.1, 1.1, 2.1, 3.1, 4.1):  # a 5 s query on a live replica: never abandoned
         wake, delay = watch.next_wake(now)
         assert (wake, delay) == (Wake.CHECK, pytest.approx(0.0))
         assert watch.checked(True, now) is False
@@ -46,7 +46,7 @@ def test_one_failed_check_abandons_a_retry_safe_attempt() -> None:
 def test_an_unsafe_write_needs_consecutive_failed_checks() -> None:
     watch = AttemptWatch(0.0, retry_safe=False, liveness=LivenessPolicy(failed_checks_for_writes=3))
     assert watch.checked(False, 0.4) is False
-    assert watch.next_wake(0.4) == (Wake.CHECK, pytest.approx(0.2))  # soon, not a second later
+    assert watch.next_wake(0.4) == (Wake.CHECK, pytest.approx(0.15))  # soon (a ping timeout), not a second later
     assert watch.checked(True, 0.6) is False  # an answer resets the count
     assert watch.checked(False, 1.8) is False
     assert watch.checked(False, 2.0) is False
@@ -55,12 +55,12 @@ def test_an_unsafe_write_needs_consecutive_failed_checks() -> None:
 
 def test_deadline_and_receive_timeout_come_before_checks_and_cut_the_ping() -> None:
     watch = AttemptWatch(0.0, receive_timeout=0.5, deadline_at=0.3)
-    assert watch.next_wake(0.0) == (Wake.CHECK, pytest.approx(0.15))
+    assert watch.next_wake(0.0) == (Wake.CHECK, pytest.approx(0.1))
     assert watch.ping_timeout(0.2) == pytest.approx(0.1)  # the ping ends by the deadline
     watch.checked(True, 0.25)
     assert watch.next_wake(0.25) == (Wake.DEADLINE, pytest.approx(0.05))
-    no_deadline = AttemptWatch(0.0, receive_timeout=0.15)
-    assert no_deadline.next_wake(0.0) == (Wake.RECEIVE_TIMEOUT, pytest.approx(0.15))
+    no_deadline = AttemptWatch(0.0, receive_timeout=0.05)
+    assert no_deadline.next_wake(0.0) == (Wake.RECEIVE_TIMEOUT, pytest.approx(0.05))
 
 
 def test_liveness_off_leaves_only_the_deadline() -> None:
@@ -251,15 +251,15 @@ def test_hedged_read_the_first_answer_wins_and_the_slow_one_is_killed_and_counte
     slower: list[int] = []
     latencies: list[float] = []
     hedges: list[int] = []
-    driver = FakeDriver(clock, {0: ("answer", 2.0), 1: ("answer", 0.05)}, {0: True, 1: True})
-    spec = spec_for(clock, hedge_after=0.1, on_slower=slower.append, on_latency=latencies.append,
+    driver = FakeDriver(clock, {0: ("answer", 2.0), 1: ("answer", 0.03)}, {0: True, 1: True})
+    spec = spec_for(clock, hedge_after=0.05, on_slower=slower.append, on_latency=latencies.append,
                     on_hedge=hedges.append)
     assert driver.drive(spec) == (1, "rows@1")
     assert hedges == [1]
-    assert clock.now - 1000.0 == pytest.approx(0.15)
+    assert clock.now - 1000.0 == pytest.approx(0.08)  # before the first liveness check (0.1 s)
     assert driver.log == ["launch 0", "launch 1", "abandon 0 kill q0"]  # one hedge, not one per run
     assert slower == [0]
-    assert latencies == [pytest.approx(0.05)]  # the winner's own latency
+    assert latencies == [pytest.approx(0.03)]  # the winner's own latency
 
 
 def test_a_failed_run_is_counted_while_the_other_keeps_going(clock: FakeClock) -> None:
