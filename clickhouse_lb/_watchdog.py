@@ -120,7 +120,15 @@ class Watchdog:
                 due: list[tuple[_Watched, Wake]] = []
                 sleep = None
                 for entry in self._watched:
-                    if entry.checking or entry.verdict is not None:
+                    if entry.verdict is not None:
+                        continue
+                    if entry.checking:  # a ping is out: only the deadline cannot wait for it
+                        deadline = entry.watch.deadline_at
+                        if deadline is not None:
+                            if deadline <= now:
+                                due.append((entry, Wake.DEADLINE))
+                            elif sleep is None or deadline - now < sleep:
+                                sleep = deadline - now
                         continue
                     wake, delay = entry.watch.next_wake(now)
                     if delay <= 0:
@@ -179,6 +187,8 @@ class Watchdog:
                                          f"after waiting {due - entry.started:.3f}s", kill=False)
 
     def _abandon(self, entry: _Watched, kind: str, detail: str, *, kill: bool) -> None:
+        if entry.verdict is not None:
+            return  # already abandoned (the deadline came while its ping was out)
         entry.verdict = AttemptAbandonedError(entry.address, kind, detail, write=entry.write)
         entry.connections.abandon()
         if kill and entry.query_id:
