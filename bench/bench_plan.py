@@ -15,7 +15,9 @@ from clickhouse_lb.balancer import Balancer
 from clickhouse_lb.replicas import Replica
 from clickhouse_lb.settings import parse_balancing_settings
 
-STRATEGIES = ["random", "in_order", "nearest_hostname", "hostname_levenshtein_distance", "round_robin"]
+STRATEGIES = [
+    "random", "in_order", "nearest_hostname", "hostname_levenshtein_distance", "round_robin", "least_loaded",
+]
 
 
 def measure(n: int, strategy: str, with_errors: bool) -> float:
@@ -24,6 +26,13 @@ def measure(n: int, strategy: str, with_errors: bool) -> float:
     balancer = Balancer(replicas, settings)
     if with_errors:
         balancer.state.load([i % 3 for i in range(n)])
+    # least_loaded reads in-flight counts and latency averages: give every replica some history
+    # and a few replicas a statement in flight, as under traffic.
+    load = balancer.state.replica_load
+    for i in range(n):
+        load.finish(i, load.start(i) - 0.001 * (1 + i % 5))
+    for i in range(0, n, 4):
+        load.start(i)
     balancer.plan_indices()  # first use computes the static ranks
     # Many short runs, keep the fastest: on a shared machine the minimum is the run that was
     # not interrupted, which is what the code costs.

@@ -6,7 +6,7 @@ Measured side by side in alternating rounds, so machine noise hits both equally;
 is a ratio (target: the pool within 3% of the bare client). Also reports the pool's pure
 Python overhead per statement against an in-process fake client (no I/O at all).
 
-    python bench/bench_pool_overhead.py [--rounds 20] [--per-round 100]
+    python bench/bench_pool_overhead.py [--rounds 20] [--per-round 100] [--overhead-only]
 """
 
 from __future__ import annotations
@@ -35,12 +35,17 @@ def timed_rounds(fn: Any, per_round: int) -> float:
     return statistics.median(samples) * 1e3
 
 
-def python_overhead_us() -> float:
+#: Strategies whose pure Python work per statement is reported side by side.
+OVERHEAD_STRATEGIES = ("in_order", "random", "round_robin", "least_loaded")
+
+
+def python_overhead_us(strategy: str = "in_order") -> float:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.fakes import FakeCluster, make_pool
 
     fake = FakeCluster("a", "b", "c")
-    pool = make_pool(fake, load_balancing="in_order")
+    # The real monotonic clock: the load bookkeeping reads it twice per attempt.
+    pool = make_pool(fake, clock=time.monotonic, load_balancing=strategy)  # type: ignore[arg-type]
     client = fake.factory(host="a")
     n = 20000
     direct = min(timeit.repeat(lambda: client.query("SELECT 1"), number=n, repeat=5)) / n
@@ -52,7 +57,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--per-round", type=int, default=100)
+    parser.add_argument("--overhead-only", action="store_true", help="only the pure Python work per strategy")
     args = parser.parse_args()
+    if args.overhead_only:
+        print_overheads()
+        return 0
     with LocalCluster(replicas=3) as cluster:
         host, _, port = cluster.hosts[0].rpartition(":")
         bare = clickhouse_connect.get_client(host=host, port=int(port), autogenerate_session_id=False,
@@ -71,7 +80,7 @@ def main() -> int:
         bare.close()
     b, p = statistics.median(bare_ms), statistics.median(pool_ms)
     ratio = p / b
-    overhead = python_overhead_us()
+    overhead = python_overhead_us("in_order")
     print("| client | SELECT 1 median (ms) |")
     print("|---|---:|")
     print(f"| bare clickhouse-connect client | {b:.3f} |")
@@ -79,7 +88,16 @@ def main() -> int:
     print()
     print(f"pool / bare = {ratio:.3f} ({(ratio - 1) * 100:+.1f}%; target within +3%); "
           f"pool's own Python work per statement: {overhead:.1f} us")
+    print()
+    print_overheads()
     return 0
+
+
+def print_overheads() -> None:
+    print("| strategy | pool's own Python work per statement (us, best of 5 x 20000) |")
+    print("|---|---:|")
+    for strategy in OVERHEAD_STRATEGIES:
+        print(f"| {strategy} | {python_overhead_us(strategy):.1f} |")
 
 
 if __name__ == "__main__":

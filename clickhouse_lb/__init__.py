@@ -17,18 +17,27 @@ if TYPE_CHECKING:
     from .aio import AsyncReplicaPool, get_async_pool
     from .balancer import ReplicaStatus
     from .errors import (
+        AllReplicasStaleError,
         AllReplicasUnavailableError,
         AttemptAbandonedError,
         ConfigurationError,
         SessionLostError,
         StatementTimeoutError,
     )
-    from .events import ErrorRecordedEvent, FailoverEvent, PoolListener, ReplicaRecoveredEvent
+    from .events import (
+        ErrorRecordedEvent,
+        FailoverEvent,
+        PoolListener,
+        ProbeEvent,
+        ReplicaDownEvent,
+        ReplicaRecoveredEvent,
+    )
     from .pool import PinnedSession, ReplicaPool, get_pool
     from .replicas import Replica
     from .settings import BalancingSettings, LoadBalancing
 
 __all__ = [
+    "AllReplicasStaleError",
     "AllReplicasUnavailableError",
     "AsyncReplicaPool",
     "AttemptAbandonedError",
@@ -39,7 +48,9 @@ __all__ = [
     "LoadBalancing",
     "PinnedSession",
     "PoolListener",
+    "ProbeEvent",
     "Replica",
+    "ReplicaDownEvent",
     "ReplicaPool",
     "ReplicaRecoveredEvent",
     "ReplicaStatus",
@@ -60,6 +71,7 @@ version = __version__
 # often), does not load clickhouse-connect and the pool; and the async pool, which imports
 # aiohttp, only when asked for.
 _EXPORTS = {
+    "AllReplicasStaleError": ".errors",
     "AllReplicasUnavailableError": ".errors",
     "AsyncReplicaPool": ".aio",
     "AttemptAbandonedError": ".errors",
@@ -70,7 +82,9 @@ _EXPORTS = {
     "LoadBalancing": ".settings",
     "PinnedSession": ".pool",
     "PoolListener": ".events",
+    "ProbeEvent": ".events",
     "Replica": ".replicas",
+    "ReplicaDownEvent": ".events",
     "ReplicaPool": ".pool",
     "ReplicaRecoveredEvent": ".events",
     "ReplicaStatus": ".balancer",

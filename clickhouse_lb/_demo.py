@@ -324,6 +324,7 @@ DESCRIPTIONS = {
     LoadBalancing.HOSTNAME_LONGEST_COMMON_PREFIX: "the longest common prefix with local_hostname={local}",
     LoadBalancing.HOSTNAME_LONGEST_COMMON_SUFFIX: "the longest common suffix with local_hostname={local}",
     LoadBalancing.FIRST_OR_RANDOM: "the replica at load_balancing_first_offset={offset} ({preferred})",
+    LoadBalancing.LEAST_LOADED: "the less loaded of two random replicas (in flight x latency; our extension)",
 }
 
 

@@ -10,11 +10,13 @@ one imports aiohttp, the sync one must not).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from clickhouse_connect.driver.exceptions import ProgrammingError
 
@@ -23,13 +25,16 @@ from .attempt_plan import StatementPlan
 from .balancer import Balancer, ReplicaStatus, new_replica_set_state
 from .classify import classify
 from .errors import ReplicaConnectError, SessionLostError
-from .events import Listener
+from .events import Listener, ListenerSet
 from .failover import StatementAttempts
+from .health import HealthMonitor, probe_statuses_off
 from .hedging import LatencyWindow
+from .lag import order_by_freshness, statement_lag_settings
 from .pool_config import PoolConfig
 from .replicas import Replica
 from .settings import BalancingSettings, split_statement_settings
 from .shared_state import acquire_state
+from .stats import PoolStats, StatsSnapshot
 from .timeouts import client_timeout_arguments
 
 __all__ = ["ClientSlot", "PinnedBase", "PoolBase", "client_options_for", "connect_failure", "kill_query_sql"]
@@ -64,7 +69,7 @@ def connect_failure(address: str, exc: Exception) -> ReplicaConnectError | None:
     failure = classify(exc)
     if not failure.replica:
         return None
-    error = ReplicaConnectError(address, failure.reason)
+    error = ReplicaConnectError(address, failure.reason, failure.kind)
     error.__cause__ = exc
     return error
 
@@ -107,8 +112,26 @@ class ClientSlot(Generic[C]):
             self.creations += 1
 
 
+def _detach(listeners: ListenerSet, own: tuple[Listener, ...]) -> None:
+    """Take a pool's own listeners off its balancer (which may outlive it: the async SQLAlchemy
+    dialect shares one balancer between the pools of successive event loops)."""
+    for listener in own:
+        listeners.remove(listener)
+
+
+class _Prober(Protocol):
+    """The pool's probe worker (a thread for the sync pool, a task for the async one)."""
+
+    def ensure_started(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 class PoolBase:
     """The balancing side of a pool; subclasses add the clients and the statements."""
+
+    #: The health-probe worker, set by the driver when probing is on.
+    _prober: _Prober | None = None
 
     #: Position of ``settings`` in each statement method of the pool's client class.
     _settings_position: ClassVar[Mapping[str, int | None]] = {}
@@ -141,6 +164,16 @@ class PoolBase:
         self._latencies = LatencyWindow()
         self._hedges = 0
         self._hedges_lock = threading.Lock()
+        self._stats = PoolStats()
+        self._balancer.listeners.add(self._stats)
+        #: Decides the background probes (None when health_check_interval_ms=0); the pools
+        #: add the worker that sends them.
+        self._health: HealthMonitor | None = (
+            HealthMonitor(self._balancer, config.health) if config.health.enabled else None
+        )
+        own: tuple[Listener, ...] = (self._stats,)
+        #: Called by close(), or when the pool is garbage-collected unclosed.
+        self._detach_listeners = weakref.finalize(self, _detach, self._balancer.listeners, own)
 
     @property
     def settings(self) -> BalancingSettings:
@@ -159,8 +192,18 @@ class PoolBase:
     @property
     def replicas(self) -> list[ReplicaStatus]:
         """Per replica: host, port, errors_count, slowdowns_count, estimated_recovery_time,
-        last_error, is_up ... (named like ``system.clusters``)."""
-        return self._balancer.statuses()
+        last_error, is_up ... (named like ``system.clusters``), and what the health probes
+        saw: probe_state, last_probe_time, probe_latency, last_probe_error."""
+        statuses = self._balancer.statuses()
+        probes = self._health.statuses() if self._health else probe_statuses_off(len(statuses))
+        return [
+            dataclasses.replace(status, **probe._asdict()) for status, probe in zip(statuses, probes)
+        ]
+
+    @property
+    def stats(self) -> StatsSnapshot:
+        """Running totals: statements, failovers, failures by kind, probes."""
+        return self._stats.snapshot()
 
     @property
     def hedged_requests(self) -> int:
@@ -174,9 +217,11 @@ class PoolBase:
 
     def plan(self, load_balancing: str | None = None) -> list[str]:
         """``["host:port", ...]``: the order the next statement would try the replicas
-        (optionally under another strategy). A look only: it does not advance ``round_robin``."""
+        (optionally under another strategy), lagging replicas last. A look only: it does not
+        advance ``round_robin``."""
         overrides, _ = split_statement_settings({"load_balancing": load_balancing} if load_balancing else None)
-        return self._balancer.plan(overrides)
+        order = self._fresh_first(self._balancer.plan_indices(overrides, advance=False))
+        return [self._balancer.addresses[i] for i in order]
 
     def record_error(self, address: str | Replica, reason: str = "recorded by the application") -> int:
         """Count an error against a replica, as a failed attempt would (for application-level
@@ -220,7 +265,31 @@ class PoolBase:
             auto_token=self._balancer.settings.auto_insert_deduplication_token,
         )
 
+    def _started(self) -> None:
+        """Every statement (and ping, and pinned session): count it, and make sure the health
+        probes run (in this process; a forked child starts its own)."""
+        self._stats.count_statement()
+        if self._prober is not None:
+            self._prober.ensure_started()
+
+    def _fresh_first(self, order: list[int], statement_settings: Mapping[str, Any] | None = None) -> list[int]:
+        """The plan with replicas lagging ``max_replica_delay_for_distributed_queries`` or more
+        moved last (or left out), as the server does; the statement's own settings win. Free
+        while no replica is known to lag that much."""
+        health = self._health
+        if health is None:
+            return order
+        worst = health.schedule.worst_delay()
+        if not worst:
+            return order
+        lag = statement_lag_settings(statement_settings, self.config.lag)
+        limit = lag.max_replica_delay_for_distributed_queries
+        if not limit or worst < limit:
+            return order
+        return order_by_freshness(order, health.schedule.delays(), lag, self._balancer.addresses)
+
     def _attempts(self, operation: str, order: list[int], *, retry_after_send: bool) -> StatementAttempts:
+        self._started()
         return StatementAttempts(self._balancer, order, operation=operation, retry_after_send=retry_after_send)
 
     def _statement_plan(self, attempts: StatementAttempts, call: PreparedCall) -> StatementPlan:

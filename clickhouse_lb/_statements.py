@@ -60,6 +60,8 @@ class PreparedCall:
     kwargs: dict[str, Any]
     overrides: StatementOverrides
     retry_after_send: bool
+    #: The statement's settings as they go to the server (balancing ones taken out).
+    settings: Mapping[str, Any] | None = None
     #: The statement only reads (it may be hedged).
     read_only: bool = False
     #: Its own timeouts / hedging, from its ``settings=``.
@@ -127,6 +129,7 @@ def prepare_call(
             kwargs = {**kwargs, "settings": rest}
     query_id = rest.get("query_id") if rest else None
     return PreparedCall(
-        args, kwargs, overrides, retry_after_send, read_only, attempt_settings,
-        str(query_id) if query_id is not None else None, settings_position,
+        args, kwargs, overrides, retry_after_send, rest,
+        read_only=read_only, attempt_settings=attempt_settings,
+        query_id=str(query_id) if query_id is not None else None, settings_position=settings_position,
     )

@@ -21,6 +21,7 @@ asyncio specifics:
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -39,6 +40,7 @@ from .errors import ConfigurationError
 from .events import Listener, logger
 from .failover import async_policy, run_async
 from .pool_config import PoolConfig, async_client_option_names, balancing_arguments, resolve_pool_config
+from .probing import AsyncProbeWorker
 from .replicas import Replica
 from .settings import NO_OVERRIDES, LoadBalancing, StatementOverrides
 
@@ -103,6 +105,8 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
 
     _settings_position = _SETTINGS_POSITION
 
+    _prober: AsyncProbeWorker | None
+
     def __init__(
         self,
         config: PoolConfig,
@@ -120,6 +124,11 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         self._driver = AsyncDriver()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._hostname_resolved = config.settings.local_hostname is not None
+        self._prober = (
+            AsyncProbeWorker(self._health, self._balancer.addresses, self._options) if self._health else None
+        )
+        if self._prober is not None:  # a pool dropped without close() must not leave its task running
+            weakref.finalize(self, self._prober.stop)
 
     # -- loop, ordering --------------------------------------------------------------------
 
@@ -180,7 +189,7 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
     async def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self._check_open()
         call = self._prepare(method, args, kwargs)
-        order = await self._plan(call.overrides)
+        order = self._fresh_first(await self._plan(call.overrides), call.settings)
         attempts = self._attempts(method, order, retry_after_send=call.retry_after_send)
         plan = self._statement_plan(attempts, call)
 
@@ -216,6 +225,7 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         """True when some replica answers ``/ping`` (tried in plan order); each replica that
         does not answer gets an error counted, as a failed attempt would."""
         self._check_open()
+        self._started()
         for index in await self._plan():
             try:
                 client = await self._client(index)
@@ -236,7 +246,7 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         (temporary tables, SET). Close it when done; :meth:`session` does that for you."""
         self._check_open()
         extra = pin_options(session)
-        attempts = self._attempts("session", await self._plan(), retry_after_send=True)
+        attempts = self._attempts("session", self._fresh_first(await self._plan()), retry_after_send=True)
 
         async def connect(index: int) -> tuple[int, AsyncClient]:
             return index, await self._new_client(index, **extra)
@@ -259,8 +269,12 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
     # -- lifecycle -------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Close every replica client. Statements after this raise ProgrammingError."""
+        """Stop the health probes and close every replica client. Statements after this raise
+        ProgrammingError."""
         self._closed = True
+        if self._prober is not None:
+            await self._prober.close()
+        self._detach_listeners()
         self._release_shared_state()
         clients = []
         for slot in self._clients:
@@ -325,6 +339,14 @@ def get_async_pool(
     failover_backoff_ms: int | None = None,
     failover_timeout: float | None = None,
     auto_insert_deduplication_token: bool | None = None,
+    least_loaded_decay_time: float | None = None,
+    health_check_interval_ms: int | None = None,
+    health_check_fast_interval_ms: int | None = None,
+    health_check_timeout_ms: int | None = None,
+    health_check_rise: int | None = None,
+    health_check_fall: int | None = None,
+    max_replica_delay_for_distributed_queries: int | None = None,
+    fallback_to_stale_replicas_for_distributed_queries: bool | None = None,
     use_hedged_requests: bool | int | None = None,
     receive_data_timeout_ms: float | str | None = None,
     liveness_check_after_ms: float | None = None,

@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from ._redact import redact
-from .classify import Failure, classify
+from .classify import PING_DISPROVABLE_KINDS, Failure, classify
 from .errors import ConfigurationError
 from .events import ErrorRecordedEvent, Listener, ListenerSet, ReplicaRecoveredEvent, logger
-from .ordering import plan_order, round_robin_order, static_ranks
+from .ordering import least_loaded_order, plan_order, round_robin_order, static_ranks
 from .replicas import Replica
 from .settings import NO_OVERRIDES, BalancingSettings, LoadBalancing, StatementOverrides
 from .state import Clock, ReplicaSetState
@@ -34,7 +34,15 @@ class ReplicaStatus:
     ``errors_count`` and ``slowdowns_count`` are decayed to now; ``estimated_recovery_time``
     is the number of seconds until both reach zero; ``is_up`` is False while the latest
     attempt on the replica failed (until one succeeds again); ``last_error_time`` is a
-    ``time.time()`` timestamp.
+    ``time.time()`` timestamp. ``in_flight`` is the number of this pool's attempts running on
+    the replica now (of every pool sharing its balancing state), ``latency_ewma`` the decayed
+    latency average in seconds (None until an attempt there ended); ``least_loaded`` balances
+    on both.
+
+    From the health probes: ``probe_state`` (``up``, ``down``, ``unknown`` before the first
+    probe, ``off`` when probing is turned off), ``last_probe_time`` (``time.time()``),
+    ``probe_latency`` (seconds, latest answered probe) and ``last_probe_error``.
+    ``delay``: the replica's replication delay in seconds, when known.
     """
 
     host: str
@@ -47,6 +55,13 @@ class ReplicaStatus:
     last_error: str | None
     last_error_time: float | None
     is_up: bool
+    in_flight: int = 0
+    latency_ewma: float | None = None
+    probe_state: str = "off"
+    last_probe_time: float | None = None
+    probe_latency: float | None = None
+    last_probe_error: str | None = None
+    delay: float | None = None
 
 
 def new_replica_set_state(size: int, settings: BalancingSettings, clock: Clock = time.monotonic) -> ReplicaSetState:
@@ -58,6 +73,7 @@ def new_replica_set_state(size: int, settings: BalancingSettings, clock: Clock =
         clock=clock,
         # Many processes started together must not all begin with the same replica.
         round_robin_start=_random.SystemRandom().getrandbits(32),
+        load_decay_time=settings.least_loaded_decay_time,
     )
 
 
@@ -139,6 +155,9 @@ class Balancer:
             self._recovered(snapshot.recovered, "decayed")
         if round_robin:
             return round_robin_order(snapshot.errors, self._priority_ranks, max_ignored, snapshot.round_robin)
+        if strategy is LoadBalancing.LEAST_LOADED:
+            scores = self.state.replica_load.order_keys()
+            return least_loaded_order(snapshot.errors, self._priority_ranks, max_ignored, scores, self._random)
         ranks = self._default_ranks if strategy is settings.load_balancing else None
         if ranks is None or first_offset != settings.load_balancing_first_offset:
             ranks = self._static_ranks(strategy, first_offset)
@@ -168,7 +187,7 @@ class Balancer:
         sessions and the CLI all go through here."""
         failure = classify(exc)
         if failure.replica:
-            self.record_error(index, failure.reason)
+            self.record_error(index, failure.reason, kind=failure.kind)
         return failure
 
     def ping_answered(self, index: int, answered: bool) -> bool:
@@ -176,17 +195,39 @@ class Balancer:
         if answered:
             self.record_success(index)
         else:
-            self.record_error(index, "ping failed")
+            self.record_error(index, "ping failed", kind="ping")
         return answered
 
-    def record_error(self, index: int, reason: str) -> int:
+    def record_error(self, index: int, reason: str, kind: str = "recorded") -> int:
+        """Count an error; ``kind`` says what failed (see :class:`ErrorRecordedEvent`)."""
         reason = redact(reason)
-        count = self.state.record_error(index, reason)
+        count = self.state.record_error(index, reason, sticky=kind not in PING_DISPROVABLE_KINDS)
         address = self.addresses[index]
         logger.debug("error recorded against %s (errors_count=%d): %s", address, count, reason)
         if self.listeners:
-            self.listeners.error_recorded(ErrorRecordedEvent(address, count, reason))
+            self.listeners.error_recorded(ErrorRecordedEvent(address, count, reason, kind))
         return count
+
+    def readmit(self, index: int, reason: str) -> bool:
+        """Clear a replica's error count (health probes saw it answer again); False when there
+        was nothing to clear."""
+        if not self.state.clear_errors(index):
+            return False
+        self._recovered([index], reason)
+        return True
+
+    def health_marks(self) -> tuple[list[int], list[bool]]:
+        """Per replica: errors ever counted, and whether the count holds one a ping cannot
+        disprove (see :meth:`ReplicaSetState.health_marks`)."""
+        return self.state.health_marks()
+
+    def error_counts(self) -> list[int]:
+        """Errors per replica, decayed to now (a look: the decay clock does not move)."""
+        return [c.errors for c in self.state.counts()]
+
+    def suspects(self) -> list[bool]:
+        """Per replica: it has errors, or its latest attempt failed (probed more often)."""
+        return [c.errors > 0 or c.last_attempt_failed for c in self.state.counts()]
 
     def record_slowdown(self, index: int) -> int:
         return self.state.record_slowdown(index)
@@ -217,6 +258,8 @@ class Balancer:
                 last_error=counts.last_error,
                 last_error_time=counts.last_error_time,
                 is_up=not counts.last_attempt_failed,
+                in_flight=load.in_flight,
+                latency_ewma=load.latency_ewma,
             )
-            for replica, counts in zip(self.replicas, self.state.counts())
+            for replica, counts, load in zip(self.replicas, self.state.counts(), self.state.replica_load.snapshot())
         ]

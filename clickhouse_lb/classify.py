@@ -24,6 +24,13 @@ socket timeout before a response, reset, cut short  yes    ReadTimeoutError, Pro
 HTTP 429/502/503/504 from something in between      yes    a proxy or load balancer answering
 server errors listed in REPLICA_ERROR_CODES         yes    NETWORK_ERROR 210, KEEPER_EXCEPTION 999
 ==================================================  =====  ==========================================
+
+Each failure also has a ``kind`` (for metrics, and for the health probes: a successful ``/ping``
+disproves ``connect`` and ``disconnect`` failures, never a server's answer or a timeout):
+``connect`` (never sent), ``disconnect`` (cut off after sending), ``timeout`` (no answer in time),
+``http_status`` (a proxy answered 429/502/503/504), ``server_error`` (a replica error code),
+``hung`` (an attempt abandoned because the replica did not answer a liveness ``/ping``), and
+``query`` (a query failure).
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from dataclasses import dataclass
 from ._redact import redact
 from .errors import AttemptAbandonedError, ReplicaConnectError
 
-__all__ = ["REPLICA_ERROR_CODES", "Failure", "classify", "error_code"]
+__all__ = ["PING_DISPROVABLE_KINDS", "REACHABILITY_KINDS", "REPLICA_ERROR_CODES", "Failure", "classify", "error_code"]
 
 #: Server error codes that mean "this replica cannot serve now" (src/Common/ErrorCodes.cpp).
 REPLICA_ERROR_CODES: dict[int, str] = {
@@ -89,6 +96,16 @@ _SENT = frozenset(
     }
 )
 
+# Sent, then no answer in time: the replica may be alive and slow (a ping does not disprove it).
+_TIMEOUTS = frozenset({"ReadTimeoutError", "SocketTimeoutError", "ServerTimeoutError", "TimeoutError"})
+
+#: Failure kinds that say only "the replica could not be reached": an answered ``/ping`` disproves them.
+REACHABILITY_KINDS = frozenset({"connect", "disconnect", "http_status"})
+
+#: Error kinds a run of successful health probes may clear: the above, failed probes and pings
+#: (a replica found hung by a liveness check failed a ping too).
+PING_DISPROVABLE_KINDS = REACHABILITY_KINDS | {"probe", "ping", "hung"}
+
 _CODE_RE = re.compile(r"(?:\bCode:\s*|exception, code:\s*)(\d+)")
 _HTTP_STATUS_RE = re.compile(r"HTTP status (\d{3})")
 
@@ -101,6 +118,8 @@ class Failure:
     sent: bool
     code: int | None
     reason: str
+    #: connect, disconnect, timeout, http_status, server_error or query (see the module doc).
+    kind: str = "query"
 
 
 def _causes(exc: BaseException) -> Iterator[BaseException]:
@@ -148,28 +167,33 @@ def _describe(exc: BaseException) -> str:
 def classify(exc: BaseException) -> Failure:
     """Replica failure or query failure, and whether the request may have been sent."""
     if isinstance(exc, ReplicaConnectError):
-        return Failure(replica=True, sent=False, code=None, reason=exc.reason)
+        return Failure(replica=True, sent=False, code=None, reason=exc.reason, kind=exc.kind)
     if isinstance(exc, AttemptAbandonedError):
-        # The pool closed the connection of a sent request (hung replica, receive timeout).
-        return Failure(replica=True, sent=True, code=None, reason=exc.reason)
+        # The pool closed the connection of a sent request: the replica did not answer /ping
+        # ("hung"), or the attempt ran out of time (receive timeout, statement deadline).
+        kind = "hung" if exc.kind == "hung" else "timeout"
+        return Failure(replica=True, sent=True, code=None, reason=exc.reason, kind=kind)
     reason = _describe(exc)
     code = error_code(exc)
     if code is not None:
         # The server answered with an error, so the request reached it, whatever transport
         # trouble the client had handled before (an implicit __context__ is not the cause).
-        return Failure(replica=code in REPLICA_ERROR_CODES, sent=True, code=code, reason=reason)
+        replica = code in REPLICA_ERROR_CODES
+        kind = "server_error" if replica else "query"
+        return Failure(replica=replica, sent=True, code=code, reason=reason, kind=kind)
     names: set[str] = set()
     for cause in _causes(exc):
         names.update(cls.__name__ for cls in type(cause).__mro__)
     if names & _NOT_SENT:
-        return Failure(replica=True, sent=False, code=None, reason=reason)
+        return Failure(replica=True, sent=False, code=None, reason=reason, kind="connect")
     status = _HTTP_STATUS_RE.search(str(exc))
     if status and int(status.group(1)) in REPLICA_HTTP_STATUSES:
-        return Failure(replica=True, sent=True, code=None, reason=reason)
+        return Failure(replica=True, sent=True, code=None, reason=reason, kind="http_status")
     if names & _SENT:
-        return Failure(replica=True, sent=True, code=None, reason=reason)
+        kind = "timeout" if names & _TIMEOUTS else "disconnect"
+        return Failure(replica=True, sent=True, code=None, reason=reason, kind=kind)
     # clickhouse-connect reports any other transport failure as OperationalError("Error
     # executing HTTP request") caused by a urllib3 HTTPError: the replica, not the query.
     if "OperationalError" in names and "HTTPError" in names:
-        return Failure(replica=True, sent=True, code=None, reason=reason)
+        return Failure(replica=True, sent=True, code=None, reason=reason, kind="disconnect")
     return Failure(replica=False, sent=True, code=None, reason=reason)

@@ -4,8 +4,10 @@
   the ``local`` extra) and show the strategies at work, a replica killed mid-run and its return
   to rotation after decay. See :mod:`clickhouse_lb._demo`.
 * ``clickhouse-lb status <dsn or hosts>``: ping every replica and print address, up, latency,
-  server version, ``errors_count`` and ``estimated_recovery_time``; the exit status says whether
-  at least ``--min-healthy`` replicas answered (``--json`` for scripts).
+  server version, what the pool's health probes see (state, last probe, delay),
+  ``errors_count``, ``estimated_recovery_time``, ``in_flight`` and ``latency_ewma``; the exit
+  status says whether at least ``--min-healthy`` replicas answered (``--json`` for scripts,
+  ``--watch`` to refresh).
 
 Exit statuses: 0 success, 1 the check (or the demo's claims) failed, 2 bad arguments or a missing
 extra, 130 interrupted. Passwords never appear in the output: pass them with ``--password``, the
@@ -30,6 +32,7 @@ from typing import Any, TextIO
 from ._console import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, format_table, short_error
 from ._redact import redact
 from ._version import __version__
+from .balancer import ReplicaStatus
 from .errors import ConfigurationError
 from .pool import ReplicaPool, get_pool
 from .settings import LoadBalancing
@@ -95,6 +98,16 @@ class ReplicaCheck:
     errors_count: int
     estimated_recovery_time: float
     error: str | None
+    #: What the pool's background health probes saw (``off`` when probing is turned off).
+    probe_state: str = "off"
+    #: Seconds between the latest finished probe and this report.
+    last_probe_age: float | None = None
+    probe_latency_ms: float | None = None
+    #: Replication delay in seconds, when known.
+    delay: float | None = None
+    #: The pool's load view (``least_loaded``): attempts running there, latency average in seconds.
+    in_flight: int = 0
+    latency_ewma: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -146,10 +159,17 @@ def open_status_pool(args: argparse.Namespace, factory: PoolFactory = get_pool) 
 def _probe(pool: ReplicaPool, address: str, timeout: float) -> tuple[float | None, str | None, str | None]:
     """``(latency_ms, version, error)`` of one replica. A replica failure counts an error
     against it; a query failure (authentication, permissions, ...) is reported, not counted."""
+    load = pool.balancer.state.replica_load
+    index = pool.balancer.index_of(address)
     try:
         client = pool.client(address)  # creating a client already talks to the server
         started = time.perf_counter()
-        answered = client.ping(timeout)
+        # The ping is an attempt like a statement's: it feeds the replica's latency average.
+        in_flight_since = load.start(index)
+        try:
+            answered = client.ping(timeout)
+        finally:
+            load.finish(index, in_flight_since)
         latency = (time.perf_counter() - started) * 1000.0
         if not answered:
             pool.record_error(address, "ping failed")
@@ -167,7 +187,9 @@ def check_replicas(pool: ReplicaPool, timeout: float) -> list[ReplicaCheck]:
     with ThreadPoolExecutor(max_workers=min(16, len(addresses)), thread_name_prefix="clickhouse-lb-status") as ex:
         probes = list(ex.map(lambda address: _probe(pool, address, timeout), addresses))
     checks = []
+    now = time.time()
     for status, (latency, version, error) in zip(pool.replicas, probes):
+        last_probe = status.last_probe_time
         checks.append(
             ReplicaCheck(
                 address=status.address,
@@ -177,9 +199,35 @@ def check_replicas(pool: ReplicaPool, timeout: float) -> list[ReplicaCheck]:
                 errors_count=status.errors_count,
                 estimated_recovery_time=round(status.estimated_recovery_time, 3),
                 error=None if error is None else redact(error),
+                probe_state=status.probe_state,
+                last_probe_age=None if last_probe is None else round(max(0.0, now - last_probe), 3),
+                probe_latency_ms=None if status.probe_latency is None else round(status.probe_latency * 1000, 2),
+                delay=status.delay,
+                in_flight=status.in_flight,
+                latency_ewma=None if status.latency_ewma is None else round(status.latency_ewma, 6),
             )
         )
     return checks
+
+
+def start_probes(pool: ReplicaPool, wait: float) -> None:
+    """Start the pool's health probes (a statement would) and wait, at most ``wait`` seconds,
+    for their first sweep and the replication delays of the replicas they see up, so that the
+    report shows what they saw."""
+    prober = getattr(pool, "_prober", None)
+    if prober is None:
+        return
+    prober.ensure_started()
+    delays = pool.config.health.health_check_delay_interval_ms > 0
+
+    def seen(status: ReplicaStatus) -> bool:
+        if status.last_probe_time is None:
+            return False
+        return not delays or status.probe_state != "up" or status.delay is not None
+
+    deadline = time.monotonic() + wait
+    while not all(seen(r) for r in pool.replicas) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def status_report(checks: Sequence[ReplicaCheck], min_healthy: int) -> dict[str, Any]:
@@ -196,15 +244,21 @@ def status_report(checks: Sequence[ReplicaCheck], min_healthy: int) -> dict[str,
 
 def status_lines(checks: Sequence[ReplicaCheck], min_healthy: int) -> list[str]:
     """The human-readable table and a verdict line."""
-    header = ("address", "up", "latency", "version", "errors_count", "estimated_recovery_time", "error")
+    header = ("address", "up", "latency", "version", "probe", "last_probe", "delay", "errors_count",
+              "estimated_recovery_time", "in_flight", "latency_ewma", "error")
     rows = [
         (
             c.address,
             "yes" if c.up else "NO",
             "-" if c.latency_ms is None else f"{c.latency_ms:.1f} ms",
             c.version or "-",
+            c.probe_state,
+            "-" if c.last_probe_age is None else f"{c.last_probe_age:.1f} s ago",
+            "-" if c.delay is None else f"{c.delay:.0f} s",
             str(c.errors_count),
             f"{c.estimated_recovery_time:.1f} s",
+            str(c.in_flight),
+            "-" if c.latency_ewma is None else f"{c.latency_ewma * 1000.0:.1f} ms",
             short_error(c.error),
         )
         for c in checks
@@ -219,16 +273,31 @@ def run_status(args: argparse.Namespace, out: TextIO, factory: PoolFactory = get
     """``clickhouse-lb status``: 0 when at least --min-healthy replicas answered, else 1."""
     if args.min_healthy < 0:
         raise ConfigurationError(f"Bad --min-healthy {args.min_healthy}: expected 0 or more")
+    if args.count is not None and (args.watch is None or args.count < 1):
+        raise ConfigurationError(f"Bad --count {args.count}: give it with --watch, as 1 or more")
     with open_status_pool(args, factory) as pool:
         if args.min_healthy > len(pool.addresses):
             raise ConfigurationError(
                 f"--min-healthy {args.min_healthy} but only {len(pool.addresses)} replicas given"
             )
-        checks = check_replicas(pool, args.timeout)
-    if args.json:
-        out.write(json.dumps(status_report(checks, args.min_healthy), indent=2) + "\n")
-    else:
-        out.write("\n".join(status_lines(checks, args.min_healthy)) + "\n")
+        start_probes(pool, wait=min(args.timeout, 2.0))
+        refreshes = 0
+        while True:
+            checks = check_replicas(pool, args.timeout)
+            if args.watch is not None and not args.json and out.isatty():
+                out.write("\x1b[H\x1b[2J")  # redraw in place
+            if args.json:
+                out.write(json.dumps(status_report(checks, args.min_healthy), indent=2) + "\n")
+            else:
+                out.write("\n".join(status_lines(checks, args.min_healthy)) + "\n")
+            out.flush()
+            refreshes += 1
+            if args.watch is None or (args.count is not None and refreshes >= args.count):
+                break
+            try:
+                time.sleep(args.watch)
+            except KeyboardInterrupt:  # the usual way to leave --watch
+                break
     return EXIT_OK if sum(c.up for c in checks) >= args.min_healthy else EXIT_FAILED
 
 
@@ -324,9 +393,10 @@ def _add_status(commands: Any) -> None:
         "status",
         help="ping every replica and print a health table",
         description=(
-            "Ping every replica and print address, up, latency, server version, errors_count and "
-            "estimated_recovery_time. Exit 0 when at least --min-healthy replicas answer, 1 otherwise, "
-            f"2 on bad arguments. The password can also come from ${PASSWORD_ENV}."
+            "Ping every replica and print address, up, latency, server version, the health probes' view "
+            "(probe state, last probe, replication delay), errors_count, estimated_recovery_time, in_flight "
+            "and latency_ewma. Exit 0 when at least --min-healthy replicas answer (at the last refresh with "
+            f"--watch), 1 otherwise, 2 on bad arguments. The password can also come from ${PASSWORD_ENV}."
         ),
     )
     status.add_argument(
@@ -342,6 +412,10 @@ def _add_status(commands: Any) -> None:
     status.add_argument("--min-healthy", type=int, default=1, metavar="N",
                         help="exit 1 when fewer replicas than this answer (default 1)")
     status.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    status.add_argument("--watch", type=_positive_float, nargs="?", const=2.0, default=None, metavar="SECONDS",
+                        help="refresh every SECONDS (default 2) until interrupted; the probes keep running between")
+    status.add_argument("--count", type=int, default=None, metavar="N",
+                        help="with --watch: stop after N reports")
     _verbose_option(status)
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from clickhouse_connect.driver.exceptions import OperationalError, ProgrammingError
 
 __all__ = [
+    "AllReplicasStaleError",
     "AllReplicasUnavailableError",
     "AttemptAbandonedError",
     "AttemptFailure",
@@ -151,9 +152,28 @@ class ReplicaConnectError(OperationalError):
     server while it is created), so the statement was never sent there: failover treats it as
     safe to retry, even for a write. Threads or tasks that waited for that same creation share
     this outcome instead of each waiting out the same timeout again. ``__cause__`` is the
-    original failure; ``reason`` its redacted description."""
+    original failure; ``reason`` its redacted description; ``kind`` its failure kind (a server
+    error at creation is not a refused connection)."""
 
-    def __init__(self, address: str, reason: str) -> None:
+    def __init__(self, address: str, reason: str, kind: str = "connect") -> None:
         self.address = address
         self.reason = reason
+        self.kind = kind
         super().__init__(f"Could not connect to replica {address}: {reason}")
+
+
+class AllReplicasStaleError(OperationalError):
+    """Every replica lags at least ``max_replica_delay_for_distributed_queries`` seconds and
+    ``fallback_to_stale_replicas_for_distributed_queries`` is 0 (the server's
+    ``ALL_REPLICAS_ARE_STALE``, code 369). ``delays`` maps each replica to its delay in seconds."""
+
+    def __init__(self, delays: dict[str, float | None], max_delay: float) -> None:
+        self.delays = dict(delays)
+        self.max_delay = max_delay
+        shown = ", ".join(f"{address}: {delay:g} s" for address, delay in self.delays.items() if delay is not None)
+        super().__init__(
+            f"All replicas are stale: every one lags at least max_replica_delay_for_distributed_queries="
+            f"{max_delay:g} s ({shown}). Set fallback_to_stale_replicas_for_distributed_queries=1 to read "
+            "from the least stale one, or raise the limit."
+        )
+        self.code = 369  # after the base class, which may set its own

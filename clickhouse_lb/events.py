@@ -6,7 +6,7 @@ passwords or tokens, nor the statement's SQL (which may hold secrets of its own)
 
 Listeners: subclass :class:`PoolListener` (or write any object with some of its methods: each
 is a small protocol, :class:`ErrorRecordedListener`, :class:`FailoverListener`,
-:class:`RecoveryListener`) and
+:class:`RecoveryListener`, :class:`ProbeListener`, :class:`DownListener`) and
 pass ``listeners=[...]`` to ``get_pool``, or call ``pool.add_listener``. A listener that raises
 is logged and otherwise ignored: metrics must never break a statement.
 """
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 __all__ = [
+    "DownListener",
     "ErrorRecordedEvent",
     "ErrorRecordedListener",
     "FailoverEvent",
@@ -27,7 +28,10 @@ __all__ = [
     "Listener",
     "ListenerSet",
     "PoolListener",
+    "ProbeEvent",
+    "ProbeListener",
     "RecoveryListener",
+    "ReplicaDownEvent",
     "ReplicaRecoveredEvent",
     "logger",
 ]
@@ -37,11 +41,15 @@ logger = logging.getLogger("clickhouse_lb")
 
 @dataclass(frozen=True)
 class ErrorRecordedEvent:
-    """An error was counted against ``address``; ``errors_count`` is the new (capped) count."""
+    """An error was counted against ``address``; ``errors_count`` is the new (capped) count.
+    ``kind``: what failed (a :class:`~clickhouse_lb.classify.Failure` kind such as ``connect``
+    or ``timeout``, ``probe`` for a failed health probe, ``ping`` for a failed ``pool.ping()``,
+    ``recorded`` for ``pool.record_error``)."""
 
     address: str
     errors_count: int
     error: str
+    kind: str = "recorded"
 
 
 @dataclass(frozen=True)
@@ -57,11 +65,31 @@ class FailoverEvent:
 
 @dataclass(frozen=True)
 class ReplicaRecoveredEvent:
-    """``address`` is back: its counts decayed to zero (``reason="decayed"``) or an attempt on
-    it succeeded after a failure (``reason="succeeded"``)."""
+    """``address`` is back: its counts decayed to zero (``reason="decayed"``), an attempt on
+    it succeeded after a failure (``reason="succeeded"``), or health probes re-admitted it
+    and cleared its error count (``reason="probe"``)."""
 
     address: str
     reason: str
+
+
+@dataclass(frozen=True)
+class ProbeEvent:
+    """A background health probe of ``address`` finished: answered (``ok``) or not, after
+    ``latency`` seconds; ``error`` says why not."""
+
+    address: str
+    ok: bool
+    latency: float
+    error: str | None
+
+
+@dataclass(frozen=True)
+class ReplicaDownEvent:
+    """Health probes marked ``address`` down (``health_check_fall`` consecutive failures)."""
+
+    address: str
+    error: str
 
 
 @runtime_checkable
@@ -82,11 +110,23 @@ class RecoveryListener(Protocol):
         """A replica returned to rotation."""
 
 
-#: What ``listeners=[...]`` takes: any object with one or more of the three methods.
-Listener = ErrorRecordedListener | FailoverListener | RecoveryListener
+@runtime_checkable
+class ProbeListener(Protocol):
+    def on_probe(self, event: ProbeEvent) -> None:
+        """A background health probe finished (called from the probe worker)."""
 
 
-class PoolListener(ErrorRecordedListener, FailoverListener, RecoveryListener):
+@runtime_checkable
+class DownListener(Protocol):
+    def on_replica_down(self, event: ReplicaDownEvent) -> None:
+        """Health probes marked a replica down (called from the probe worker)."""
+
+
+#: What ``listeners=[...]`` takes: any object with one or more of the five methods.
+Listener = ErrorRecordedListener | FailoverListener | RecoveryListener | ProbeListener | DownListener
+
+
+class PoolListener(ErrorRecordedListener, FailoverListener, RecoveryListener, ProbeListener, DownListener):
     """Override any of these; each is called synchronously, outside the pool's lock."""
 
     def on_error_recorded(self, event: ErrorRecordedEvent) -> None:
@@ -97,6 +137,12 @@ class PoolListener(ErrorRecordedListener, FailoverListener, RecoveryListener):
 
     def on_replica_recovered(self, event: ReplicaRecoveredEvent) -> None:
         """A replica returned to rotation."""
+
+    def on_probe(self, event: ProbeEvent) -> None:
+        """A background health probe finished (called from the probe worker)."""
+
+    def on_replica_down(self, event: ReplicaDownEvent) -> None:
+        """Health probes marked a replica down (called from the probe worker)."""
 
 
 @contextmanager
@@ -121,6 +167,8 @@ class ListenerSet:
         self._errors = tuple(x for x in listeners if isinstance(x, ErrorRecordedListener))
         self._failovers = tuple(x for x in listeners if isinstance(x, FailoverListener))
         self._recoveries = tuple(x for x in listeners if isinstance(x, RecoveryListener))
+        self._probes = tuple(x for x in listeners if isinstance(x, ProbeListener))
+        self._downs = tuple(x for x in listeners if isinstance(x, DownListener))
 
     def add(self, listener: Listener) -> None:
         self._set((*self._listeners, listener))
@@ -145,3 +193,13 @@ class ListenerSet:
         for listener in self._recoveries:
             with _isolated(listener, "on_replica_recovered"):
                 listener.on_replica_recovered(event)
+
+    def probe(self, event: ProbeEvent) -> None:
+        for listener in self._probes:
+            with _isolated(listener, "on_probe"):
+                listener.on_probe(event)
+
+    def replica_down(self, event: ReplicaDownEvent) -> None:
+        for listener in self._downs:
+            with _isolated(listener, "on_replica_down"):
+                listener.on_replica_down(event)

@@ -13,8 +13,9 @@ The attempts walk the plan in passes (r1, r2, r3, r1, r2, r3, ...), each replica
   lists every replica with its last failure; when the statement's ``failover_timeout`` ran
   out, its subclass :class:`~clickhouse_lb.errors.StatementTimeoutError` does.
 
-The deadline holds: each attempt runs through :mod:`clickhouse_lb.race`, which stops waiting
-for it at the deadline (and closes its connection), and the backoff is cut to it.
+The deadline holds: each attempt is watched (:mod:`clickhouse_lb.race`,
+:mod:`clickhouse_lb._watchdog`), which stops waiting for it at the deadline (and closes its
+connection), and the backoff is cut to it.
 
 Between replicas there is no pause; between passes an optional exponential backoff with
 full jitter (``failover_backoff_ms``).
@@ -46,7 +47,18 @@ _MAX_BACKOFF_SECONDS = 10.0
 class StatementAttempts:
     """The failover state of one statement: its schedule, its failures, its decisions."""
 
-    __slots__ = ("_balancer", "deadline", "failures", "operation", "retry_after_send", "schedule", "size", "started")
+    __slots__ = (
+        "_attempt_started",
+        "_balancer",
+        "_load",
+        "deadline",
+        "failures",
+        "operation",
+        "retry_after_send",
+        "schedule",
+        "size",
+        "started",
+    )
 
     def __init__(
         self,
@@ -57,6 +69,8 @@ class StatementAttempts:
         retry_after_send: bool,
     ) -> None:
         self._balancer = balancer
+        self._load = balancer.state.replica_load
+        self._attempt_started = 0.0
         tries = balancer.settings.connections_with_failover_max_tries
         self.size = len(order)
         self.schedule: list[int] = list(order) * tries
@@ -71,13 +85,25 @@ class StatementAttempts:
         number = len(self.failures)
         index = self.schedule[number]
         logger.debug("%s: attempt %d on %s", self.operation, number + 1, self._balancer.addresses[index])
+        # The attempt is in flight from here until succeeded()/failed() (one at a time).
+        self._attempt_started = self._load.start(index)
         return index
 
     def succeeded(self, index: int) -> None:
+        self._load.finish(index, self._attempt_started)
         self._balancer.record_success(index)
 
-    def failed(self, index: int, exc: BaseException) -> None:
-        """Classify a failed attempt and, for a replica failure, count it at once."""
+    def failed(self, index: int, exc: BaseException, *, ran_on: int | None = None) -> None:
+        """Classify a failed attempt and, for a replica failure, count it at once. A cancelled
+        or interrupted attempt (not an ``Exception``) only leaves the in-flight count.
+        ``ran_on``: the replica the attempt's last run failed on, when a hedge took it elsewhere."""
+        self._load.finish(index, self._attempt_started)
+        if isinstance(exc, Exception):
+            self.run_failed(index if ran_on is None else ran_on, exc)
+
+    def run_failed(self, index: int, exc: Exception) -> None:
+        """A run on replica ``index`` failed (a hedged read's other run may go on): counted,
+        and it uses up its place in the schedule, as a failed attempt does."""
         self.failures.append((index, self._balancer.count_failure(index, exc)))
 
     def should_retry(self, exc: BaseException) -> bool:
@@ -205,30 +231,33 @@ _SYNC_POLICY = sync_policy()
 _ASYNC_POLICY = async_policy()
 
 
-def _first_attempt_failed(attempts: StatementAttempts, index: int, exc: Exception) -> None:
+def _first_attempt_failed(attempts: StatementAttempts, index: int, exc: BaseException) -> None:
     """Decide after a failed first attempt: raise, give up, or let tenacity go on."""
-    attempts.failed(index, exc)
-    if not attempts.should_retry(exc):
-        raise exc
+    ran_on, error = _unwrap(exc)
+    attempts.failed(index, error, ran_on=ran_on)
+    if not attempts.should_retry(error):
+        if error is not exc:  # not chained to the race's wrapper (we are inside its handler)
+            raise error from error.__cause__
+        raise error
     if attempts.remaining() == 0 or attempts.out_of_time():
-        raise attempts.exhausted() from exc
+        raise attempts.exhausted() from error
 
 
-def _unwrap(index: int, exc: Exception) -> tuple[int, Exception]:
+def _unwrap(exc: BaseException) -> tuple[int | None, BaseException]:
     """An attempt run through :mod:`clickhouse_lb.race` names the replica its last run failed
-    on (a hedge may have run elsewhere)."""
-    if isinstance(exc, RaceFailure) and isinstance(exc.error, Exception):
+    on (a hedge may have run elsewhere): ``(that replica or None, the error)``."""
+    if isinstance(exc, RaceFailure):
         return exc.index, exc.error
-    return index, exc
+    return None, exc
 
 
 def _attempt(attempts: StatementAttempts, call: Callable[[int], T]) -> T:
     index = attempts.begin()
     try:
         result = call(index)
-    except Exception as exc:
-        failed_on, error = _unwrap(index, exc)
-        attempts.failed(failed_on, error)
+    except BaseException as exc:
+        ran_on, error = _unwrap(exc)
+        attempts.failed(index, error, ran_on=ran_on)
         if error is exc:
             raise
     else:
@@ -241,9 +270,9 @@ async def _async_attempt(attempts: StatementAttempts, call: Callable[[int], Awai
     index = attempts.begin()
     try:
         result = await call(index)
-    except Exception as exc:
-        failed_on, error = _unwrap(index, exc)
-        attempts.failed(failed_on, error)
+    except BaseException as exc:
+        ran_on, error = _unwrap(exc)
+        attempts.failed(index, error, ran_on=ran_on)
         if error is exc:
             raise
     else:
@@ -261,18 +290,11 @@ def run_sync(attempts: StatementAttempts, call: Callable[[int], T], policy: Retr
     index = attempts.begin()
     try:
         result = call(index)
-    except Exception as exc:
-        failed_on, unwrapped = _unwrap(index, exc)
-        wrapped: Exception | None = None
-        if unwrapped is exc:
-            _first_attempt_failed(attempts, failed_on, exc)
-        else:
-            wrapped = unwrapped
+    except BaseException as exc:  # a cancelled attempt too must leave the in-flight count
+        _first_attempt_failed(attempts, index, exc)
     else:
         attempts.succeeded(index)
         return result
-    if wrapped is not None:  # decided outside the handler: not chained to the race's wrapper
-        _first_attempt_failed(attempts, failed_on, wrapped)
     try:
         retried: T = policy.copy()(_attempt, attempts, call)
         return retried
@@ -288,18 +310,11 @@ async def run_async(
     index = attempts.begin()
     try:
         result = await call(index)
-    except Exception as exc:
-        failed_on, unwrapped = _unwrap(index, exc)
-        wrapped: Exception | None = None
-        if unwrapped is exc:
-            _first_attempt_failed(attempts, failed_on, exc)
-        else:
-            wrapped = unwrapped
+    except BaseException as exc:  # a cancelled attempt too must leave the in-flight count
+        _first_attempt_failed(attempts, index, exc)
     else:
         attempts.succeeded(index)
         return result
-    if wrapped is not None:  # decided outside the handler: not chained to the race's wrapper
-        _first_attempt_failed(attempts, failed_on, wrapped)
     try:
         retried: T = await policy.copy()(_async_attempt, attempts, call)
         return retried

@@ -18,7 +18,7 @@ from __future__ import annotations
 import random as _random
 from collections.abc import Callable, Sequence
 
-__all__ = ["plan_order", "round_robin_order", "static_ranks"]
+__all__ = ["least_loaded_order", "plan_order", "round_robin_order", "static_ranks"]
 
 
 def static_ranks(priorities: Sequence[int], strategy_priorities: Sequence[int]) -> list[int]:
@@ -82,3 +82,54 @@ def round_robin_order(
     shift = counter % n
     rest = sorted((i for i in range(n) if group[i] != best), key=lambda i: group[i] * n + (i - shift) % n)
     return head + rest
+
+
+def least_loaded_order(
+    errors: Sequence[int],
+    priority_ranks: Sequence[int],
+    max_ignored_errors: int,
+    scores: Sequence[float],
+    random: Callable[[], float] = _random.random,
+) -> list[int]:
+    """``least_loaded`` (an extension, not one of ClickHouse's strategies): power of two choices.
+
+    Errors and configured priority come first, exactly as for the other strategies: only the
+    replicas sharing the best ``(effective errors, priority)`` rank compete. Two of them are
+    drawn at random and the one with the lower load ``scores`` entry goes first (an exact tie:
+    the first drawn, itself random). The others follow as failover candidates: the rest of the
+    best rank, then the other ranks, each by load score (ties in a rotation from a random start).
+    ``priority_ranks``: as for :func:`round_robin_order`. ``scores``: the load scores, or any
+    increasing function of them (the balancer passes logarithms, see
+    :meth:`clickhouse_lb.load.ReplicaLoad.order_keys`).
+    """
+    n = len(errors)
+    if n == 1:
+        return [0]
+    if any(errors) or any(priority_ranks):
+        group = [
+            (e - max_ignored_errors if e > max_ignored_errors else 0) * n + p for e, p in zip(errors, priority_ranks)
+        ]
+        best = min(group)
+        leaders = [i for i, key in enumerate(group) if key == best]
+    else:  # the usual case: every replica healthy, equal priorities
+        group = None
+        leaders = list(range(n))
+    k = len(leaders)
+    # One draw gives both choices: its integer part picks the first, its fraction the second.
+    x = random() * k
+    a = int(x)
+    if k == 1:
+        first = leaders[0]
+    else:
+        b = (a + 1 + int((x - a) * (k - 1))) % k  # a second, distinct replica
+        first = leaders[a] if scores[leaders[a]] <= scores[leaders[b]] else leaders[b]
+    # Failover candidates: a stable sort from a random starting point, so that equal scores
+    # (an idle cold start) do not always fail over to the same replica first.
+    rest = [*range(a, n), *range(a)]
+    rest.remove(first)
+    if group is None:
+        rest.sort(key=scores.__getitem__)
+    else:  # by group, then by score: two stable sorts on plain keys beat one on tuples
+        rest.sort(key=scores.__getitem__)
+        rest.sort(key=group.__getitem__)
+    return [first, *rest]

@@ -14,6 +14,7 @@ many threads; state that must stay on one server goes through :meth:`ReplicaPool
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -32,6 +33,7 @@ from .balancer import Balancer
 from .events import Listener, logger
 from .failover import run_sync, sync_policy
 from .pool_config import PoolConfig, balancing_arguments, resolve_pool_config, sync_client_option_names
+from .probing import ProbeWorker
 from .replicas import Replica
 from .settings import LoadBalancing
 
@@ -67,6 +69,8 @@ class ReplicaPool(SyncClientAPI, PoolBase):
 
     _settings_position = _SETTINGS_POSITION
 
+    _prober: ProbeWorker | None
+
     def __init__(
         self,
         config: PoolConfig,
@@ -93,6 +97,11 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         # leave behind.
         watched = self._manager is not None or client_factory is not None
         self._watchdog = Watchdog(self._replica_alive, self._kill_query) if watched else None
+        self._prober = (
+            ProbeWorker(self._health, self._balancer.addresses, self._options) if self._health else None
+        )
+        if self._prober is not None:  # a pool dropped without close() must not leave its worker running
+            weakref.finalize(self, self._prober.stop)
 
     # -- clients ---------------------------------------------------------------------------
 
@@ -135,7 +144,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
     def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self._check_open()
         call = self._prepare(method, args, kwargs)
-        order = self._balancer.plan_indices(call.overrides)
+        order = self._fresh_first(self._balancer.plan_indices(call.overrides), call.settings)
         attempts = self._attempts(method, order, retry_after_send=call.retry_after_send)
         plan = self._statement_plan(attempts, call)
 
@@ -181,6 +190,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
     def ping(self, timeout: float | None = None) -> bool:
         """True when some replica answers ``/ping`` (tried in plan order); each replica that
         does not answer gets an error counted, as a failed attempt would."""
+        self._started()
         for index in self._balancer.plan_indices():
             try:
                 client = self._client(index)
@@ -201,7 +211,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         (temporary tables, SET). Close it when done; :meth:`session` does that for you."""
         self._check_open()
         extra = pin_options(session)
-        attempts = self._attempts("session", self._balancer.plan_indices(), retry_after_send=True)
+        attempts = self._attempts("session", self._fresh_first(self._balancer.plan_indices()), retry_after_send=True)
 
         def connect(index: int) -> tuple[int, Client]:
             return index, self._new_client(index, **extra)
@@ -224,8 +234,12 @@ class ReplicaPool(SyncClientAPI, PoolBase):
     # -- lifecycle -------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close every replica client. Statements after this raise ProgrammingError."""
+        """Stop the health probes and close every replica client. Statements after this raise
+        ProgrammingError."""
         self._closed = True
+        if self._prober is not None:
+            self._prober.close()
+        self._detach_listeners()
         self._release_shared_state()
         for slot in self._clients:
             with slot.lock:
@@ -292,6 +306,14 @@ def get_pool(
     failover_backoff_ms: int | None = None,
     failover_timeout: float | None = None,
     auto_insert_deduplication_token: bool | None = None,
+    least_loaded_decay_time: float | None = None,
+    health_check_interval_ms: int | None = None,
+    health_check_fast_interval_ms: int | None = None,
+    health_check_timeout_ms: int | None = None,
+    health_check_rise: int | None = None,
+    health_check_fall: int | None = None,
+    max_replica_delay_for_distributed_queries: int | None = None,
+    fallback_to_stale_replicas_for_distributed_queries: bool | None = None,
     use_hedged_requests: bool | int | None = None,
     receive_data_timeout_ms: float | str | None = None,
     liveness_check_after_ms: float | None = None,
@@ -311,8 +333,14 @@ def get_pool(
     ``connections_with_failover_max_tries=3``, ``connect_timeout_with_failover_ms=1000``;
     ``local_hostname`` defaults to this machine's canonical name. Ours: ``failover_backoff_ms=0``
     (pause before each new pass), ``failover_timeout=None`` (total seconds per statement),
-    ``auto_insert_deduplication_token=True``. A value left as ``None`` comes from the DSN, or
-    is the default.
+    ``auto_insert_deduplication_token=True``, ``least_loaded_decay_time=10`` (seconds: the time
+    constant of the latency average of ``load_balancing="least_loaded"``, our extension beyond
+    ClickHouse's eight strategies). Background health probes (``GET /ping``):
+    ``health_check_interval_ms=1000`` (0 turns them off), ``health_check_fast_interval_ms=200``,
+    ``health_check_timeout_ms=500``, ``health_check_rise=2``, ``health_check_fall=1``. Replica
+    lag, as the server: ``max_replica_delay_for_distributed_queries=300`` (seconds; 0: not
+    checked), ``fallback_to_stale_replicas_for_distributed_queries=True``. A value left as
+    ``None`` comes from the DSN, or is the default.
 
     ``share_state=True`` (the default; ``share_state=0`` in a DSN): the error counts, decay
     clock and round-robin counter are shared with every other pool and engine of the process

@@ -19,6 +19,8 @@ from ._redact import mask_options
 from ._values import as_bool
 from .attempt_settings import ATTEMPT_SETTING_NAMES, CLIENT_TIMEOUT_OPTIONS, AttemptSettings, parse_attempt_settings
 from .errors import ConfigurationError
+from .health import DEFAULT_HEALTH, HEALTH_SETTING_NAMES, HealthSettings, parse_health_settings
+from .lag import DEFAULT_LAG, LAG_SETTING_NAMES, LagSettings, parse_lag_settings
 from .replicas import DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, Replica, parse_dsn, parse_replicas
 from .settings import BALANCING_SETTING_NAMES, BalancingSettings, parse_balancing_settings, unknown_name_error
 
@@ -84,11 +86,14 @@ def async_client_option_names() -> frozenset[str]:
 
 @dataclass(frozen=True)
 class PoolConfig:
-    """Everything a pool needs: replicas, balancing settings, options for every replica's client."""
+    """Everything a pool needs: replicas, balancing settings, options for every replica's
+    client, and how the background health probes run."""
 
     replicas: list[Replica]
     settings: BalancingSettings
     client_options: dict[str, Any]
+    health: HealthSettings = DEFAULT_HEALTH
+    lag: LagSettings = DEFAULT_LAG
     #: Share the balancing state with the process's other pools over the same replica set
     #: (clickhouse_lb.shared_state); False: a state of this pool's own.
     share_state: bool = True
@@ -112,15 +117,20 @@ class PoolConfig:
         shown = mask_options(self.client_options)
         return (
             f"PoolConfig(replicas={self.replicas!r}, settings={self.settings!r}, client_options={shown!r}, "
-            f"share_state={self.share_state!r}, attempts={self.attempts!r})"
+            f"health={self.health!r}, lag={self.lag!r}, share_state={self.share_state!r}, attempts={self.attempts!r})"
         )
+
+
+#: Every setting a pool takes by name: balancing, health probes, replica lag.
+POOL_SETTING_NAMES: tuple[str, ...] = (*BALANCING_SETTING_NAMES, *HEALTH_SETTING_NAMES, *LAG_SETTING_NAMES)
+_OWN_SECTIONS = (*HEALTH_SETTING_NAMES, *LAG_SETTING_NAMES)
 
 
 def balancing_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
     """The balancing settings among a factory's arguments (``get_pool``'s ``locals()``): both
     factories spell every setting out as a keyword, for ``help()`` and type checkers, and
     hand them on through here."""
-    return {name: arguments[name] for name in BALANCING_SETTING_NAMES if name in arguments}
+    return {name: arguments[name] for name in POOL_SETTING_NAMES if name in arguments}
 
 
 def resolve_pool_config(
@@ -133,15 +143,21 @@ def resolve_pool_config(
     share_state: bool | str | int | None = None,
 ) -> PoolConfig:
     """Merge a DSN and keyword arguments (keywords win), validate every name and value.
-    ``share_state``: None takes the DSN's ``share_state=``, or True."""
+    Health-check (``health_check_*``) and lag settings may come in ``balancing`` or among the
+    client options (``**kwargs``); a DSN carries them as query parameters. ``share_state``:
+    None takes the DSN's ``share_state=``, or True."""
     options = dict(client_options)
+    own = {name: options.pop(name) for name in _OWN_SECTIONS if name in options}
+    balancing = dict(balancing)
+    own.update({name: balancing.pop(name) for name in _OWN_SECTIONS if name in balancing})
+    own = {name: value for name, value in own.items() if value is not None}
     for name in options:
         if name in _POOL_OWNED:
             raise ConfigurationError(f"Option {name!r} is not accepted by a pool: {_POOL_OWNED[name]}")
         if name not in valid_client_options and name not in CLIENT_TIMEOUT_OPTIONS:
             raise unknown_name_error(
                 "option", name,
-                set(valid_client_options) | set(BALANCING_SETTING_NAMES) | set(CLIENT_TIMEOUT_OPTIONS) | {SHARE_STATE},
+                set(valid_client_options) | set(POOL_SETTING_NAMES) | set(CLIENT_TIMEOUT_OPTIONS) | {SHARE_STATE},
             )
     given = {name: value for name, value in balancing.items() if value is not None}
     replicas: list[Replica] = []
@@ -156,12 +172,15 @@ def resolve_pool_config(
         if parts.secure and "secure" not in options and "interface" not in options:
             options["secure"] = True
         server_settings = dict(options.get("settings") or {})
-        dsn_share_state = parts.options.get(SHARE_STATE)
+        dsn_options = dict(parts.options)
+        for name in _OWN_SECTIONS:
+            if name in dsn_options:
+                value = dsn_options.pop(name)
+                own.setdefault(name, value)
+        dsn_share_state = dsn_options.pop(SHARE_STATE, None)
         if share_state is None and dsn_share_state is not None:
             share_state = dsn_share_state
-        for name, value in parts.options.items():
-            if name == SHARE_STATE:
-                continue
+        for name, value in dsn_options.items():
             if name in _POOL_OWNED:
                 raise ConfigurationError(f"DSN option {name!r} is not accepted by a pool: {_POOL_OWNED[name]}")
             if name in valid_client_options or name in CLIENT_TIMEOUT_OPTIONS:
@@ -179,5 +198,7 @@ def resolve_pool_config(
             "No replicas given: pass hosts=['ch-1:8123', 'ch-2:8123'] or dsn='clickhouse://ch-1:8123,ch-2:8123/db'"
         )
     settings = parse_balancing_settings(given)
+    health = parse_health_settings({k: v for k, v in own.items() if k in HEALTH_SETTING_NAMES})
+    lag = parse_lag_settings({k: v for k, v in own.items() if k in LAG_SETTING_NAMES})
     share = True if share_state is None else as_bool(SHARE_STATE, share_state)
-    return PoolConfig(replicas, settings, options, share_state=share)
+    return PoolConfig(replicas, settings, options, health, lag, share_state=share)

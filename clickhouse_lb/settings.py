@@ -33,7 +33,12 @@ __all__ = [
 ]
 
 class LoadBalancing(str, Enum):
-    """ClickHouse's ``load_balancing`` values (src/Core/SettingsEnums.h)."""
+    """ClickHouse's ``load_balancing`` values (src/Core/SettingsEnums.h), plus ``least_loaded``.
+
+    ``least_loaded`` is this library's extension (the server has no such value): errors and
+    priority first as always, then power of two choices over in-flight statements and a latency
+    average (:func:`clickhouse_lb.ordering.least_loaded_order`, :mod:`clickhouse_lb.load`).
+    """
 
     RANDOM = "random"
     NEAREST_HOSTNAME = "nearest_hostname"
@@ -43,6 +48,8 @@ class LoadBalancing(str, Enum):
     IN_ORDER = "in_order"
     FIRST_OR_RANDOM = "first_or_random"
     ROUND_ROBIN = "round_robin"
+    #: Not a ClickHouse value: this library's load-aware extension.
+    LEAST_LOADED = "least_loaded"
 
     @classmethod
     def parse(cls, value: object) -> LoadBalancing:
@@ -75,8 +82,8 @@ _HOSTNAME_STRATEGIES = frozenset(
 @dataclass(frozen=True)
 class BalancingSettings:
     """How a pool orders, counts and fails over. Names and defaults are ClickHouse's
-    (src/Core/Settings.cpp), except the three ``failover_*``/``auto_*`` options and the
-    ``liveness_*`` ones, which the server has no equivalent for."""
+    (src/Core/Settings.cpp), except the ``failover_*``, ``auto_*``, ``least_loaded_*`` and
+    ``liveness_*`` options, which the server has no equivalent for."""
 
     load_balancing: LoadBalancing = LoadBalancing.RANDOM
     load_balancing_first_offset: int = 0
@@ -101,6 +108,9 @@ class BalancingSettings:
     liveness_check_after_ms: float = LIVENESS_DEFAULTS.check_after * 1000  # type: ignore[operator]
     liveness_ping_timeout_ms: float = LIVENESS_DEFAULTS.ping_timeout * 1000
     liveness_check_interval_ms: float = LIVENESS_DEFAULTS.interval * 1000
+    #: ``least_loaded`` only (no server equivalent): seconds, the time constant of each replica's
+    #: latency average; an idle replica's average falls by half every ``0.69 *`` this.
+    least_loaded_decay_time: float = 10.0
 
 
 BALANCING_SETTING_NAMES: tuple[str, ...] = tuple(f.name for f in fields(BalancingSettings))
@@ -137,6 +147,11 @@ def parse_balancing_settings(values: Mapping[str, Any]) -> BalancingSettings:
             parsed[name] = value.strip() if isinstance(value, str) else None
         elif name == "distributed_replica_error_half_life":
             parsed[name] = as_seconds(name, value)
+        elif name == "least_loaded_decay_time":
+            seconds = as_seconds(name, value)
+            if not seconds:
+                raise ConfigurationError(f"Bad {name} {value!r}: must be > 0 seconds")
+            parsed[name] = seconds
         elif name == "failover_timeout":
             parsed[name] = as_seconds(name, value, allow_none=True)
         elif name == "auto_insert_deduplication_token":

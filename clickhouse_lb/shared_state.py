@@ -6,7 +6,8 @@ of them would start with fresh error counts and a fresh random round-robin posit
 replica would be tried first again and again, and round_robin would not rotate. Here, every
 pool whose :func:`state_key` is equal shares one
 :class:`~clickhouse_lb.state.ReplicaSetState` (error and slowdown counts, the decay clock, the
-round-robin counter, last errors), while each pool keeps its own clients and listeners.
+round-robin counter, last errors, the in-flight counts and latency averages of ``least_loaded``),
+while each pool keeps its own clients and listeners.
 
 The key (:class:`StateKey`) is what makes two pools "the same replica set, balanced the same
 way, for the same user":
@@ -16,7 +17,8 @@ way, for the same user":
   is part of the order;
 - the settings that shape the order or the counts: ``load_balancing``,
   ``load_balancing_first_offset``, ``local_hostname``, ``distributed_replica_error_half_life``,
-  ``distributed_replica_error_cap``, ``distributed_replica_max_ignored_errors``;
+  ``distributed_replica_error_cap``, ``distributed_replica_max_ignored_errors``,
+  ``least_loaded_decay_time``;
 - ``username`` and ``database``: some replica failures are a user's or a database's, not the
   server's (TOO_MANY_SIMULTANEOUS_QUERIES under a per-user limit, TABLE_IS_READ_ONLY and
   KEEPER_EXCEPTION for the replicated tables of one database), so other users and databases
@@ -46,6 +48,7 @@ DSN or a ``clickhousedb+lb`` URL: the pool gets a state of its own.
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 import weakref
@@ -86,6 +89,7 @@ class StateKey:
     distributed_replica_error_half_life: float
     distributed_replica_error_cap: int
     distributed_replica_max_ignored_errors: int
+    least_loaded_decay_time: float = 10.0
 
 
 def _secure(options: dict[str, Any]) -> bool:
@@ -112,6 +116,7 @@ def state_key(config: PoolConfig) -> StateKey:
         distributed_replica_error_half_life=float(settings.distributed_replica_error_half_life),
         distributed_replica_error_cap=settings.distributed_replica_error_cap,
         distributed_replica_max_ignored_errors=settings.distributed_replica_max_ignored_errors,
+        least_loaded_decay_time=float(settings.least_loaded_decay_time),
     )
 
 
@@ -162,11 +167,17 @@ class StateRegistry:
         self._clock = clock
         self._lock = threading.Lock()
         self._entries: dict[Hashable, _Entry] = {}
+        # Releases that could not take the lock: a lease's finalizer runs wherever the garbage
+        # collector does, possibly inside this registry's own locked section on this very
+        # thread (an allocation in acquire() can trigger it), where waiting would deadlock.
+        # They are applied by the next operation that holds the lock.
+        self._pending: collections.deque[StateLease[Any]] = collections.deque()
 
     def acquire(self, key: Hashable, factory: Callable[[], V]) -> StateLease[V]:
         """The value shared under ``key`` (made by ``factory`` when there is none), held until
         the lease is released."""
         with self._lock:
+            self._drain_locked()
             self._purge_locked(self._clock())
             entry = self._entries.get(key)
             if entry is None:
@@ -177,18 +188,31 @@ class StateRegistry:
         return StateLease(self, key, entry, value)
 
     def _release(self, lease: StateLease[Any]) -> None:
-        with self._lock:
-            if lease._released:
-                return
-            lease._released = True
-            key, entry = lease.key, lease._entry
-            if self._entries.get(key) is not entry:  # cleared meanwhile: another pool may own the key now
-                return
-            entry.users -= 1
-            now = self._clock()
-            if entry.users == 0:
-                entry.idle_since = now
-            self._purge_locked(now)
+        if not self._lock.acquire(blocking=False):
+            self._pending.append(lease)  # see __init__; applied by the next locked operation
+            return
+        try:
+            self._drain_locked()
+            self._release_locked(lease)
+        finally:
+            self._lock.release()
+
+    def _drain_locked(self) -> None:
+        while self._pending:
+            self._release_locked(self._pending.popleft())
+
+    def _release_locked(self, lease: StateLease[Any]) -> None:
+        if lease._released:
+            return
+        lease._released = True
+        key, entry = lease.key, lease._entry
+        if self._entries.get(key) is not entry:  # cleared meanwhile: another pool may own the key now
+            return
+        entry.users -= 1
+        now = self._clock()
+        if entry.users == 0:
+            entry.idle_since = now
+        self._purge_locked(now)
 
     def _purge_locked(self, now: float) -> None:
         idle = [(entry.idle_since, key) for key, entry in self._entries.items() if entry.idle_since is not None]
@@ -203,12 +227,14 @@ class StateRegistry:
     def users(self, key: Hashable) -> int | None:
         """How many pools hold ``key``'s state (0: idle), or None when there is none."""
         with self._lock:
+            self._drain_locked()
             self._purge_locked(self._clock())
             entry = self._entries.get(key)
             return None if entry is None else entry.users
 
     def __len__(self) -> int:
         with self._lock:
+            self._drain_locked()
             self._purge_locked(self._clock())
             return len(self._entries)
 

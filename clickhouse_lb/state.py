@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from .load import DEFAULT_DECAY_TIME, ReplicaLoad
+
 __all__ = ["Clock", "ReplicaCounts", "ReplicaSetState", "Selection", "decay_shifts", "estimated_recovery_time"]
 
 Clock = Callable[[], float]
@@ -75,6 +77,7 @@ class ReplicaSetState:
 
     __slots__ = (
         "_clock",
+        "_epochs",
         "_errors",
         "_failed",
         "_last_decrease",
@@ -84,8 +87,10 @@ class ReplicaSetState:
         "_round_robin",
         "_slowdowns",
         "_slowed",
+        "_sticky",
         "error_cap",
         "half_life",
+        "replica_load",
         "size",
     )
 
@@ -97,8 +102,11 @@ class ReplicaSetState:
         error_cap: int = 1000,
         clock: Clock = time.monotonic,
         round_robin_start: int = 0,
+        load_decay_time: float = DEFAULT_DECAY_TIME,
     ) -> None:
         self.size = size
+        #: In-flight statements and latency averages (``least_loaded``), shared with the counts.
+        self.replica_load = ReplicaLoad(size, decay_time=load_decay_time, clock=clock)
         self.half_life = half_life
         self.error_cap = error_cap
         self._clock = clock
@@ -109,6 +117,11 @@ class ReplicaSetState:
         self._last_error: list[str | None] = [None] * size
         self._last_error_time: list[float | None] = [None] * size
         self._failed = [False] * size
+        # For the health probes: each replica's number of errors ever counted (a probe that
+        # started before the latest one proves nothing about it), and whether its current count
+        # holds an error a successful ping cannot disprove (cleared when the count reaches zero).
+        self._epochs = [0] * size
+        self._sticky = [False] * size
         self._last_decrease: float | None = None
         self._round_robin = round_robin_start
 
@@ -133,8 +146,10 @@ class ReplicaSetState:
             if e or s:
                 errors[i] = _shift(e, shifts)
                 slowdowns[i] = _shift(s, shifts)
-                if errors[i] == 0 and slowdowns[i] == 0:
-                    recovered.append(i)
+                if errors[i] == 0:
+                    self._sticky[i] = False
+                    if slowdowns[i] == 0:
+                        recovered.append(i)
         return recovered
 
     def select(self, *, advance_round_robin: bool) -> Selection:
@@ -158,10 +173,21 @@ class ReplicaSetState:
 
     # -- outcomes --------------------------------------------------------------------------
 
-    def record_error(self, index: int, error: str | None = None) -> int:
-        """Count one error against replica ``index`` (capped); returns the new count."""
+    def record_error(self, index: int, error: str | None = None, *, sticky: bool = True) -> int:
+        """Count one error against replica ``index`` (capped); returns the new count.
+        ``sticky``: a successful ping does not disprove this error (see :meth:`health_marks`)."""
         wall_time = time.time()
+        now = self._clock()
         with self._lock:
+            held = self._errors[index]
+            last = self._last_decrease
+            if held and last is not None and _shift(held, decay_shifts(now - last, self.half_life)) == 0:
+                held = 0  # decayed away already, only not applied yet
+            if not held:
+                self._sticky[index] = False
+            if sticky:
+                self._sticky[index] = True
+            self._epochs[index] += 1
             count = min(self.error_cap, self._errors[index] + 1)
             self._errors[index] = count
             self._failed[index] = True
@@ -169,6 +195,23 @@ class ReplicaSetState:
                 self._last_error[index] = error
                 self._last_error_time[index] = wall_time
             return count
+
+    def clear_errors(self, index: int) -> bool:
+        """Forget replica ``index``'s errors (health probes re-admitted it); slowdowns stay.
+        Returns False when there was nothing to clear."""
+        with self._lock:
+            had = self._errors[index] > 0 or self._failed[index]
+            self._errors[index] = 0
+            self._failed[index] = False
+            self._sticky[index] = False
+            return had
+
+    def health_marks(self) -> tuple[list[int], list[bool]]:
+        """Per replica: how many errors were ever counted against it, and whether its count
+        holds one that a successful ping does not disprove (what health probes need to decide,
+        whichever pool sharing this state counted the error)."""
+        with self._lock:
+            return self._epochs[:], self._sticky[:]
 
     def record_slowdown(self, index: int) -> int:
         with self._lock:

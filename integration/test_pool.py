@@ -99,7 +99,8 @@ def test_statement_settings_choose_the_strategy(cluster: ClusterBase) -> None:
 
 
 def test_killed_replica_gets_errors_and_is_avoided(cluster: ClusterBase) -> None:
-    with make_pool(cluster, load_balancing="in_order") as pool:
+    # Exact counts as on the server: decay only, no probes.
+    with make_pool(cluster, load_balancing="in_order", health_check_interval_ms=0) as pool:
         assert who(pool, 3) == {"r1": 3}
         cluster.kill(0)
         assert who(pool, 10) == {"r2": 10}
@@ -113,7 +114,8 @@ def test_killed_replica_gets_errors_and_is_avoided(cluster: ClusterBase) -> None
 
 def test_paused_replica_times_out_and_is_avoided(cluster: ClusterBase) -> None:
     # Liveness checks off: the socket timeout alone (integration/test_hung_replicas.py has them on).
-    with make_pool(cluster, load_balancing="in_order", send_receive_timeout=1, liveness_check_after_ms=0) as pool:
+    with make_pool(cluster, load_balancing="in_order", send_receive_timeout=1, health_check_interval_ms=0,
+                   liveness_check_after_ms=0) as pool:
         cluster.pause(0)
         assert who(pool, 5) == {"r2": 5}
         assert pool.replicas[0].errors_count == 1
@@ -121,7 +123,9 @@ def test_paused_replica_times_out_and_is_avoided(cluster: ClusterBase) -> None:
 
 
 def test_decay_returns_a_recovered_replica_to_rotation(cluster: ClusterBase) -> None:
-    with make_pool(cluster, load_balancing="in_order", distributed_replica_error_half_life=0.5) as pool:
+    with make_pool(
+        cluster, load_balancing="in_order", distributed_replica_error_half_life=0.5, health_check_interval_ms=0
+    ) as pool:  # decay alone brings it back (probes would, sooner: see test_health.py)
         cluster.kill(0)
         assert who(pool, 2) == {"r2": 2}
         cluster.restart(0)
@@ -198,7 +202,8 @@ def test_query_failures_are_not_retried_nor_counted(cluster: ClusterBase) -> Non
 
 
 def test_server_side_replica_errors_fail_over(cluster: ClusterBase) -> None:
-    with make_pool(cluster, load_balancing="in_order") as pool:
+    # The injected failures are for statements: no background delay reads to take them.
+    with make_pool(cluster, load_balancing="in_order", health_check_delay_interval_ms=0) as pool:
         cluster.fail_next(0, n=2, code=210)
         assert who(pool, 1) == {"r2": 1}
         assert pool.replicas[0].errors_count == 1
@@ -206,7 +211,8 @@ def test_server_side_replica_errors_fail_over(cluster: ClusterBase) -> None:
 
 
 def test_sessions_stay_on_one_replica_and_report_loss(cluster: ClusterBase) -> None:
-    with make_pool(cluster, load_balancing="round_robin") as pool:
+    # Exact counts as on the server: decay only, no probes.
+    with make_pool(cluster, load_balancing="round_robin", health_check_interval_ms=0) as pool:
         with pool.session() as session:
             session.command("CREATE TEMPORARY TABLE seen (x UInt8)")
             session.command("SET max_threads = 1")
@@ -238,7 +244,8 @@ def test_inserts_and_reads(cluster: ClusterBase) -> None:
 def test_insert_that_failed_after_sending_is_retried_with_its_token(cluster: ClusterBase) -> None:
     cluster.on_all("DROP TABLE IF EXISTS lb_retry")
     cluster.on_all("CREATE TABLE lb_retry (id UInt32) ENGINE = MergeTree ORDER BY id")
-    with make_pool(cluster, load_balancing="in_order") as pool:
+    # The injected failure is for the insert: no background delay reads to take it.
+    with make_pool(cluster, load_balancing="in_order", health_check_delay_interval_ms=0) as pool:
         cluster.fail_next(0, n=1, code=210)  # the server answers NETWORK_ERROR after the send
         pool.insert("lb_retry", [[7]], column_names=["id"])
         assert cluster.query(0, "SELECT count() FROM lb_retry").strip() == "0"
@@ -248,7 +255,8 @@ def test_insert_that_failed_after_sending_is_retried_with_its_token(cluster: Clu
 def test_non_idempotent_write_is_not_retried_after_sending(cluster: ClusterBase) -> None:
     cluster.on_all("DROP TABLE IF EXISTS lb_once")
     cluster.on_all("CREATE TABLE lb_once (id UInt32) ENGINE = MergeTree ORDER BY id")
-    with make_pool(cluster, load_balancing="in_order") as pool:
+    # The injected failure is for the write: no background delay reads to take it.
+    with make_pool(cluster, load_balancing="in_order", health_check_delay_interval_ms=0) as pool:
         assert who(pool, 1) == {"r1": 1}  # the replica's client exists: the next request is the write
         cluster.fail_next(0, n=1, code=210)
         with pytest.raises(DatabaseError):

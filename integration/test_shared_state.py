@@ -38,7 +38,9 @@ def cluster(healthy_clickhouse_cluster: ClusterBase) -> ClusterBase:
 def engine_url(cluster: ClusterBase, query: str) -> str:
     password = quote(getattr(cluster, "password", ""), safe="")
     hosts = "&".join(f"host={h}" for h in cluster.hosts)
-    return f"clickhousedb+lb://default:{password}@/default?{hosts}&{query}"
+    # These scenarios pin the state's server-style counts and error times (decay only): no health
+    # probes, which would count failed probes and re-admit the killed replica on their own.
+    return f"clickhousedb+lb://default:{password}@/default?{hosts}&health_check_interval_ms=0&{query}"
 
 
 def engine_per_query(url: str, *, collect_every: int = 0) -> Callable[[], Served]:
@@ -68,7 +70,9 @@ def engine_per_query(url: str, *, collect_every: int = 0) -> Callable[[], Served
 
 def pool_per_query(cluster: ClusterBase, **options: Any) -> Callable[[], Served]:
     def serve() -> Served:
-        pool = clickhouse_lb.get_pool(cluster.hosts, password=getattr(cluster, "password", ""), **options)
+        pool = clickhouse_lb.get_pool(  # no probes: see engine_url
+            cluster.hosts, password=getattr(cluster, "password", ""), health_check_interval_ms=0, **options
+        )
         with pool:
             replica = str(pool.command(WHO))
             r1 = pool.replicas[0]

@@ -169,7 +169,11 @@ def test_url_with_one_shared_port(clickhouse_cluster: ClusterBase) -> None:
     authority is an address where nothing listens on the first replica's port: connecting
     counts a refused connection against it and pins the connection to the live replica."""
     live_host, port = clickhouse_cluster.hosts[0].rsplit(":", 1)
-    with lb_engine(clickhouse_cluster, "load_balancing=in_order", authority=f"127.0.0.99,{live_host}:{port}") as engine:
+    with lb_engine(
+        clickhouse_cluster,
+        "load_balancing=in_order&health_check_interval_ms=0",  # exact counts: no probes of the dead address
+        authority=f"127.0.0.99,{live_host}:{port}",
+    ) as engine:
         assert who(engine) == clickhouse_cluster.names[0]
         pool = get_replica_pool(engine)
         assert pool.addresses == [f"127.0.0.99:{port}", f"{live_host}:{port}"]
@@ -212,7 +216,8 @@ def test_failover_with_pre_ping(healthy_clickhouse_cluster: ClusterBase) -> None
 
 def test_failover_without_pre_ping_after_one_invalidated_attempt(healthy_clickhouse_cluster: ClusterBase) -> None:
     cluster = healthy_clickhouse_cluster
-    with lb_engine(cluster) as engine:
+    # Exact counts as on the server: decay only, no probes.
+    with lb_engine(cluster, "load_balancing=in_order&health_check_interval_ms=0") as engine:
         pooled_connection_on_first_replica(engine, cluster)
         cluster.kill(0)
         with engine.connect() as conn, pytest.raises(OperationalError) as info:
@@ -226,7 +231,8 @@ def test_failover_without_pre_ping_after_one_invalidated_attempt(healthy_clickho
 
 def test_error_counts_are_shared_by_the_engines_connections(healthy_clickhouse_cluster: ClusterBase) -> None:
     cluster = healthy_clickhouse_cluster
-    with lb_engine(cluster) as engine:
+    # Exact counts as on the server: decay only, no probes.
+    with lb_engine(cluster, "load_balancing=in_order&health_check_interval_ms=0") as engine:
         first, second = engine.connect(), engine.connect()
         assert first.execute(WHO).scalar() == second.execute(WHO).scalar() == cluster.names[0]
         cluster.kill(0)

@@ -203,7 +203,8 @@ async def test_failover_without_pre_ping_after_one_invalidated_attempt(
     healthy_clickhouse_cluster: ClusterBase,
 ) -> None:
     cluster = healthy_clickhouse_cluster
-    async with lb_engine(cluster) as engine:
+    # Exact counts as on the server: decay only, no probes.
+    async with lb_engine(cluster, "load_balancing=in_order&health_check_interval_ms=0") as engine:
         await pooled_connection_on_first_replica(engine, cluster)
         cluster.kill(0)
         async with engine.connect() as conn:

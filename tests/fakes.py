@@ -147,6 +147,8 @@ def pool_parts(
     # statement delayed past 200 ms by a loaded machine must not fail over here).
     options.setdefault("liveness_check_after_ms", 0)
     balancing = {k: options.pop(k) for k in list(options) if k in BALANCING_SETTING_NAMES}
+    # Fake replicas answer no /ping: background probes stay off unless a test turns them on.
+    options.setdefault("health_check_interval_ms", 0)
     listeners = options.pop("listeners", ())
     config = resolve_pool_config(
         [f"{h}:8123" for h in hosts],

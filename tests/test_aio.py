@@ -470,3 +470,9 @@ def test_a_clickhouse_connect_without_the_native_async_client_is_refused_with_th
         require_native_async_client(installed)
     require_native_async_client("1.10.0")
     require_native_async_client("2.0")
+
+
+def test_async_pool_accepts_least_loaded() -> None:
+    pool = clickhouse_lb.get_async_pool(["a:8123", "b:8123"], load_balancing="least_loaded", share_state=False)
+    assert pool.settings.load_balancing.value == "least_loaded"
+    assert sorted(pool.plan()) == ["a:8123", "b:8123"]

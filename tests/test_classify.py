@@ -105,3 +105,38 @@ def test_a_server_error_is_sent_even_with_an_earlier_transport_error_in_its_cont
     except DatabaseError as error:
         failure = classify(error)
     assert (failure.replica, failure.sent, failure.code) == (True, True, 210)
+
+
+KINDS: dict[str, str] = {
+    "connection refused": "connect",
+    "DNS failure": "connect",
+    "read timeout": "timeout",
+    "reset after send": "disconnect",
+    "aiohttp connect": "connect",
+    "aiohttp disconnect": "disconnect",
+    "asyncio timeout": "timeout",
+    "proxy 503": "http_status",
+    "NETWORK_ERROR": "server_error",
+    "TABLE_IS_READ_ONLY": "server_error",
+    "UNKNOWN_TABLE": "query",
+    "type error": "query",
+}
+
+
+@pytest.mark.parametrize("what", sorted(KINDS))
+def test_failure_kind_says_whether_a_ping_could_disprove_it(what: str) -> None:
+    make = next(c[1] for c in CASES if c[0] == what)
+    assert classify(make()).kind == KINDS[what]
+
+
+def test_a_client_creation_failure_keeps_the_kind_of_its_cause() -> None:
+    # clickhouse-connect runs a query while it creates a client: a server error there is
+    # still a server error (a ping would not disprove it), not a refused connection.
+    from clickhouse_lb._pool_base import connect_failure
+
+    answered = connect_failure("a:8123", server_error(210, "NETWORK_ERROR"))
+    unreachable = connect_failure("a:8123", refused())
+    assert answered is not None
+    assert unreachable is not None
+    assert (classify(answered).kind, classify(answered).sent) == ("server_error", False)
+    assert classify(unreachable).kind == "connect"

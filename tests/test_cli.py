@@ -92,8 +92,8 @@ def test_status_all_up(abc: FakeCluster) -> None:
     assert seen["hosts"] == ["a:8123,b:8123", "c:8123"]
     assert seen["dsn"] is None
     lines = out.getvalue().splitlines()
-    assert lines[0].split() == ["address", "up", "latency", "version", "errors_count",
-                                "estimated_recovery_time", "error"]
+    assert lines[0].split() == ["address", "up", "latency", "version", "probe", "last_probe", "delay",
+                                "errors_count", "estimated_recovery_time", "in_flight", "latency_ewma", "error"]
     assert [line.split()[:2] for line in lines[1:4]] == [["a:8123", "yes"], ["b:8123", "yes"], ["c:8123", "yes"]]
     assert "command@a" in lines[1]  # the answer to SELECT version()
     assert lines[-1] == "3/3 replicas answered (min 1): OK"
@@ -113,10 +113,15 @@ def test_status_one_down_json_and_min_healthy(abc: FakeCluster) -> None:
     assert down["errors_count"] == 1
     assert down["estimated_recovery_time"] > 0
     assert "Connection refused" in down["error"]
+    assert down["latency_ewma"] is None  # never answered: no latency average
     up = report["replicas"][0]
     assert up["up"] is True
     assert up["latency_ms"] >= 0
     assert up["errors_count"] == 0
+    # The ping fed the pool's load view (least_loaded): it ended, and its latency was averaged.
+    assert up["in_flight"] == 0
+    assert up["latency_ewma"] is not None
+    assert up["latency_ewma"] >= 0
     again = fake_factory(FakeCluster("a", "b", "c"), {})
     assert run_status(status_args("a,b,c", "--min-healthy", "2"), io.StringIO(), again) == 0
 
@@ -182,7 +187,9 @@ def test_status_with_nothing_listening(capsys: pytest.CaptureFixture[str]) -> No
     assert main(["status", hosts, "--timeout", "1", "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["healthy"] == 0
-    assert all(not r["up"] and r["errors_count"] == 1 for r in report["replicas"])
+    # The check and the pool's probes both count refused connections.
+    assert all(not r["up"] and r["errors_count"] >= 1 for r in report["replicas"])
+    assert [r["probe_state"] for r in report["replicas"]] == ["down", "down"]
     assert main(["status", hosts, "--timeout", "1", "--min-healthy", "0"]) == 0
     table = capsys.readouterr().out
     assert "connection refused" in table
@@ -346,3 +353,61 @@ def test_tally_and_claims() -> None:
                    {"others_served_while_down": 0}, {"returned_after": None}):
         broken = _demo.Claims(**{**claims.__dict__, **change})
         assert not broken.met, change
+
+
+def test_status_watch_refreshes_count_times(abc: FakeCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    pauses: list[float] = []
+    monkeypatch.setattr(cli.time, "sleep", pauses.append)  # no real waiting between refreshes
+    out = io.StringIO()
+    assert run_status(status_args("a,b,c", "--watch", "0.5", "--count", "3"), out, fake_factory(abc, {})) == 0
+    assert out.getvalue().count("3/3 replicas answered") == 3
+    assert pauses == [0.5, 0.5]
+    assert [c[0] for c in abc["a"].calls].count("ping") == 3
+
+
+def test_status_count_needs_watch(abc: FakeCluster) -> None:
+    with pytest.raises(cli.ConfigurationError, match="--count"):
+        run_status(status_args("a,b,c", "--count", "2"), io.StringIO(), fake_factory(abc, {}))
+
+
+def test_status_shows_what_the_probes_saw(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Ping(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "4")
+            self.end_headers()
+            self.wfile.write(b"Ok.\n")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Ping)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    live = f"127.0.0.1:{server.server_address[1]}"
+    dead = f"127.0.0.1:{free_port()}"
+    cluster = FakeCluster(live.partition(":")[0])
+
+    def factory(hosts: Any, *, dsn: str | None = None, **options: Any) -> ReplicaPool:
+        # Real probes (over HTTP to the two addresses), fake statement clients.
+        from clickhouse_lb.pool_config import resolve_pool_config, sync_client_option_names
+        from clickhouse_lb.settings import BALANCING_SETTING_NAMES
+
+        balancing = {k: options.pop(k) for k in list(options) if k in BALANCING_SETTING_NAMES}
+        config = resolve_pool_config(hosts, dsn=None, balancing=balancing, client_options=options,
+                                     valid_client_options=sync_client_option_names())
+        return ReplicaPool(config, client_factory=lambda **o: cluster.factory(**{**o, "host": "127.0.0.1"}))
+
+    out = io.StringIO()
+    try:
+        run_status(status_args(live, dead, "--json"), out, factory)
+    finally:
+        server.shutdown()
+        server.server_close()
+    rows = json.loads(out.getvalue())["replicas"]
+    assert [r["probe_state"] for r in rows] == ["up", "down"]
+    assert rows[0]["probe_latency_ms"] is not None
+    assert rows[1]["last_probe_age"] >= 0
+    assert rows[0]["delay"] is None

@@ -59,6 +59,7 @@ def pool_with_listeners(
 ) -> ReplicaPool:
     """Like fakes.make_pool, with listeners given at construction (``get_pool(listeners=...)``)."""
     balancing = {k: options.pop(k) for k in list(options) if k in BALANCING_SETTING_NAMES}
+    options.setdefault("health_check_interval_ms", 0)  # fake replicas answer no /ping
     config = resolve_pool_config(
         [f"{h}:8123" for h in cluster.replicas], dsn=None, balancing=balancing,
         client_options=options, valid_client_options=sync_client_option_names(),

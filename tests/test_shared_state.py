@@ -316,3 +316,37 @@ def test_a_lease_released_twice_counts_once(clock: FakeClock) -> None:
     first.release()
     first.release()
     assert registry.users("k") == 1
+
+
+def test_a_lease_released_by_the_garbage_collector_inside_the_registry_does_not_deadlock() -> None:
+    # A lease's finalizer runs wherever the collector does, e.g. during an allocation inside
+    # acquire() on the same thread, while the registry's lock is held: it must not wait for it.
+    import threading
+
+    from clickhouse_lb.shared_state import StateRegistry
+
+    registry = StateRegistry()
+
+    class Owner:
+        pass
+
+    owner = Owner()
+    registry.acquire("k", object).release_with(owner)
+    holder = [owner]
+    del owner
+
+    def factory() -> object:
+        holder.clear()  # the owner dies here, inside acquire's locked section: its lease is released
+        return object()
+
+    done = threading.Event()
+
+    def acquire_other() -> None:
+        registry.acquire("other", factory)
+        done.set()
+
+    thread = threading.Thread(target=acquire_other, daemon=True)
+    thread.start()
+    assert done.wait(10), "acquire() deadlocked on a release from inside its own locked section"
+    assert registry.users("k") == 0  # the deferred release was applied
+    assert registry.users("other") == 1

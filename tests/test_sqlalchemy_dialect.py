@@ -88,7 +88,8 @@ def connect(engine: Any) -> PinnedConnection:
     return connection
 
 
-URL = "clickhousedb+lb://u:pw@a,b,c:8123/db?load_balancing=in_order"
+# Stub replicas answer no /ping: background probes off.
+URL = "clickhousedb+lb://u:pw@a,b,c:8123/db?load_balancing=in_order&health_check_interval_ms=0"
 
 
 def test_each_connection_is_pinned_by_the_strategy_with_its_own_session(stubs: StubCluster) -> None:

@@ -101,3 +101,22 @@ def test_estimated_recovery_time_formula() -> None:
     assert estimated_recovery_time(1000, 0, 60, 0) == 600
     assert estimated_recovery_time(1, 5, 60, 0) == 180  # the slowdowns take longer
     assert estimated_recovery_time(1, 0, 60, 100) == 0
+
+
+def test_health_marks_count_errors_and_say_which_a_ping_cannot_disprove(clock: FakeClock) -> None:
+    state = _state(clock)
+    state.select(advance_round_robin=False)  # the decay clock starts
+    state.record_error(0, "refused", sticky=False)
+    assert state.health_marks() == ([1, 0], [False, False])
+    state.record_error(0, "stale data")  # sticky by default: the application's own verdict
+    assert state.health_marks() == ([2, 0], [True, False])
+    clock.advance(120)  # 2 >> 2 == 0: decayed away, though no selection applied it yet
+    state.record_error(0, "refused", sticky=False)
+    assert state.health_marks() == ([3, 0], [False, False])  # the old verdict went with its count
+    state.record_error(1, "stale data")
+    clock.advance(60)
+    state.select(advance_round_robin=False)  # 1 >> 1 == 0
+    assert state.health_marks()[1] == [False, False]
+    state.record_error(1, "stale data")
+    assert state.clear_errors(1)
+    assert state.health_marks()[1] == [False, False]

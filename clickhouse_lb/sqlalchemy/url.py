@@ -34,9 +34,14 @@ from sqlalchemy.engine import URL
 from clickhouse_lb._values import as_bool, parse_priorities
 from clickhouse_lb.attempt_settings import CLIENT_TIMEOUT_OPTIONS
 from clickhouse_lb.errors import ConfigurationError
-from clickhouse_lb.pool_config import SHARE_STATE, PoolConfig, resolve_pool_config, sync_client_option_names
+from clickhouse_lb.pool_config import (
+    POOL_SETTING_NAMES,
+    SHARE_STATE,
+    PoolConfig,
+    resolve_pool_config,
+    sync_client_option_names,
+)
 from clickhouse_lb.replicas import DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, Replica, parse_replicas
-from clickhouse_lb.settings import BALANCING_SETTING_NAMES
 
 from ._compat import url_database
 
@@ -46,7 +51,9 @@ __all__ = ["DIALECT_PARAMETERS", "EngineArgs", "engine_args_from_url"]
 DIALECT_PARAMETERS = ("host", "alt_hosts", "priority", "secure", "https", "autogenerate_session_id", SHARE_STATE)
 
 # Names that can only be meant as balancing settings: an unknown one is a typo, not a server setting.
-_BALANCING_PREFIXES = ("load_balancing", "distributed_replica_", "connections_with_failover", "failover_")
+_BALANCING_PREFIXES = (
+    "load_balancing", "distributed_replica_", "connections_with_failover", "failover_", "least_loaded", "health_check_",
+)
 # Real server settings that look like ours; they go to the server as they are.
 _SERVER_LOOKALIKES = frozenset({"connect_timeout_with_failover_secure_ms"})
 # Options a pinned connection decides for itself.
@@ -77,7 +84,7 @@ class EngineArgs:
         session = self.session
         share_state: object = self.config.share_state
         for name, value in connect_args.items():
-            if name in BALANCING_SETTING_NAMES:
+            if name in POOL_SETTING_NAMES:
                 balancing[name] = value
             elif name == "autogenerate_session_id":
                 session = as_bool(name, value)
@@ -111,7 +118,7 @@ def _check_not_a_typo(name: str) -> None:
     rather than a server setting the server rejects at the first query."""
     if name in _SERVER_LOOKALIKES:
         return
-    valid = sorted((*BALANCING_SETTING_NAMES, *DIALECT_PARAMETERS))
+    valid = sorted((*POOL_SETTING_NAMES, *DIALECT_PARAMETERS))
     close = difflib.get_close_matches(name, valid, n=3, cutoff=0.85)
     if close or name.startswith(_BALANCING_PREFIXES):
         hint = f" Did you mean {', '.join(close)}?" if close else ""
@@ -211,7 +218,7 @@ def engine_args_from_url(
         if name in DIALECT_PARAMETERS:
             continue
         value = _single(query, name)
-        if name in BALANCING_SETTING_NAMES:
+        if name in POOL_SETTING_NAMES:
             balancing[name] = value
         elif name in _REFUSED:
             options[name] = value  # refused by _resolve, with the reason

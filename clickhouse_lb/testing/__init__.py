@@ -4,6 +4,7 @@
   behind ClickHouse's HTTP interface; needs only the ``local`` extra, no Docker.
 * :class:`DockerCluster` - the repository's ``docker-compose.yml`` (official clickhouse-server
   images, ClickHouse Keeper, ReplicatedMergeTree).
+* :class:`User` - a further user (password, readonly level) for ``LocalCluster(users=...)``.
 * :func:`cluster_from_env` - one of them per ``CLICKHOUSE_LB_CLUSTER`` (``local``, the default,
   or ``docker``).
 * ``clickhouse_lb.testing.pytest_plugin`` - opt-in pytest fixtures (``clickhouse_cluster``,
@@ -18,10 +19,11 @@ import os
 from typing import Any
 
 from clickhouse_lb.testing._base import ClusterBase, ClusterError
+from clickhouse_lb.testing._users import User
 from clickhouse_lb.testing.cluster import LocalCluster
 from clickhouse_lb.testing.docker import DockerCluster
 
-__all__ = ["ClusterBase", "ClusterError", "DockerCluster", "LocalCluster", "cluster_from_env"]
+__all__ = ["ClusterBase", "ClusterError", "DockerCluster", "LocalCluster", "User", "cluster_from_env"]
 
 ENV_VAR = "CLICKHOUSE_LB_CLUSTER"
 

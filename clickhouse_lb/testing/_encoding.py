@@ -104,3 +104,44 @@ def _lz4_frames(data: bytes) -> bytes:
             raise UnsupportedEncoding("truncated lz4 frame")
         rest = bytes(obj.unused_data or b"")
     return b"".join(parts)
+
+
+class StreamCompressor:
+    """Compresses a response that is sent in pieces: each :meth:`chunk` is flushed so the client
+    can decode it on arrival; :meth:`end` closes the stream (one gzip/zstd/lz4 frame in all)."""
+
+    def __init__(self, method: str, level: int | None = None) -> None:
+        self.method = method
+        self._obj: Any
+        if method in ("gzip", "deflate"):
+            wbits = 31 if method == "gzip" else 15
+            self._obj = zlib.compressobj(level if level is not None else 3, zlib.DEFLATED, wbits)
+        elif method == "zstd":
+            self._obj = zstandard.ZstdCompressor(level=1).compressobj()
+        elif method == "lz4":
+            self._obj = lz4.frame.LZ4FrameCompressor(auto_flush=True)
+            self._head = bytes(self._obj.begin())
+        elif method == "br" and _BROTLI is not None:
+            self._obj = _BROTLI.Compressor(quality=1)
+        else:
+            raise UnsupportedEncoding(method)
+
+    def chunk(self, data: bytes) -> bytes:
+        """Compress ``data`` and flush, so everything given so far can be decoded."""
+        if self.method in ("gzip", "deflate"):
+            return bytes(self._obj.compress(data) + self._obj.flush(zlib.Z_SYNC_FLUSH))
+        if self.method == "zstd":
+            return bytes(self._obj.compress(data) + self._obj.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK))
+        if self.method == "lz4":
+            head, self._head = self._head, b""
+            return head + bytes(self._obj.compress(data))
+        return bytes(self._obj.process(data) + self._obj.flush())
+
+    def end(self) -> bytes:
+        """The bytes that close the compressed stream."""
+        if self.method == "lz4":
+            head, self._head = self._head, b""
+            return head + bytes(self._obj.flush())
+        if self.method == "br":
+            return bytes(self._obj.finish())
+        return bytes(self._obj.flush())

@@ -15,8 +15,10 @@ connection, while the next request that does not send them gets the previous val
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,6 +179,65 @@ class Result:
     written_rows: int = 0
     written_bytes: int = 0
     elapsed: float = 0.0
+    #: Set instead of ``body`` when the output is streamed (see :class:`EngineStream`).
+    stream: EngineStream | None = None
+
+
+class EngineStream:
+    """A running query whose output the engine hands over block by block (chdb ``send_query``).
+
+    :meth:`fetch` returns the next piece of output, ``None`` once the result is complete, and
+    raises :class:`ClickHouseError` when the query fails part way (rows may already be out).
+    The connection serves nothing else until the stream is finished or cancelled with :meth:`cancel`.
+    """
+
+    def __init__(self, conn: EngineConn, handle: Any) -> None:
+        self.conn = conn
+        self._handle = handle
+        self._started = time.perf_counter()
+        self.done = False
+        self.read_rows = 0
+        self.read_bytes = 0
+        self.elapsed = 0.0
+
+    def fetch(self) -> bytes | None:
+        if self.done:
+            return None
+        try:
+            res = self.conn._raw.streaming_fetch_result(self._handle)
+        except Exception as exc:
+            self._finish(failed=True)
+            raise ClickHouseError.from_engine(exc) from None
+        if res is None:
+            self._finish(failed=False)
+            return None
+        if res.has_error():
+            self._finish(failed=True)
+            raise ClickHouseError.from_engine(RuntimeError(res.error_message()))
+        rows = int(res.rows_read())
+        data = res.bytes() or b""
+        self.read_rows += rows
+        self.read_bytes += int(res.bytes_read())
+        if rows == 0:  # the end; the piece may still carry a format's suffix (JSON's closing part)
+            self._finish(failed=False)
+            return data or None
+        return data
+
+    def cancel(self) -> None:
+        """Stop a stream that is not finished (the client went away); no-op once done."""
+        if self.done:
+            return
+        with contextlib.suppress(Exception):
+            self.conn._raw.streaming_cancel_query(self._handle)
+        self._finish(failed=True)
+
+    def _finish(self, failed: bool) -> None:
+        self.done = True
+        self.elapsed = time.perf_counter() - self._started
+        if failed:
+            # A query that died part way may leave the context in a state nobody should inherit.
+            self.conn.broken = True
+            self.conn.discard_leftovers()
 
 
 class EngineConn:
@@ -189,6 +250,8 @@ class EngineConn:
         self._overlay: dict[str, str] = {}
         self._saved: dict[str, str | None] = {}
         self.closed = False
+        #: Set when a query failed part way; the pool then drops the connection instead of reusing it.
+        self.broken = False
 
     # -- execution -------------------------------------------------------------------------
     def execute(self, sql: str, fmt: str = "TabSeparated", params: dict[str, str] | None = None) -> Result:
@@ -196,10 +259,12 @@ class EngineConn:
         try:
             res = self._raw.query(sql, fmt, params=params or {})
         except Exception as exc:
+            self.discard_leftovers()
             raise ClickHouseError.from_engine(exc) from None
         if res is None:
             return Result(b"")
         if res.has_error():
+            self.discard_leftovers()
             raise ClickHouseError.from_engine(RuntimeError(res.error_message()))
         return Result(
             res.bytes() or b"",
@@ -209,6 +274,23 @@ class EngineConn:
             int(res.bytes_written()),
             float(res.elapsed()),
         )
+
+    def discard_leftovers(self) -> None:
+        """After a failed query: run one throwaway query.
+
+        chdb 26.9 keeps the output a failed query had produced and prepends it to the result of
+        the connection's next query; the next request (another client's, for a pooled
+        connection) would get those bytes. One small query takes them."""
+        with contextlib.suppress(Exception):
+            self._raw.query("SELECT 1", "TSV", params={})
+
+    def stream(self, sql: str, fmt: str, params: dict[str, str] | None = None) -> EngineStream:
+        """Start a SELECT whose output is fetched block by block (see :class:`EngineStream`)."""
+        try:
+            handle = self._raw.send_query(sql, fmt, params=params or {})
+        except Exception as exc:
+            raise ClickHouseError.from_engine(exc) from None
+        return EngineStream(self, handle)
 
     def insert(self, statement: str, fmt: str, data: bytes) -> Result:
         """Stream ``data`` (encoded in input format ``fmt``) into ``statement`` (``INSERT INTO t (cols)``)."""
@@ -264,11 +346,14 @@ class EngineConn:
 
     def _remember(self, names: list[str]) -> None:
         in_list = ", ".join(sql_string(n) for n in names)
-        rows = self.execute(f"SELECT name, value, changed FROM system.settings WHERE name IN ({in_list})", "TSVRaw")
+        # JSON, not TSVRaw: a setting's value may hold tabs or newlines.
+        rows = self.execute(
+            f"SELECT name, value, changed FROM system.settings WHERE name IN ({in_list})", "JSONCompactEachRow"
+        )
         found: set[str] = set()
         for line in rows.body.decode().splitlines():
-            name, value, changed = line.split("\t")
-            self._saved[name] = value if changed == "1" else None
+            name, value, changed = json.loads(line)
+            self._saved[name] = value if int(changed) else None
             found.add(name)
         for name in names:
             if name not in found:
@@ -323,7 +408,7 @@ class ConnPool:
         return conn
 
     def put(self, conn: EngineConn, discard: bool = False) -> None:
-        if not discard and not conn.closed:
+        if not discard and not conn.closed and not conn.broken:
             with self._lock:
                 if len(self._idle) < self._idle_max:
                     self._idle.append(conn)

@@ -50,11 +50,14 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from clickhouse_lb.testing import _replog
 from clickhouse_lb.testing._base import ClusterBase, ClusterError
+from clickhouse_lb.testing._users import User, users_to_json
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 _FAULTS_PATH = "/__clickhouse_lb__/faults"
@@ -70,6 +73,7 @@ class _Replica:
     host: str
     data_dir: Path
     port: int = 0
+    https_port: int = 0
     proc: subprocess.Popen[bytes] | None = None
     paused: bool = False
     blackholed: bool = False
@@ -89,6 +93,11 @@ class LocalCluster(ClusterBase):
     :param distinct_addresses: replica ``i`` listens on ``127.0.0.(11+i)`` (Linux default) instead
         of ``127.0.0.1``.
     :param password: password of user ``default`` on every replica (default: empty).
+    :param users: more users on every replica, by name (``User(password, readonly)``), so that
+        authentication failures and readonly users can be tested.
+    :param tls: every replica also serves HTTPS on a port of its own (:meth:`https_address`),
+        with a certificate for its address signed by a test CA made with ``trustme``
+        (:attr:`ca_path`); ``client(i, secure=True)`` connects there and verifies it.
     :param startup_timeout: seconds to wait for a replica to answer ``/ping``.
     :param cluster_name: the cluster's name in ``system.clusters`` and ``ON CLUSTER``
         (default ``lb_cluster``, as in docker-compose.yml).
@@ -105,6 +114,8 @@ class LocalCluster(ClusterBase):
         base_dir: str | os.PathLike[str] | None = None,
         distinct_addresses: bool | None = None,
         password: str = "",
+        users: Mapping[str, User] | None = None,
+        tls: bool = False,
         startup_timeout: float = 60.0,
         cluster_name: str = "lb_cluster",
         shared_port: bool = False,
@@ -125,6 +136,14 @@ class LocalCluster(ClusterBase):
         self._base_dir = Path(base_dir) if base_dir is not None else None
         distinct = _default_distinct() if distinct_addresses is None else distinct_addresses
         self.password = password
+        self.users = dict(users or {})
+        if "default" in self.users:
+            raise ValueError("users: user 'default' is configured by password=, not by users=")
+        for name, user in self.users.items():
+            if not isinstance(user, User):
+                raise TypeError(f"users[{name!r}] must be a clickhouse_lb.testing.User, not {type(user).__name__}")
+        self.tls = tls
+        self._ca_path: Path | None = None
         self.startup_timeout = startup_timeout
         self._replicas: list[_Replica] = []
         self._distinct = distinct
@@ -156,6 +175,35 @@ class LocalCluster(ClusterBase):
         return self._base_dir
 
     @property
+    def ca_path(self) -> Path:
+        """PEM file of the CA that signed the replicas' HTTPS certificates (``tls=True``)."""
+        self._require_started()
+        if self._ca_path is None:
+            raise ClusterError("the cluster was started without tls=True")
+        return self._ca_path
+
+    def https_address(self, i: int) -> tuple[str, int]:
+        """``(host, port)`` of replica ``i``'s HTTPS listener (``tls=True``)."""
+        r = self._replica(i)
+        if not self.tls:
+            raise ClusterError("the cluster was started without tls=True")
+        return r.host, r.https_port
+
+    def client(self, i: int, **kwargs: Any) -> Any:
+        """A clickhouse_connect client for replica ``i``; ``secure=True`` uses its HTTPS listener,
+        verified against :attr:`ca_path` unless ``verify``/``ca_cert`` say otherwise."""
+        if not (kwargs.get("secure") or kwargs.get("interface") == "https"):
+            return super().client(i, **kwargs)
+        import clickhouse_connect
+
+        host, port = self.https_address(i)
+        kwargs.setdefault("username", "default")
+        kwargs.setdefault("password", self.password)
+        if kwargs.get("verify", True):
+            kwargs.setdefault("ca_cert", str(self.ca_path))
+        return clickhouse_connect.get_client(host=host, port=port, **kwargs)
+
+    @property
     def pids(self) -> list[int | None]:
         """Process id of each replica (None when killed)."""
         return [r.proc.pid if r.proc is not None and r.proc.poll() is None else None for r in self._replicas]
@@ -178,6 +226,8 @@ class LocalCluster(ClusterBase):
             self._started = True
             _LIVE.add(self)
             try:
+                if self.tls:
+                    self._make_certificates()
                 for attempt in range(3):
                     for r in self._replicas:
                         self._spawn(r)
@@ -412,6 +462,21 @@ class LocalCluster(ClusterBase):
         self._require_started()
         return self._replicas[i]
 
+    def _make_certificates(self) -> None:
+        try:
+            import trustme
+        except ImportError:
+            raise ClusterError("LocalCluster(tls=True) needs the trustme package (pip install trustme)") from None
+        assert self._base_dir is not None
+        tls_dir = self._base_dir / "tls"
+        tls_dir.mkdir(exist_ok=True)
+        ca = trustme.CA()
+        names = sorted({"localhost", "127.0.0.1", *(r.host for r in self._replicas)})
+        cert = ca.issue_cert(*names)
+        self._ca_path = tls_dir / "ca.pem"
+        ca.cert_pem.write_to_path(str(self._ca_path))
+        cert.private_key_and_cert_chain_pem.write_to_path(str(tls_dir / "replica.pem"))
+
     def _spawn(self, r: _Replica) -> None:
         r.data_dir.mkdir(parents=True, exist_ok=True)
         (r.data_dir / _BLACKHOLE_STATE).unlink(missing_ok=True)
@@ -443,6 +508,16 @@ class LocalCluster(ClusterBase):
         ]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
+        if self.users:
+            env["CLICKHOUSE_LB_REPLICA_USERS"] = users_to_json(self.users)
+            cmd += ["--users-env", "CLICKHOUSE_LB_REPLICA_USERS"]
+        if self.tls:
+            assert self._base_dir is not None
+            https_port_file = r.data_dir / "replica.https-port"
+            https_port_file.unlink(missing_ok=True)
+            pem = str(self._base_dir / "tls" / "replica.pem")
+            cmd += ["--tls-cert", pem, "--tls-key", pem, "--https-port", str(r.https_port)]
+            cmd += ["--https-port-file", str(https_port_file)]
         if self.password:
             env["CLICKHOUSE_LB_REPLICA_PASSWORD"] = self.password
             cmd += ["--password-env", "CLICKHOUSE_LB_REPLICA_PASSWORD"]
@@ -470,11 +545,12 @@ class LocalCluster(ClusterBase):
                     raise ClusterError(
                         f"replica {r.name} exited with code {r.proc.returncode} during startup:\n{self._tail(r)}"
                     )
-                if r.port == 0:
-                    port_file = r.data_dir / "replica.port"
-                    if port_file.exists():
-                        r.port = int(port_file.read_text())
-                if r.port and self.ping(r.index, timeout=1.0):
+                port_file = r.data_dir / "replica.port"
+                if r.port == 0 and port_file.exists():
+                    r.port = int(port_file.read_text())
+                if self.tls and r.https_port == 0 and port_file.exists():  # written before the port file
+                    r.https_port = int((r.data_dir / "replica.https-port").read_text())
+                if r.port and (r.https_port or not self.tls) and self.ping(r.index, timeout=1.0):
                     pending.remove(r)
             if pending:
                 if time.monotonic() > deadline:

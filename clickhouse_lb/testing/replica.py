@@ -20,6 +20,7 @@ import ctypes
 import logging
 import os
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -60,6 +61,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--password-env", default=None, help="name of an environment variable holding the password of user default"
     )
+    parser.add_argument(
+        "--users-env", default=None, help="name of an environment variable holding more users (JSON, see _request)"
+    )
+    parser.add_argument("--tls-cert", default=None, help="PEM certificate chain: also serve HTTPS")
+    parser.add_argument("--tls-key", default=None, help="PEM private key of --tls-cert")
+    parser.add_argument("--https-port", type=int, default=0)
+    parser.add_argument("--https-port-file", default=None)
     parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
     parser.add_argument("--pdeathsig", action="store_true", help="Linux: SIGKILL this process when its parent dies")
     parser.add_argument("--log-level", default="INFO")
@@ -83,8 +91,14 @@ def main(argv: list[str] | None = None) -> int:
     password = os.environ.get(args.password_env, "") if args.password_env else ""
 
     from clickhouse_lb.testing import _blackhole
+    from clickhouse_lb.testing._users import users_from_json
     from clickhouse_lb.testing.server import ReplicaServer
 
+    users = users_from_json(os.environ.get(args.users_env) or "{}") if args.users_env else {}
+    tls = None
+    if args.tls_cert:
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(args.tls_cert, args.tls_key)
     server = ReplicaServer(
         args.name,
         data_dir,
@@ -92,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         args.port,
         password=password,
         shard=args.shard,
+        users=users,
+        tls=tls,
+        https_port=args.https_port,
         cluster_name=args.cluster_name,
         replication_dir=args.replication_dir,
         cluster_file=args.cluster_file,
@@ -105,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     log.info("replica %s (engine %s) listening on %s:%s", args.name, server.version, args.host, server.port)
+    if args.https_port_file and server.https is not None:  # before the port file: that one says "ready"
+        tmp = Path(args.https_port_file + ".tmp")
+        tmp.write_text(str(server.https.port))
+        os.replace(tmp, args.https_port_file)
     if args.port_file:
         tmp = Path(args.port_file + ".tmp")
         tmp.write_text(str(server.port))

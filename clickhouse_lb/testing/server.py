@@ -12,21 +12,35 @@ Faithful (what clickhouse-connect, curl users and this project's load balancer r
   the ``query`` URL parameter and/or the body (both: the body is appended after a newline; for an
   ``INSERT ... FORMAT X`` the rest of the body is the data, in any input format); ``/ping``,
   ``/replicas_status`` and ``GET /`` without a query answer ``Ok.\\n``; multipart/form-data bodies
-  with ``query`` and ``param_*`` fields.
+  with ``query`` and ``param_*`` fields, and files as external data tables (``<name>_format``,
+  ``<name>_structure`` or ``<name>_types`` as fields or URL parameters; the table lives for that
+  query). Query text and parameter values are binary-safe (bytes that are not UTF-8 reach the
+  engine unchanged).
 * URL parameters: ``database``, ``query_id`` (echoed, generated when absent; a query id already
   running is refused with 216), ``default_format`` (default TabSeparated), ``session_id``,
   ``session_timeout`` (default 60 s; expired sessions are closed), ``session_check`` (372
-  SESSION_NOT_FOUND), ``close_session``, ``param_*`` query parameters, ``user``/``password``,
-  HTTP basic auth, ``X-ClickHouse-User``/``X-ClickHouse-Key`` (only user ``default``; wrong
-  credentials: 516 AUTHENTICATION_FAILED, HTTP 403). Every other parameter is a setting for that
-  one query (unknown: UNKNOWN_SETTING 115); it is not persisted into the session.
+  SESSION_NOT_FOUND), ``close_session``, ``param_*`` query parameters, ``wait_end_of_query``,
+  ``client_protocol_version`` (Native blocks carry their block info and DateTime columns their
+  zone, as a server sends them to such a client), ``user``/``password``, HTTP basic auth,
+  ``X-ClickHouse-User``/``X-ClickHouse-Key`` (user ``default`` and the configured ``users``, each
+  with a password and a ``readonly`` level a request can only make stricter; wrong credentials:
+  516 AUTHENTICATION_FAILED, HTTP 403). Every other parameter is a setting for that one query
+  (unknown: UNKNOWN_SETTING 115); it is not persisted into the session.
 * Sessions: one engine connection per ``session_id``, so ``SET``, ``USE`` and TEMPORARY tables
   persist; concurrent use of one session is refused with 373 SESSION_IS_LOCKED. Sessionless
   requests use a pool of connections and run in parallel; nothing they change leaks to the next.
+* Results stream: a SELECT whose output format writes blocks that simply concatenate (Native,
+  RowBinary, TSV, CSV, JSONEachRow, ...) is read from the engine block by block and, unless
+  ``wait_end_of_query=1``, sent chunked as blocks come once there are more than two. A failure
+  before that is an ordinary error response; a failure after it cannot change the status any
+  more, so the exception is written into the body between ``__exception__`` markers and the
+  response's ``X-ClickHouse-Exception-Tag``, as ClickHouse 25.11+ does.
 * Response headers: ``X-ClickHouse-Server-Display-Name``, ``-Query-Id``, ``-Format``,
-  ``-Timezone``, ``-Summary`` (read/written rows and bytes, elapsed_ns), ``Content-Type`` by format;
-  errors carry ``X-ClickHouse-Exception-Code``, the HTTP status ClickHouse maps the code to, and
-  the body ``Code: N. DB::Exception: ... (NAME) (version V)``.
+  ``-Timezone``, ``-Summary`` (read/written rows and bytes, elapsed_ns), ``-Exception-Tag``,
+  ``Content-Type`` by format; errors carry ``X-ClickHouse-Exception-Code``, the HTTP status
+  ClickHouse maps the code to, and the body ``Code: N. DB::Exception: ... (NAME) (version V)``.
+* HTTPS on a second port when a TLS context is given (``LocalCluster(tls=True)``).
+* ``system.query_log`` (the engine's; its ``query_id`` is the engine's own id, not the HTTP one).
 * Compression: responses per ``Accept-Encoding`` when ``enable_http_compression=1`` (gzip, deflate,
   zstd, lz4 frame, br if ``brotli`` is importable); request bodies per ``Content-Encoding``.
 
@@ -34,14 +48,16 @@ Not faithful / not implemented:
 
 * ``compress=1`` / ``decompress=1`` (ClickHouse's native block compression with checksums) are
   refused with NOT_IMPLEMENTED (48, HTTP 501); use HTTP compression instead.
-* Results are buffered whole and sent with ``Content-Length`` (as with ``wait_end_of_query=1``);
-  no ``X-ClickHouse-Progress`` headers, ``send_progress_in_http_headers`` is accepted and ignored.
+* No ``X-ClickHouse-Progress`` headers (``send_progress_in_http_headers`` is accepted and
+  ignored); a streamed response's ``X-ClickHouse-Summary`` is the one at its start.
 * ``X-ClickHouse-Summary`` has no ``result_rows``/``result_bytes``/``total_rows_to_read``.
-* ``client_protocol_version`` is accepted and ignored (Native output is the protocol-0 form; the
-  client notices and uses protocol 0), external data tables (multipart files) are refused.
+* Formats with a header, prefix or suffix (JSON, XML, Arrow, Parquet, ...WithNames) are produced
+  whole: chdb writes each streamed block as a complete document of such a format.
 * Readonly for a *session* request (GET or ``readonly`` parameter) is decided from the statement's
   first keyword instead of by the engine (sessionless requests use the engine's own check).
-* Only the ``default`` user; no quotas, roles, access rights.
+* Users are this front end's: the engine runs every query as its one user ``default`` (so
+  ``currentUser()`` is ``default``); no quotas, roles, row policies or grants (chdb has no
+  writable access storage), and users made with ``CREATE USER`` cannot log in.
 * Replication is the local cluster's own (:mod:`clickhouse_lb.testing._replication`, described
   in docs/local-cluster.md): ``Replicated*MergeTree`` tables become ``*MergeTree`` tables that
   replicate through a log on disk shared by the replicas; ``ON CLUSTER``, ``system.clusters``,
@@ -69,27 +85,39 @@ import json
 import logging
 import os
 import re
+import secrets
+import ssl
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 from xml.sax.saxutils import escape as xml_escape
 
-from clickhouse_lb.testing import _encoding
+from clickhouse_lb.testing import _encoding, _native
 from clickhouse_lb.testing._engine import (
     ERROR_NAMES,
     ClickHouseError,
     ConnPool,
     EngineConn,
+    EngineStream,
     Result,
     sql_identifier,
+    sql_string,
 )
 from clickhouse_lb.testing._http import HttpServer, Request, Response
 from clickhouse_lb.testing._replication import Replication, RunStatement
+from clickhouse_lb.testing._request import (
+    ExternalTable,
+    decode_sql,
+    escape_undecodable,
+    external_table,
+    late_exception,
+)
+from clickhouse_lb.testing._users import User
 
 log = logging.getLogger("clickhouse_lb.testing.server")
 
@@ -148,6 +176,69 @@ _INSERT_DATA = re.compile(
 _VALUES_OR_SELECT = re.compile(rb"\b(?:VALUES|SELECT|WITH)\b", re.I)
 _USE_TARGET = re.compile(r"^USE\s+(.+?)\s*;?\s*$", re.I | re.S)
 _TEMPORARY = re.compile(r"\bTEMPORARY\b", re.I)
+# Statements whose output the engine can hand over block by block (chdb streams SELECTs only).
+_STREAM_KEYWORDS = frozenset({"SELECT", "WITH", "("})
+# Output formats whose per-block outputs simply concatenate (no header, prefix or suffix):
+# chdb writes every streamed block as a complete document of its format, so a JSON, Arrow,
+# Parquet or ...WithNames result must be produced whole instead.
+_BLOCKWISE_FORMATS = frozenset(
+    name.lower()
+    for name in (
+        "Native",
+        "RowBinary",
+        "TabSeparated",
+        "TSV",
+        "TabSeparatedRaw",
+        "TSVRaw",
+        "CSV",
+        "JSONEachRow",
+        "JSONLines",
+        "NDJSON",
+        "JSONCompactEachRow",
+        "JSONStringsEachRow",
+        "JSONCompactStringsEachRow",
+        "LineAsString",
+    )
+)
+_IDENT = r"(?:`(?:[^`\\]|\\.)*`|\"(?:[^\"\\]|\\.)*\"|[A-Za-z_][A-Za-z0-9_]*)"
+_EXISTS = re.compile(
+    rf"^EXISTS\s+(?:TEMPORARY\s+)?(?:TABLE\s+|VIEW\s+|DICTIONARY\s+)?(?:(?P<db>{_IDENT})\s*\.\s*)?(?P<name>{_IDENT})"
+    r"(?P<rest>\s*(?:FORMAT\s+[A-Za-z0-9_]+)?\s*;?\s*)$",
+    re.I | re.S,
+)
+
+
+def _drop_quietly(conn: EngineConn, name: str) -> None:
+    if not conn.closed and not conn.broken:
+        try:
+            conn.execute(f"DROP TEMPORARY TABLE IF EXISTS {name}")
+        except ClickHouseError:
+            conn.broken = True  # let the pool forget a connection in a doubtful state
+
+
+def _unquote(ident: str) -> str:
+    if ident[:1] in "`\"" and ident[-1:] == ident[:1]:
+        return re.sub(r"\\(.)", r"\1", ident[1:-1])
+    return ident
+
+
+def _exists_by_catalog(sql: str) -> str | None:
+    """``EXISTS [TABLE] name`` for a name with glob characters, answered from system.tables.
+
+    chdb answers 1 for names with ``*`` or ``?`` (it treats them as file globs); pandas'
+    ``read_sql`` asks ``EXISTS TABLE `SELECT * ...``` to tell a query from a table name.
+    """
+    match = _EXISTS.match(_LEADING_NOISE.sub("", sql, count=1))
+    if match is None:
+        return None
+    name = _unquote(match.group("name"))
+    if not any(ch in name for ch in "*?{"):
+        return None
+    db = sql_string(_unquote(match.group("db"))) if match.group("db") else "currentDatabase()"
+    return (
+        f"SELECT toUInt8(count() > 0) AS result FROM system.tables WHERE database = {db} "
+        f"AND name = {sql_string(name)}{match.group('rest')}"
+    )
 
 
 def _first_keyword(sql: str) -> str:
@@ -235,6 +326,53 @@ class _Plan:
     database: str | None
     default_format: str
     params: dict[str, str]
+    #: Undone when the answer is complete (a streamed one: after its last block).
+    cleanup: ExitStack = field(default_factory=ExitStack)
+    stream: bool = False
+    external: list[ExternalTable] = field(default_factory=list)
+    user: str = "default"
+    #: The format the statement's output is written in (its FORMAT clause, else default_format).
+    output_format: str = "TabSeparated"
+
+
+def _same(block: bytes) -> bytes:
+    return block
+
+
+class _Chunks:
+    """A streamed body whose ``close()`` releases the query's resources even if iteration never
+    started (a generator's ``finally`` does not run then: a HEAD request, a client gone early)."""
+
+    def __init__(self, blocks: Iterator[bytes], finish: Callable[[], None]) -> None:
+        self._blocks = blocks
+        self._finish = finish
+
+    def __iter__(self) -> _Chunks:
+        return self
+
+    def __next__(self) -> bytes:
+        return next(self._blocks)
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._blocks, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self._finish()
+
+
+@dataclass
+class _Progressive:
+    """A streamed answer: the engine stream, the blocks already fetched, and how to send the rest."""
+
+    stream: EngineStream
+    ready: list[bytes]
+    shape: Callable[[bytes], bytes]
+    tag: str
+    method: str | None
+    level: int | None
+    cleanup: ExitStack
 
 
 @dataclass
@@ -259,6 +397,9 @@ class ReplicaServer:
         *,
         password: str = "",
         shard: str = "01",
+        users: dict[str, User] | None = None,
+        tls: ssl.SSLContext | None = None,
+        https_port: int = 0,
         cluster_name: str = "lb_cluster",
         replication_dir: str | os.PathLike[str] | None = None,
         cluster_file: str | os.PathLike[str] | None = None,
@@ -266,12 +407,22 @@ class ReplicaServer:
         self.name = name
         self.data_dir = Path(data_dir)
         self.password = password
+        self.users: dict[str, User] = {"default": User(password)}
+        self.users.update(users or {})
         self.data_dir.mkdir(parents=True, exist_ok=True)
         config = self.data_dir / "config.xml"
         config.write_text(
             "<clickhouse>\n"
             f"  <display_name>{xml_escape(name)}</display_name>\n"
             f"  <macros><replica>{xml_escape(name)}</replica><shard>{xml_escape(shard)}</shard></macros>\n"
+            "  <query_log><database>system</database><table>query_log</table>"
+            "<flush_interval_milliseconds>1000</flush_interval_milliseconds></query_log>\n"
+            # The engine's one user may manage access (SHOW USERS, SHOW POLICIES), as a server's
+            # default user usually can; authentication itself is this front end's.
+            "  <users><default><no_password/><networks><ip>::/0</ip></networks><profile>default</profile>"
+            "<quota>default</quota><access_management>1</access_management></default></users>\n"
+            "  <profiles><default/></profiles><quotas><default/></quotas>\n"
+            f"  <users_config>{xml_escape(str(config))}</users_config>\n"
             "</clickhouse>\n"
         )
         self._path = f"{self.data_dir / 'db'}?config-file={config}"
@@ -301,6 +452,8 @@ class ReplicaServer:
         self._unblackholed = threading.Event()
         self._stop = threading.Event()
         self.http = HttpServer((host, port), self.handle)
+        #: The HTTPS listener (``tls`` given), like ClickHouse's https_port beside http_port.
+        self.https = HttpServer((host, https_port), self.handle, ssl_context=tls) if tls is not None else None
         self._reaper = threading.Thread(target=self._reap_sessions, name="session-reaper", daemon=True)
         self._reaper.start()
 
@@ -331,6 +484,10 @@ class ReplicaServer:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def serve_forever(self) -> None:
+        if self.https is not None:
+            threading.Thread(
+                target=self.https.serve_forever, kwargs={"poll_interval": 0.2}, name="https", daemon=True
+            ).start()
         self.http.serve_forever(poll_interval=0.2)
 
     def shutdown(self) -> None:
@@ -338,6 +495,9 @@ class ReplicaServer:
         self._stop.set()
         self.http.shutdown()
         self.http.server_close()
+        if self.https is not None:
+            self.https.shutdown()
+            self.https.server_close()
         self.replication.close()
         with self._sessions_lock:
             sessions, self._sessions = list(self._sessions.values()), {}
@@ -366,7 +526,8 @@ class ReplicaServer:
         """Answer one HTTP request (called from the connection's thread)."""
         split = urlsplit(request.target)
         path = split.path or "/"
-        params = dict(parse_qsl(split.query, keep_blank_values=True))
+        # surrogateescape: binary parameter values and query text survive (see _request.decode_sql).
+        params = dict(parse_qsl(split.query, keep_blank_values=True, errors="surrogateescape"))
         if path in ("/ping", "/replicas_status") and request.method in ("GET", "HEAD"):
             return self._ok()
         if path.startswith(CONTROL_PREFIX):
@@ -376,6 +537,9 @@ class ReplicaServer:
             return Response(503, [], b"", close=True)
         query_id = params.get("query_id") or str(uuid.uuid4())
         base_headers = [("X-ClickHouse-Server-Display-Name", self.name), ("X-ClickHouse-Query-Id", query_id)]
+        # Sent on every response (ClickHouse 25.11+): marks an exception written into the body.
+        tag = secrets.token_hex(8)
+        base_headers.append(("X-ClickHouse-Exception-Tag", tag))
         if path != "/":
             return Response(
                 404,
@@ -386,10 +550,12 @@ class ReplicaServer:
             )
         if request.method not in ("GET", "POST", "HEAD"):
             return self._error(ClickHouseError.make(48, f"HTTP method {request.method} is not supported"), base_headers)
+        cleanup = ExitStack()
         try:
-            self._authenticate(request, params)
+            user_name, user = self._authenticate(request, params)
+            external: list[ExternalTable] = []
             if request.headers.get("content-type", "").startswith("multipart/form-data"):
-                request.body = self._read_multipart(request, params)
+                request.body, external = self._read_multipart(request, params)
             if request.method in ("GET", "HEAD") and "query" not in params:
                 return self._ok()
             delay, fail_code = self.faults.take()
@@ -397,10 +563,24 @@ class ReplicaServer:
                 time.sleep(delay)
             if fail_code is not None:
                 raise ClickHouseError.make(fail_code, "Injected failure by clickhouse_lb.testing")
-            with self._query_id_running(query_id):
-                return self._query(request, params, base_headers)
+            cleanup.enter_context(self._query_id_running(query_id))
+            response = self._query(
+                request,
+                params,
+                base_headers,
+                tag=tag,
+                cleanup=cleanup,
+                external=external,
+                user_name=user_name,
+                user=user,
+            )
+            if response.chunks is not None:
+                cleanup = ExitStack()  # the stream owns the cleanup now (it runs after the last block)
+            return response
         except ClickHouseError as exc:
             return self._error(exc, base_headers)
+        finally:
+            cleanup.close()
 
     @staticmethod
     def _ok() -> Response:
@@ -448,7 +628,7 @@ class ReplicaServer:
             return Response(200, [("Content-Type", "application/json")], json.dumps(info).encode())
         return Response(404, [("Content-Type", "text/plain")], b"unknown control endpoint\n")
 
-    def _authenticate(self, request: Request, params: dict[str, str]) -> None:
+    def _authenticate(self, request: Request, params: dict[str, str]) -> tuple[str, User]:
         user, password = "default", ""
         auth = request.headers.get("authorization", "")
         if auth.lower().startswith("basic "):
@@ -464,28 +644,37 @@ class ReplicaServer:
             password = params.get("password", "")
         elif "password" in params:
             password = params["password"]
-        if user != "default" or password != self.password:
+        known = self.users.get(user)
+        given = password.encode("utf-8", "surrogateescape")  # URL parameters keep undecodable bytes
+        if known is None or not secrets.compare_digest(given, known.password.encode()):
             raise ClickHouseError.make(
                 516, f"{user}: Authentication failed: password is incorrect, or there is no user with such name"
             )
+        return user, known
 
     @staticmethod
-    def _read_multipart(request: Request, params: dict[str, str]) -> bytes:
-        """Take ``query`` and ``param_*`` fields of a multipart body; return the remaining body (none)."""
+    def _read_multipart(request: Request, params: dict[str, str]) -> tuple[bytes, list[ExternalTable]]:
+        """Take the fields of a multipart body: ``query`` and ``param_*`` fields go to ``params``,
+        files are external data tables. Returns the remaining body (none) and the tables."""
         head = f"Content-Type: {request.headers['content-type']}\r\n\r\n".encode()
         message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + request.body)
+        files: list[tuple[str, bytes]] = []
         for part in message.iter_parts():
             name = part.get_param("name", header="content-disposition")
+            if not isinstance(name, str):
+                continue
+            payload = part.get_payload(decode=True)
+            data = payload if isinstance(payload, bytes) else str(payload).encode()
             if part.get_filename() is not None:
-                raise ClickHouseError.make(48, "External data tables are not implemented by clickhouse_lb.testing")
-            if isinstance(name, str):
-                payload = part.get_payload(decode=True)
-                value = payload.decode() if isinstance(payload, bytes) else str(payload)
-                if name == "query":
-                    params["query"] = f"{params['query']}\n{value}" if "query" in params else value
-                else:
-                    params[name] = value
-        return b""
+                files.append((name, data))
+                continue
+            value = data.decode("utf-8", "surrogateescape")
+            if name == "query":
+                params["query"] = f"{params['query']}\n{value}" if "query" in params else value
+            else:
+                params[name] = value
+        # After all fields: a table's _format/_structure/_types may come as fields or URL parameters.
+        return b"", [external_table(name, data, params) for name, data in files]
 
     @contextmanager
     def _query_id_running(self, query_id: str) -> Iterator[None]:
@@ -500,7 +689,18 @@ class ReplicaServer:
                 self._running_ids.discard(query_id)
 
     # -- queries -----------------------------------------------------------------------------
-    def _query(self, request: Request, params: dict[str, str], base_headers: list[tuple[str, str]]) -> Response:
+    def _query(
+        self,
+        request: Request,
+        params: dict[str, str],
+        base_headers: list[tuple[str, str]],
+        *,
+        tag: str,
+        cleanup: ExitStack,
+        external: list[ExternalTable],
+        user_name: str,
+        user: User,
+    ) -> Response:
         for flag in ("compress", "decompress"):
             if params.get(flag, "0").lower() in ("1", "true"):
                 raise ClickHouseError.make(
@@ -517,11 +717,15 @@ class ReplicaServer:
             except Exception as exc:
                 raise ClickHouseError.make(432, f"Cannot decompress request body: {exc}") from None
         statement = self._split(params.get("query"), body if request.method == "POST" else b"")
+        if statement.insert_stmt is None:
+            exists = _exists_by_catalog(statement.sql)
+            if exists is not None:
+                statement = _Statement(exists)
         settings: dict[str, str] = {}
         query_params: dict[str, str] = {}
         for key, value in params.items():
             if key.startswith("param_"):
-                query_params[key[6:]] = value
+                query_params[key[6:]] = escape_undecodable(value)
             elif key not in _HTTP_PARAMS and key not in _HTTP_SETTINGS:
                 settings[key] = value
         readonly = 2 if request.method in ("GET", "HEAD") else 0
@@ -529,6 +733,8 @@ class ReplicaServer:
             asked = int(settings.pop("readonly") or 0)
             if asked:  # a GET cannot lift readonly; 1 (no settings changes) is stricter than 2
                 readonly = min(readonly, asked) if readonly else asked
+        if user.readonly:  # the user's profile: a request can only make it stricter
+            readonly = min(readonly, user.readonly) if readonly else user.readonly
         default_format = params.get("default_format") or "TabSeparated"
         fmt = default_format
         if statement.insert_stmt is None:
@@ -538,9 +744,13 @@ class ReplicaServer:
         plan = _Plan(
             statement, settings, query_params, readonly, params.get("database") or None, default_format, params
         )
+        plan.cleanup = cleanup
+        plan.external = external
+        plan.user = user_name
+        plan.stream = params.get("wait_end_of_query", "0").lower() not in ("1", "true")
+        plan.output_format = fmt
         session_id = params.get("session_id") or None
         result = self._run_in_session(session_id, plan) if session_id else self._run_sessionless(plan)
-        payload = result.body
         headers = list(base_headers)
         if statement.insert_stmt is None and _first_keyword(statement.sql) in _RESULT_KEYWORDS:
             # Like ClickHouse: only statements with an output format announce it.
@@ -551,52 +761,195 @@ class ReplicaServer:
             ]
         else:
             headers += [("X-ClickHouse-Timezone", self.timezone), ("Content-Type", "text/plain; charset=UTF-8")]
-        if params.get("enable_http_compression", "0").lower() in ("1", "true") and payload:
+        method = None
+        if params.get("enable_http_compression", "0").lower() in ("1", "true"):
             method = _encoding.choose(request.headers.get("accept-encoding"))
-            if method:
-                level = params.get("http_zlib_compression_level")
-                payload = _encoding.compress(payload, method, int(level) if level else None)
-                headers.append(("Content-Encoding", method))
+        level_text = params.get("http_zlib_compression_level")
+        level = int(level_text) if level_text else None
+        revision = self._native_revision(params, fmt)
+        if result.stream is not None:
+            stream = result.stream
+            blocks: list[bytes] = []
+            # A failure before the head is sent is still an ordinary error response: with
+            # wait_end_of_query=1 that is any failure; otherwise one in the first two blocks
+            # (ClickHouse too holds back what fits in its response buffer).
+            while len(blocks) < 2 or not plan.stream:
+                block = stream.fetch()
+                if block is None:
+                    break
+                blocks.append(block)
+            if not stream.done:
+                shape = self._native_shaper(revision, blocks[0], plan, None)
+                progressive = _Progressive(stream, [shape(b) for b in blocks], shape, tag, method, level, cleanup)
+                return self._streamed(progressive, headers)
+            shape = self._native_shaper(revision, blocks[0] if blocks else b"", plan, stream.conn)
+            result.body = b"".join(shape(b) for b in blocks)
+            result.read_rows, result.read_bytes, result.elapsed = stream.read_rows, stream.read_bytes, stream.elapsed
+        elif revision and result.body:
+            whole = _native.split_blocks(result.body) or [result.body]
+            result.body = b"".join(_native.for_revision(b, revision) for b in whole)
+        payload = result.body
+        if method and payload:
+            payload = _encoding.compress(payload, method, level)
+            headers.append(("Content-Encoding", method))
+        headers.append(("X-ClickHouse-Summary", self._summary(result)))
+        return Response(200, headers, payload)
+
+    @staticmethod
+    def _summary(result: Result | EngineStream) -> str:
+        written_rows = result.written_rows if isinstance(result, Result) else 0
+        written_bytes = result.written_bytes if isinstance(result, Result) else 0
         summary = {
             "read_rows": str(result.read_rows),
             "read_bytes": str(result.read_bytes),
-            "written_rows": str(result.written_rows),
-            "written_bytes": str(result.written_bytes),
+            "written_rows": str(written_rows),
+            "written_bytes": str(written_bytes),
             "elapsed_ns": str(int(result.elapsed * 1e9)),
         }
-        headers.append(("X-ClickHouse-Summary", json.dumps(summary, separators=(",", ":"))))
-        return Response(200, headers, payload)
+        return json.dumps(summary, separators=(",", ":"))
+
+    @staticmethod
+    def _native_revision(params: dict[str, str], fmt: str) -> int:
+        """The client's protocol revision when the output is Native (0: the engine's own form)."""
+        if fmt.lower() != "native":
+            return 0
+        try:
+            return max(0, int(params.get("client_protocol_version") or 0))
+        except ValueError:
+            raise ClickHouseError.make(
+                27, f"Cannot parse client_protocol_version {params['client_protocol_version']!r}"
+            ) from None
+
+    def _native_shaper(
+        self, revision: int, first_block: bytes, plan: _Plan, conn: EngineConn | None
+    ) -> Callable[[bytes], bytes]:
+        """How to turn each engine block into the client's protocol revision (see :mod:`_native`)."""
+        if not revision or not first_block:
+            return _same
+        zoned: list[str | None] | None = None
+        if revision >= _native.REVISION_WITH_DATETIME_ZONE:
+            types = _native.column_types(first_block)
+            if "DateTime" in types:
+                zoned = self._zoned_types(plan, conn, types)
+        return lambda block: _native.for_revision(block, revision, zoned)
+
+    def _zoned_types(self, plan: _Plan, conn: EngineConn | None, types: list[str]) -> list[str | None] | None:
+        """The real types of the columns the engine announced as plain DateTime (from DESCRIBE).
+
+        ``conn``: the query's own connection when its stream is finished (same database,
+        settings, temporary tables); else a pooled one (a stream still running occupies the other).
+        """
+        sql = _FORMAT_TAIL.sub("", plan.statement.sql).rstrip().rstrip(";")
+        describe = f"DESCRIBE ({sql}\n)"
+        pooled = conn is None
+        engine = self._pool.get() if conn is None else conn
+        try:
+            if pooled:
+                engine.use(plan.database or "default")
+                engine.apply_settings(plan.settings)
+            rows = engine.execute(describe, "JSONCompactEachRow", plan.query_params).body.decode().splitlines()
+        except ClickHouseError as exc:
+            log.info("no zones for DateTime columns: DESCRIBE failed: %s", exc.text)
+            return None
+        finally:
+            if pooled:
+                self._pool.put(engine)
+        described = [str(json.loads(row)[1]) for row in rows]
+        return [
+            real if seen == "DateTime" and real.startswith("DateTime(") else None
+            for seen, real in zip(types, described)
+        ]
+
+    def _streamed(self, progressive: _Progressive, headers: list[tuple[str, str]]) -> Response:
+        """A result of more than two blocks, sent as it comes (chunked), like ClickHouse does.
+
+        A failure after the head left cannot change the status any more: ClickHouse then writes
+        the exception into the body, framed by the response's exception tag, and so does this."""
+        p = progressive
+        compressor = _encoding.StreamCompressor(p.method, p.level) if p.method else None
+        if p.method:
+            headers.append(("Content-Encoding", p.method))
+        headers.append(("X-ClickHouse-Summary", self._summary(p.stream)))
+
+        def encode(data: bytes) -> bytes:
+            return compressor.chunk(data) if compressor is not None and data else data
+
+        def finish() -> None:
+            p.stream.cancel()  # no-op when finished; stops the engine when the client went away
+            p.cleanup.close()  # idempotent: the query's connection, session lock, query id
+
+        def blocks() -> Iterator[bytes]:
+            try:
+                for data in p.ready:
+                    yield encode(data)
+                while True:
+                    try:
+                        block = p.stream.fetch()
+                    except ClickHouseError as exc:
+                        log.info("query failed after its first rows were sent: %s", exc.text)
+                        yield encode(late_exception(p.tag, f"{exc.text} (version {self.version})"))
+                        break
+                    if block is None:
+                        break
+                    yield encode(p.shape(block))
+                if compressor is not None:
+                    yield compressor.end()
+            finally:
+                finish()
+
+        return Response(200, headers, chunks=_Chunks(blocks(), finish))
 
     @staticmethod
     def _split(url_query: str | None, body: bytes) -> _Statement:
         if url_query and body:
-            full = url_query.encode() + b"\n" + body
+            full = url_query.encode("utf-8", "surrogateescape") + b"\n" + body
         elif url_query:
-            full = url_query.encode()
+            full = url_query.encode("utf-8", "surrogateescape")
         else:
             full = body
         if not full.strip():
             raise ClickHouseError.make(62, "Empty query")
         match = _INSERT_DATA.match(full)
         if match and not _VALUES_OR_SELECT.search(match.group("stmt")):
-            stmt = match.group("stmt").decode("utf-8", "replace").strip()
+            stmt = decode_sql(match.group("stmt")).strip()
             return _Statement(stmt, stmt, match.group("fmt").decode(), full[match.end() :])
-        return _Statement(full.decode("utf-8", "replace"))
+        return _Statement(decode_sql(full))
 
     def _execute(self, conn: EngineConn, plan: _Plan) -> Result:
         statement = plan.statement
         if statement.insert_stmt is not None and statement.insert_format is not None:
             insert_stmt, insert_format = statement.insert_stmt, statement.insert_format
 
-            def run(sql: str) -> Result:
+            def run_insert(sql: str) -> Result:
                 return conn.insert(sql, insert_format, statement.data)
 
-            runner = RunStatement(run, statement.data, insert_format)
+            runner = RunStatement(run_insert, statement.data, insert_format)
             return self.replication.execute(conn, insert_stmt, plan.settings, runner)
-        runner = RunStatement(lambda sql: conn.execute(sql, plan.default_format, plan.query_params))
+        blockwise = plan.output_format.lower() in _BLOCKWISE_FORMATS
+
+        def run(sql: str) -> Result:
+            if blockwise and _first_keyword(sql) in _STREAM_KEYWORDS:
+                try:
+                    return Result(b"", stream=conn.stream(sql, plan.default_format, plan.query_params))
+                except ClickHouseError as exc:
+                    # chdb streams plain SELECTs only (not e.g. several statements); run the rest whole.
+                    if exc.code != 36 or "Streaming query is not supported" not in exc.text:
+                        raise
+            return conn.execute(sql, plan.default_format, plan.query_params)
+
         # Replication (clickhouse_lb.testing._replication) sees every statement: it replicates
         # writes to replicated tables and ON CLUSTER statements, and answers system.replicas/clusters.
-        return self.replication.execute(conn, statement.sql, plan.settings, runner)
+        return self.replication.execute(conn, statement.sql, plan.settings, RunStatement(run))
+
+    @staticmethod
+    def _attach_external(conn: EngineConn, plan: _Plan) -> None:
+        """Create the request's external data tables on ``conn``; they are dropped after the query."""
+        for table in plan.external:
+            name = sql_identifier(table.name)
+            conn.execute(f"CREATE TEMPORARY TABLE {name} ({table.structure}) ENGINE = Memory")
+            plan.cleanup.callback(_drop_quietly, conn, name)
+            if table.data:
+                conn.insert(f"INSERT INTO {name}", table.fmt, table.data)
 
     def _run_sessionless(self, plan: _Plan) -> Result:
         statement, readonly = plan.statement, plan.readonly
@@ -606,20 +959,22 @@ class ReplicaServer:
         conn = pool.get()
         keyword = _first_keyword(statement.sql)
         # Anything that changes the connection beyond settings/database: use it once, then drop it.
-        discard = readonly == 1 or keyword in _STATE_KEYWORDS or bool(_TEMPORARY.search(statement.sql))
+        discard = [
+            readonly == 1 or keyword in _STATE_KEYWORDS or bool(_TEMPORARY.search(statement.sql)) or bool(plan.external)
+        ]
+        plan.cleanup.callback(lambda: pool.put(conn, discard=discard[0]))
         try:
             conn.use(plan.database or "default")
             conn.apply_settings(plan.settings)
+            self._attach_external(conn, plan)
             if readonly == 1:
                 conn.execute("SET readonly = 1")
             return self._execute(conn, plan)
         except ClickHouseError:
             raise
         except Exception:
-            discard = True
+            discard[0] = True
             raise
-        finally:
-            pool.put(conn, discard=discard)
 
     @contextmanager
     def _session(self, session_id: str, params: dict[str, str]) -> Iterator[_Session]:
@@ -650,28 +1005,33 @@ class ReplicaServer:
         statement, database = plan.statement, plan.database
         keyword = _first_keyword(statement.sql)
         if plan.readonly and (statement.insert_stmt is not None or keyword not in _READ_KEYWORDS):
-            raise ClickHouseError.make(164, "default: Cannot execute query in readonly mode")
-        with self._session(session_id, plan.params) as session:
-            conn = session.conn
-            if keyword in _STATE_KEYWORDS:
-                # SET / USE change the session itself: run them on the session's own state.
-                conn.apply_settings({})
-                result = self._execute(conn, plan)
-                if keyword == "USE":
-                    target = _USE_TARGET.match(_LEADING_NOISE.sub("", statement.sql, count=1))
-                    if target:
-                        conn.database = target.group(1).strip('`"')
-                return result
-            previous_db = conn.database
-            if database:
-                conn.use(database)
-            try:
-                conn.apply_settings(plan.settings)
-                return self._execute(conn, plan)
-            finally:
-                if database and conn.database != previous_db:
-                    try:
-                        conn.use(previous_db)
-                    except ClickHouseError:  # the session's database was dropped meanwhile
-                        conn.execute(f"USE {sql_identifier('default')}")
-                        conn.database = "default"
+            raise ClickHouseError.make(164, f"{plan.user}: Cannot execute query in readonly mode")
+        # The session stays locked until the answer is complete (a streamed one: its last block).
+        session = plan.cleanup.enter_context(self._session(session_id, plan.params))
+        conn = session.conn
+        if keyword in _STATE_KEYWORDS:
+            # SET / USE change the session itself: run them on the session's own state.
+            conn.apply_settings({})
+            result = self._execute(conn, plan)
+            if keyword == "USE":
+                target = _USE_TARGET.match(_LEADING_NOISE.sub("", statement.sql, count=1))
+                if target:
+                    conn.database = target.group(1).strip('`"')
+            return result
+        previous_db = conn.database
+        if database:
+            conn.use(database)
+            plan.cleanup.callback(self._restore_database, conn, previous_db)
+        conn.apply_settings(plan.settings)
+        self._attach_external(conn, plan)
+        return self._execute(conn, plan)
+
+    @staticmethod
+    def _restore_database(conn: EngineConn, previous_db: str) -> None:
+        if conn.database == previous_db:
+            return
+        try:
+            conn.use(previous_db)
+        except ClickHouseError:  # the session's database was dropped meanwhile
+            conn.execute(f"USE {sql_identifier('default')}")
+            conn.database = "default"

@@ -1,0 +1,124 @@
+"""The async probe worker and the aiohttp pings (the ``async`` extra: not in the compat job,
+whose clickhouse-connect 0.x has no async client). Synchronised on listener events, never
+on sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from clickhouse_lb._ping import AsyncPinger, delay_url
+from clickhouse_lb.balancer import Balancer
+from clickhouse_lb.events import ReplicaRecoveredEvent
+from clickhouse_lb.health import HealthMonitor, ProbeOutcome
+from clickhouse_lb.probing import AsyncProbeWorker
+from clickhouse_lb.replicas import Replica
+from clickhouse_lb.settings import BalancingSettings
+
+from .fakes import refused
+from .test_probing import FAST, WAIT, closed_port, http_replica, silent_replica
+
+__all__ = ["closed_port", "http_replica", "silent_replica"]  # fixtures, shared
+
+
+class AsyncScriptedPinger:
+    def __init__(self) -> None:
+        self.answers: dict[str, str] = {}
+        self.closed = False
+
+    async def ping(self, url: str) -> ProbeOutcome:
+        answer = self.answers.get(url, "ok")
+        return ProbeOutcome(answer == "ok", 0.001, None if answer == "ok" else answer)
+
+    async def delay(self, url: str) -> tuple[float | None, str | None]:
+        return 7.0, None
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class AsyncWaiter:
+    """Listener events on the loop; a test waits on them without polling."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+        self._changed: asyncio.Event | None = None
+
+    def on_probe(self, event: Any) -> None:
+        self.events.append(event)
+        if self._changed is not None:
+            self._changed.set()
+
+    on_replica_recovered = on_probe
+
+    async def wait_for(self, predicate: Any) -> None:
+        async def until() -> None:
+            while not predicate(self.events):
+                self._changed = asyncio.Event()
+                await self._changed.wait()
+
+        await asyncio.wait_for(until(), WAIT)
+
+
+def async_worker() -> tuple[Balancer, AsyncProbeWorker, AsyncScriptedPinger, AsyncWaiter]:
+    waiter = AsyncWaiter()
+    balancer = Balancer([Replica("a"), Replica("b")], BalancingSettings(), listeners=[waiter])
+    pinger = AsyncScriptedPinger()
+    worker = AsyncProbeWorker(HealthMonitor(balancer, FAST), balancer.addresses, {}, pinger_factory=lambda: pinger)
+    return balancer, worker, pinger, waiter
+
+
+async def test_the_async_worker_readmits_and_close_cancels_its_task() -> None:
+    balancer, worker, pinger, waiter = async_worker()
+    balancer.count_failure(0, refused())
+    assert not worker.running
+    worker.ensure_started()
+    task = worker._task
+    worker.ensure_started()
+    assert worker._task is task
+    await waiter.wait_for(lambda ev: ReplicaRecoveredEvent("a:8123", "probe") in ev)
+    assert balancer.statuses()[0].errors_count == 0
+    await worker.close()
+    assert task is not None
+    assert task.done()
+    assert pinger.closed
+
+
+def test_the_async_worker_follows_the_pool_to_a_new_event_loop() -> None:
+    _balancer, worker, _, waiter = async_worker()
+
+    async def use() -> None:
+        worker.ensure_started()
+        seen = len(waiter.events)
+        await waiter.wait_for(lambda ev: len(ev) > seen + 1)
+
+    asyncio.run(use())  # the first loop ends (and its task with it)
+    asyncio.run(use())  # a statement on a new loop starts a new task there
+
+    async def close() -> None:
+        await worker.close()
+
+    asyncio.run(close())
+
+
+
+
+async def test_async_ping(http_replica: str, silent_replica: str, closed_port: str) -> None:
+    pinger = AsyncPinger({}, timeout=0.3)
+    try:
+        assert (await pinger.ping(f"http://{http_replica}/ping")).ok
+        assert not (await pinger.ping(f"http://{closed_port}/ping")).ok
+        hung = await pinger.ping(f"http://{silent_replica}/ping")
+        assert not hung.ok
+        assert hung.error
+        assert hung.latency < 3.0
+    finally:
+        await pinger.close()
+
+
+async def test_async_delay_read(http_replica: str) -> None:
+    pinger = AsyncPinger({"username": "u", "password": "pw"}, timeout=0.5)
+    try:
+        assert await pinger.delay(delay_url(http_replica, {})) == (42.0, None)
+    finally:
+        await pinger.close()
