@@ -22,8 +22,11 @@ def cluster(healthy_clickhouse_cluster: ClusterBase) -> ClusterBase:
 
 
 async def test_failover_timeout_holds_on_hung_replicas_async(cluster: ClusterBase) -> None:
+    # Probes off: with every replica paused, closing the pool waits for the async probe worker
+    # (found while writing this test; see the report of issue 9).
     pool = clickhouse_lb.get_async_pool(
-        cluster.hosts, load_balancing="in_order", failover_timeout=1.0, liveness_check_after_ms=0
+        cluster.hosts, load_balancing="in_order", failover_timeout=1.0, liveness_check_after_ms=0,
+        health_check_interval_ms=0,
     )
     async with pool:
         assert await pool.command(WHO) == "r1"
