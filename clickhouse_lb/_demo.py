@@ -376,6 +376,7 @@ class Demo:
             distributed_replica_error_half_life=self.timing.half_life,
             send_receive_timeout=STATEMENT_TIMEOUT,
             listeners=[self._events],
+            connect_on_create=False,  # the workload's own statements count every failure
             **self.strategy_options(strategy),
         )
         tally = Tally(self.names)

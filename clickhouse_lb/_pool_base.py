@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from clickhouse_connect.driver.exceptions import ProgrammingError
 
+from ._client_members import ClientChanges, ClientMembers, unknown_attribute_message
 from ._statements import PreparedCall, prepare_call
 from .attempt_plan import StatementPlan
 from .balancer import Balancer, ReplicaStatus, new_replica_set_state
@@ -127,8 +128,10 @@ class _Prober(Protocol):
     def stop(self) -> None: ...
 
 
-class PoolBase:
-    """The balancing side of a pool; subclasses add the clients and the statements."""
+class PoolBase(ClientMembers):
+    """The balancing side of a pool; subclasses add the clients and the statements. The
+    Client members that are not statements (``database``, ``server_version``, ...) come from
+    :class:`~clickhouse_lb._client_members.ClientMembers`."""
 
     #: The health-probe worker, set by the driver when probing is on.
     _prober: _Prober | None = None
@@ -174,6 +177,10 @@ class PoolBase:
         own: tuple[Listener, ...] = (self._stats,)
         #: Called by close(), or when the pool is garbage-collected unclosed.
         self._detach_listeners = weakref.finalize(self, _detach, self._balancer.listeners, own)
+        # What the user changed on the pool's clients (replayed on every client made later),
+        # and which replica's client the server facts are read from.
+        self._changes = ClientChanges()
+        self._reference = None
 
     @property
     def settings(self) -> BalancingSettings:
@@ -354,6 +361,16 @@ class PinnedBase(Generic[C]):
         if name.startswith("__") or name == "client":
             raise AttributeError(name)
         return getattr(self.client, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # The client's members are the client's own too (session.database = "x" changes it);
+        # anything else would be read by nothing.
+        if name.startswith("_") or name in ("client", "address", "session_id") or hasattr(type(self), name):
+            object.__setattr__(self, name, value)
+        elif hasattr(self.client, name):
+            setattr(self.client, name, value)
+        else:
+            raise AttributeError(unknown_attribute_message(type(self).__name__, name, dir(self.client)))
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} on {self.address}>"

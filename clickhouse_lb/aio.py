@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import clickhouse_connect
 from clickhouse_connect.driver.asyncclient import AsyncClient
@@ -32,6 +32,7 @@ from clickhouse_connect.driver.exceptions import ProgrammingError
 
 from ._async_client_api import AsyncClientAPI
 from ._client_api import STATEMENT_METHODS
+from ._client_members import async_read_statement
 from ._drive_async import AsyncDriver
 from ._pool_base import ClientSlot, PinnedBase, PoolBase, client_options_for, kill_query_sql, pin_options
 from ._statements import settings_positions
@@ -129,6 +130,9 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         )
         if self._prober is not None:  # a pool dropped without close() must not leave its task running
             weakref.finalize(self, self._prober.stop)
+        #: Whether ``await pool`` checks that a replica answers (get_async_pool's connect_on_create).
+        self._connect_on_await = True
+        self._sealed = True
 
     # -- loop, ordering --------------------------------------------------------------------
 
@@ -158,7 +162,13 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
     # -- clients ---------------------------------------------------------------------------
 
     async def _new_client(self, index: int, **extra: Any) -> AsyncClient:
-        return await self._factory(**self._client_arguments(index, self._options, extra))
+        client = await self._factory(**self._client_arguments(index, self._options, extra))
+        try:
+            self._changes.replay(client)  # what the user set on the pool since it was made
+        except BaseException:
+            await _close_quietly(client)
+            raise
+        return client
 
     async def _client(self, index: int) -> AsyncClient:
         slot = self._clients[index]
@@ -171,18 +181,49 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
             if slot.client is not None:
                 return slot.client
             slot.raise_shared_failure(seen)
+            version = self._changes.version
             with slot.creating(self._balancer.addresses[index]):
                 client = await self._new_client(index, autogenerate_session_id=False)
             if self._closed:  # closed while the client was being created
                 await _close_quietly(client)
                 raise self._closed_error()
             slot.client = client
+            self._placed(index, client, version)
             return client
 
     async def client(self, address: str | Replica) -> AsyncClient:
         """The shared clickhouse-connect AsyncClient of one replica (no balancing, no failover)."""
         self._check_open()
         return await self._client(self._balancer.index_of(address))
+
+    async def connect(self) -> AsyncReplicaPool:
+        """Make sure some replica answers with the pool's credentials and database, as
+        ``await clickhouse_connect.get_async_client(...)`` does: replicas are tried in plan
+        order (failing over like a read) until one's client is created. Raises what that
+        creation raises (authentication, unknown database: unchanged), or
+        :class:`~clickhouse_lb.errors.AllReplicasUnavailableError` with every replica's reason.
+        ``pool = await get_async_pool(...)`` calls it (awaiting the pool is this call)."""
+        self._check_open()
+        if self._reference_or_none() is None:
+            attempts = self._attempts("connect", await self._plan(), retry_after_send=True)
+            await run_async(attempts, self._client, self._policy)
+        return self
+
+    def __await__(self) -> Generator[Any, None, AsyncReplicaPool]:
+        # ``pool = await get_async_pool(...)``: the drop-in for ``await get_async_client(...)``.
+        return (self.connect() if self._connect_on_await else self._itself()).__await__()
+
+    async def _itself(self) -> AsyncReplicaPool:
+        return self
+
+    def _reference_client(self) -> AsyncClient:
+        client = self._reference_or_none()
+        if client is None:
+            raise ProgrammingError(
+                "No replica of this AsyncReplicaPool has answered yet, so there is no server to read "
+                "this from: create it with `pool = await get_async_pool(...)` (or `await pool.connect()`)"
+            )
+        return cast(AsyncClient, client)
 
     # -- statements ------------------------------------------------------------------------
 
@@ -220,6 +261,24 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
     async def _kill_query(self, index: int, query_id: str) -> None:
         client = await self._client(index)
         await client.command(kill_query_sql(query_id))
+
+    async def _call_read(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A client method that only reads (``create_insert_context``), on one replica with
+        failover; no balancing settings are taken out of its arguments."""
+        self._check_open()
+        attempts = self._attempts(method, await self._plan(), retry_after_send=True)
+
+        async def attempt(index: int) -> Any:
+            client = await self._client(index)
+            return await getattr(client, method)(*args, **kwargs)
+
+        return await run_async(attempts, attempt, self._policy)
+
+    create_insert_context = async_read_statement(AsyncClient.create_insert_context)
+
+    async def close_connections(self) -> None:
+        """Close the idle HTTP connections of every replica's client; the pool stays usable."""
+        await asyncio.gather(*(client.close_connections() for client in self._existing_clients()))
 
     async def ping(self, timeout: float | None = None) -> bool:
         """True when some replica answers ``/ping`` (tried in plan order); each replica that
@@ -354,6 +413,7 @@ def get_async_pool(
     liveness_check_interval_ms: float | None = None,
     listeners: Iterable[Listener] = (),
     share_state: bool | None = None,
+    connect_on_create: bool = True,
     **client_options: Any,
 ) -> AsyncReplicaPool:
     """An :class:`AsyncReplicaPool`: the same arguments as :func:`clickhouse_lb.get_pool`
@@ -363,7 +423,10 @@ def get_async_pool(
 
     A plain function: building the pool does no I/O (clients connect on first use), so it may
     be called outside a running loop. Bad names and values raise
-    :class:`~clickhouse_lb.errors.ConfigurationError` here.
+    :class:`~clickhouse_lb.errors.ConfigurationError` here. Awaiting the pool,
+    ``pool = await get_async_pool(...)`` (the drop-in for ``await get_async_client(...)``),
+    also checks that some replica answers, as ``get_async_client`` does
+    (:meth:`AsyncReplicaPool.connect`), unless ``connect_on_create=False``.
 
     >>> pool = get_async_pool(["ch-1:8123", "ch-2:8123"], load_balancing="in_order")
     >>> pool.plan()
@@ -378,4 +441,6 @@ def get_async_pool(
         valid_client_options=async_client_option_names(),
         share_state=share_state,
     )
-    return AsyncReplicaPool(config, listeners=listeners)
+    pool = AsyncReplicaPool(config, listeners=listeners)
+    pool._connect_on_await = connect_on_create
+    return pool

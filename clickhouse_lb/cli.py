@@ -153,7 +153,8 @@ def status_pool_options(args: argparse.Namespace) -> dict[str, Any]:
 def open_status_pool(args: argparse.Namespace, factory: PoolFactory = get_pool) -> ReplicaPool:
     """The pool ``status`` checks (raises ConfigurationError on bad arguments, before any I/O)."""
     dsn, hosts = status_targets(args.targets)
-    return factory(hosts, dsn=dsn, **status_pool_options(args))
+    # Lazy: status probes and reports every replica itself, whichever of them answer.
+    return factory(hosts, dsn=dsn, connect_on_create=False, **status_pool_options(args))
 
 
 def _probe(pool: ReplicaPool, address: str, timeout: float) -> tuple[float | None, str | None, str | None]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from clickhouse_connect.driver.exceptions import OperationalError, ProgrammingError
+from clickhouse_connect.driver.exceptions import NotSupportedError, OperationalError, ProgrammingError
 
 __all__ = [
     "AllReplicasStaleError",
@@ -20,6 +20,7 @@ __all__ = [
     "AttemptAbandonedError",
     "AttemptFailure",
     "ConfigurationError",
+    "PoolMemberError",
     "ReplicaConnectError",
     "SessionLostError",
     "StatementTimeoutError",
@@ -177,3 +178,10 @@ class AllReplicasStaleError(OperationalError):
             "from the least stale one, or raise the limit."
         )
         self.code = 369  # after the base class, which may set its own
+
+
+class PoolMemberError(NotSupportedError):
+    """A clickhouse-connect Client member used on a pool in a way that has no pool meaning
+    (``pool.url``: one per replica; assigning ``pool.server_version``: a fact the replicas
+    report). The message says what to use instead. A DB-API ``NotSupportedError``, never an
+    ``AttributeError``: the member exists, the use does not make sense for N replicas."""

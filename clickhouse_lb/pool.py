@@ -6,8 +6,9 @@ clickhouse-connect client of that replica, and fails over (see :mod:`clickhouse_
 Everything but the blocking calls is shared with the async pool (:mod:`clickhouse_lb._pool_base`).
 
 Each replica's clickhouse-connect client is created on first use (creating one talks to the
-server), so a pool over partly-down replicas constructs fine and a replica that is down at
-first use is just a failed attempt. Pooled clients carry no session id, so one client serves
+server); ``get_pool`` creates one at once, in plan order, to check credentials and database as
+``get_client`` does, so a pool over partly-down replicas constructs fine and a replica that is
+down at first use is just a failed attempt. Pooled clients carry no session id, so one client serves
 many threads; state that must stay on one server goes through :meth:`ReplicaPool.session`.
 """
 
@@ -17,13 +18,14 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 from urllib3 import Timeout
 
 from ._client_api import STATEMENT_METHODS, SyncClientAPI
+from ._client_members import read_statement
 from ._drive_sync import SyncDriver
 from ._pool_base import ClientSlot, PinnedBase, PoolBase, client_options_for, kill_query_sql, pin_options
 from ._statements import settings_positions
@@ -102,12 +104,18 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         )
         if self._prober is not None:  # a pool dropped without close() must not leave its worker running
             weakref.finalize(self, self._prober.stop)
+        self._sealed = True
 
     # -- clients ---------------------------------------------------------------------------
 
     def _new_client(self, index: int, **extra: Any) -> Client:
         client = self._factory(**self._client_arguments(index, self._options, extra))
         set_client_timeouts(client, self.config.attempts.timeouts)
+        try:
+            self._changes.replay(client)  # what the user set on the pool since it was made
+        except BaseException:
+            _close_quietly(client)
+            raise
         return client
 
     def _client(self, index: int) -> Client:
@@ -121,6 +129,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
             if slot.client is not None:
                 return slot.client
             slot.raise_shared_failure(seen)
+            version = self._changes.version
             try:
                 with slot.creating(self._balancer.addresses[index]):
                     client = self._new_client(index, autogenerate_session_id=False)
@@ -133,11 +142,34 @@ class ReplicaPool(SyncClientAPI, PoolBase):
                 _close_quietly(client)
                 raise self._closed_error()
             slot.client = client
+            self._placed(index, client, version)
             return client
 
     def client(self, address: str | Replica) -> Client:
         """The shared clickhouse-connect client of one replica (no balancing, no failover)."""
         return self._client(self._balancer.index_of(address))
+
+    def connect(self) -> ReplicaPool:
+        """Make sure some replica answers with the pool's credentials and database, as
+        ``clickhouse_connect.get_client`` does at creation: replicas are tried in plan order
+        (failing over like a read) until one's client is created. Raises what that creation
+        raises (an authentication or unknown-database error unchanged, as ``get_client`` would),
+        or :class:`~clickhouse_lb.errors.AllReplicasUnavailableError` with every replica's
+        reason. Does nothing once a replica has answered. ``get_pool`` calls it unless
+        ``connect_on_create=False``."""
+        self._check_open()
+        if self._reference_or_none() is None:
+            attempts = self._attempts("connect", self._balancer.plan_indices(), retry_after_send=True)
+            run_sync(attempts, self._client, self._policy)
+        return self
+
+    def _reference_client(self) -> Client:
+        client = self._reference_or_none()
+        if client is None:
+            self.connect()
+            client = self._reference_or_none()
+        assert client is not None
+        return cast(Client, client)
 
     # -- statements ------------------------------------------------------------------------
 
@@ -186,6 +218,19 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         with quiet_transport():
             self._client(index).command(kill_query_sql(query_id))
 
+    def _call_read(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A client method that only reads (e.g. ``create_insert_context``), on one replica
+        with failover; no balancing settings are taken out of its arguments."""
+        self._check_open()
+        attempts = self._attempts(method, self._balancer.plan_indices(), retry_after_send=True)
+        return run_sync(attempts, lambda index: getattr(self._client(index), method)(*args, **kwargs), self._policy)
+
+    create_insert_context = read_statement(Client.create_insert_context)
+
+    def close_connections(self) -> None:
+        """Close the idle HTTP connections of every replica's client; the pool stays usable."""
+        for client in self._existing_clients():
+            client.close_connections()
 
     def ping(self, timeout: float | None = None) -> bool:
         """True when some replica answers ``/ping`` (tried in plan order); each replica that
@@ -321,6 +366,7 @@ def get_pool(
     liveness_check_interval_ms: float | None = None,
     listeners: Iterable[Listener] = (),
     share_state: bool | None = None,
+    connect_on_create: bool = True,
     **client_options: Any,
 ) -> ReplicaPool:
     """A :class:`ReplicaPool` over ``hosts`` (``["ch-1:8123", ...]``, ``"ch-1:8123,ch-2:8123"``,
@@ -356,8 +402,16 @@ def get_pool(
 
     Every other keyword (``username``, ``password``, ``database``, ``secure``, ``compress``,
     ``send_receive_timeout``, ``settings``, ...) goes to each replica's
-    ``clickhouse_connect.get_client``. Bad names and values raise
+    ``clickhouse_connect.get_client`` (``user=``, ``interface=``, ``generic_args=`` and a
+    single-host DSN in clickhouse-connect's own form are understood as ``get_client`` does;
+    ``host``/``port``/``session_id`` are refused with what to use). Bad names and values raise
     :class:`~clickhouse_lb.errors.ConfigurationError` here, before any I/O.
+
+    ``connect_on_create=True`` (the default), like ``get_client``: the pool then checks that
+    some replica answers with these credentials and database (:meth:`ReplicaPool.connect`),
+    raising what ``get_client`` would when none does; replicas that are down are skipped.
+    ``connect_on_create=False`` builds the pool without any I/O (each replica's client is
+    created on first use): for applications that start before the cluster does.
     """
     config = resolve_pool_config(
         hosts,
@@ -367,4 +421,11 @@ def get_pool(
         valid_client_options=sync_client_option_names(),
         share_state=share_state,
     )
-    return ReplicaPool(config, listeners=listeners)
+    pool = ReplicaPool(config, listeners=listeners)
+    if connect_on_create:
+        try:
+            pool.connect()
+        except BaseException:
+            pool.close()
+            raise
+    return pool

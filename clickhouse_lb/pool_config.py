@@ -41,9 +41,52 @@ _POOL_OWNED = {
     "host": "pass hosts=[...] (or a dsn) to the pool instead",
     "port": "give each host as 'host:port'",
     "dsn": "pass dsn= to the pool",
-    "generic_args": "pass options by name",
     "session_id": "use `with pool.session() as client:` for a session pinned to one replica",
 }
+
+
+#: Other spellings ``create_client`` reads from its keyword arguments (or a DSN's query).
+_USERNAME_ALIASES = ("user", "user_name")
+
+
+def create_client_spellings(options: Mapping[str, Any], valid_client_options: frozenset[str]) -> dict[str, Any]:
+    """The options as ``clickhouse_connect.get_client`` reads them: ``user=``/``user_name=`` for
+    ``username``, ``compression=`` for ``compress``, and ``generic_args`` spread out as it
+    does (a client option by name, ``headers``, else a server setting, ``ch_`` prefix dropped;
+    its values win over the keywords, as there). ``interface="chdb"`` (an in-process engine, not
+    a server) is refused."""
+    options = dict(options)
+    generic = options.pop("generic_args", None)
+    if generic:
+        if not isinstance(generic, Mapping):
+            raise ConfigurationError(f"Bad generic_args {type(generic).__name__}: expected a dict of options")
+        settings = dict(options.get("settings") or {})
+        for name, value in generic.items():
+            if name == "headers" and "headers" in valid_client_options:  # clickhouse-connect >= 1.0
+                options.setdefault("headers", value)
+            elif name in valid_client_options or name in _POOL_OWNED or name in _USERNAME_ALIASES:
+                options[name] = value
+            elif name == "compression":
+                options.setdefault("compress", value)
+            else:
+                settings[name[3:] if name.startswith("ch_") else name] = value
+        if settings:
+            options["settings"] = settings
+    for alias in _USERNAME_ALIASES:
+        if alias in options:
+            value = options.pop(alias)
+            if options.get("username") is None:
+                options["username"] = value
+    if "compression" in options:
+        value = options.pop("compression")
+        options.setdefault("compress", value)
+    interface = options.get("interface")
+    if isinstance(interface, str) and interface.strip().lower() == "chdb":
+        raise ConfigurationError(
+            "interface='chdb' is clickhouse-connect's in-process engine, not a server: a pool balances "
+            "over ClickHouse servers (interface='http' or 'https')"
+        )
+    return options
 
 
 def _parameter_names(*callables: Any) -> frozenset[str]:
@@ -148,6 +191,7 @@ def resolve_pool_config(
     None takes the DSN's ``share_state=``, or True."""
     options = dict(client_options)
     own = {name: options.pop(name) for name in _OWN_SECTIONS if name in options}
+    options = create_client_spellings(options, valid_client_options)
     balancing = dict(balancing)
     own.update({name: balancing.pop(name) for name in _OWN_SECTIONS if name in balancing})
     own = {name: value for name, value in own.items() if value is not None}
@@ -172,7 +216,7 @@ def resolve_pool_config(
         if parts.secure and "secure" not in options and "interface" not in options:
             options["secure"] = True
         server_settings = dict(options.get("settings") or {})
-        dsn_options = dict(parts.options)
+        dsn_options = create_client_spellings(parts.options, valid_client_options)
         for name in _OWN_SECTIONS:
             if name in dsn_options:
                 value = dsn_options.pop(name)
@@ -180,6 +224,8 @@ def resolve_pool_config(
         dsn_share_state = dsn_options.pop(SHARE_STATE, None)
         if share_state is None and dsn_share_state is not None:
             share_state = dsn_share_state
+        if "username" in dsn_options and options.get("username") is None:
+            options["username"] = dsn_options.pop("username")
         for name, value in dsn_options.items():
             if name in _POOL_OWNED:
                 raise ConfigurationError(f"DSN option {name!r} is not accepted by a pool: {_POOL_OWNED[name]}")

@@ -399,6 +399,7 @@ def _first_statement_time(local: LocalCluster, timeout_ms: int) -> float:
         connect_timeout_with_failover_ms=timeout_ms,
         send_receive_timeout=10,
         share_state=False,  # no error count from an earlier pool: r1 is tried first
+        connect_on_create=False,  # the creation check would meet the black hole first and count it
     )
     with pool:
         started = time.monotonic()

@@ -84,5 +84,5 @@ def test_the_pools_defaults_are_the_policys() -> None:
     """One source of truth: a pool built with no liveness keyword gets LivenessPolicy's defaults."""
     import clickhouse_lb
 
-    pool = clickhouse_lb.get_pool(["a:8123", "b:8123"])
+    pool = clickhouse_lb.get_pool(["a:8123", "b:8123"], connect_on_create=False)
     assert pool.config.attempts.liveness == LivenessPolicy()

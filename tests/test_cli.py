@@ -38,6 +38,7 @@ def fake_factory(cluster: FakeCluster, seen: dict[str, Any]) -> cli.PoolFactory:
 
     def factory(hosts: Any, *, dsn: str | None = None, **options: Any) -> ReplicaPool:
         seen.update(hosts=hosts, dsn=dsn, **options)
+        assert options.pop("connect_on_create") is False  # status reports every replica itself
         return make_pool(cluster, **options)
 
     return factory
@@ -393,6 +394,8 @@ def test_status_shows_what_the_probes_saw(monkeypatch: pytest.MonkeyPatch) -> No
     def factory(hosts: Any, *, dsn: str | None = None, **options: Any) -> ReplicaPool:
         # Real probes (over HTTP to the two addresses), fake statement clients.
         from clickhouse_lb.pool_config import resolve_pool_config, sync_client_option_names
+
+        assert options.pop("connect_on_create") is False  # status reports every replica itself
         from clickhouse_lb.settings import BALANCING_SETTING_NAMES
 
         balancing = {k: options.pop(k) for k in list(options) if k in BALANCING_SETTING_NAMES}

@@ -302,10 +302,11 @@ def test_probe_settings_per_pool_in_a_dsn_and_in_a_sqlalchemy_url() -> None:
     from clickhouse_lb.sqlalchemy.url import engine_args_from_url
 
     sa = pytest.importorskip("sqlalchemy")
-    with clickhouse_lb.get_pool(["a:8123", "b:8123"], health_check_interval_ms=0) as pool:
+    with clickhouse_lb.get_pool(["a:8123", "b:8123"], health_check_interval_ms=0, connect_on_create=False) as pool:
         assert not pool.config.health.enabled
     dsn = "clickhouse://a:8123,b:8123/db?health_check_rise=3&health_check_fast_interval_ms=100"
-    with clickhouse_lb.get_pool(dsn=dsn, health_check_rise=4) as pool:  # keywords win over the DSN
+    # keywords win over the DSN
+    with clickhouse_lb.get_pool(dsn=dsn, health_check_rise=4, connect_on_create=False) as pool:
         assert (pool.config.health.health_check_rise, pool.config.health.health_check_fast_interval_ms) == (4, 100)
         assert "health_check_rise" not in (pool.config.client_options.get("settings") or {})
     url = sa.engine.make_url("clickhousedb+lb://u:p@a,b:8123/db?health_check_timeout_ms=250")

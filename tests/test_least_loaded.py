@@ -311,13 +311,14 @@ def test_every_strategy_keeps_the_load_so_a_statement_can_switch(clock: FakeCloc
 
 def test_least_loaded_is_accepted_everywhere_a_strategy_is() -> None:
     assert LoadBalancing.parse(" Least_Loaded ") is LoadBalancing.LEAST_LOADED
-    pool = clickhouse_lb.get_pool(["a:8123", "b:8123"], load_balancing="least_loaded", share_state=False)
+    pool = clickhouse_lb.get_pool(["a:8123", "b:8123"], load_balancing="least_loaded", share_state=False,
+                                  connect_on_create=False)
     assert pool.settings.load_balancing is LoadBalancing.LEAST_LOADED
     assert sorted(pool.plan()) == ["a:8123", "b:8123"]
     assert sorted(pool.plan("least_loaded")) == ["a:8123", "b:8123"]
     pool.close()
     dsn = "clickhouse://u@a:8123,b:8123/db?load_balancing=least_loaded&least_loaded_decay_time=2.5"
-    pool = clickhouse_lb.get_pool(dsn=dsn, share_state=False)
+    pool = clickhouse_lb.get_pool(dsn=dsn, share_state=False, connect_on_create=False)
     assert pool.settings.least_loaded_decay_time == 2.5
     assert pool.balancer.state.replica_load.decay_time == 2.5
     pool.close()

@@ -224,7 +224,7 @@ def test_get_pool_takes_listeners_and_any_object_with_some_of_the_methods() -> N
         def on_error_recorded(self, event: ErrorRecordedEvent) -> None:
             seen.append(event)
 
-    with clickhouse_lb.get_pool(["a:8123", "b:8123"], listeners=[OnlyErrors()]) as pool:
+    with clickhouse_lb.get_pool(["a:8123", "b:8123"], listeners=[OnlyErrors()], connect_on_create=False) as pool:
         pool.record_error("a:8123")  # no I/O: counts an error, as a failed attempt would
     assert seen == [ErrorRecordedEvent("a:8123", 1, "recorded by the application")]
 
@@ -263,9 +263,13 @@ def test_a_listener_that_raises_never_breaks_a_statement(
 
 def test_no_secret_in_pool_or_config_reprs() -> None:
     pools = [
-        clickhouse_lb.get_pool(["a:8123", "b:8123"], username="u", password=SECRET, access_token=TOKEN),
-        clickhouse_lb.get_pool(dsn=f"clickhouse://u:{SECRET}@a:8123,b:8123/db?load_balancing=in_order"),
-        clickhouse_lb.get_pool(dsn=f"clickhouse://a:8123,b:8123/db?password={SECRET}"),
+        clickhouse_lb.get_pool(
+            ["a:8123", "b:8123"], username="u", password=SECRET, access_token=TOKEN, connect_on_create=False
+        ),
+        clickhouse_lb.get_pool(
+            dsn=f"clickhouse://u:{SECRET}@a:8123,b:8123/db?load_balancing=in_order", connect_on_create=False
+        ),
+        clickhouse_lb.get_pool(dsn=f"clickhouse://a:8123,b:8123/db?password={SECRET}", connect_on_create=False),
     ]
     for pool in pools:
         assert_no_secret(repr(pool), str(pool), repr(pool.config), str(pool.config), repr(pool.settings))

@@ -165,7 +165,7 @@ def test_get_pool_rejects_bad_configuration_before_any_io(kwargs: dict[str, Any]
 
 def test_get_pool_merges_dsn_and_keywords_keywords_winning() -> None:
     pool = get_pool(dsn="clickhouse://u:pw@h1,h2:9000/db?load_balancing=in_order&max_threads=2&compress=false",
-                    load_balancing="round_robin", username="other")
+                    load_balancing="round_robin", username="other", connect_on_create=False)
     assert pool.settings.load_balancing is LoadBalancing.ROUND_ROBIN
     assert pool.config.client_options["username"] == "other"
     assert pool.config.client_options["password"] == "pw"

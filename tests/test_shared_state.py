@@ -23,6 +23,11 @@ from clickhouse_lb.state import ReplicaSetState
 
 from .conftest import FakeClock
 
+
+def lazy_pool(*args: Any, **kwargs: Any) -> clickhouse_lb.ReplicaPool:
+    """get_pool without the creation check: these pools never reach a server."""
+    return clickhouse_lb.get_pool(*args, connect_on_create=False, **kwargs)
+
 HOSTS = ["ch-1:8123", "ch-2:8123", "ch-3:8123"]
 
 
@@ -94,8 +99,8 @@ def test_the_key_holds_no_secret() -> None:
 
 
 def test_pools_over_the_same_replicas_share_counts_and_round_robin() -> None:
-    first = clickhouse_lb.get_pool(HOSTS, load_balancing="round_robin")
-    second = clickhouse_lb.get_pool(",".join(HOSTS), load_balancing="round_robin")
+    first = lazy_pool(HOSTS, load_balancing="round_robin")
+    second = lazy_pool(",".join(HOSTS), load_balancing="round_robin")
     assert first.balancer.state is second.balancer.state
     first.record_error("ch-2:8123")
     assert [r.errors_count for r in second.replicas] == [0, 1, 0]
@@ -106,26 +111,26 @@ def test_pools_over_the_same_replicas_share_counts_and_round_robin() -> None:
 def test_a_pool_per_request_rotates_round_robin_evenly() -> None:
     served: Counter[int] = Counter()
     for _ in range(30):
-        with clickhouse_lb.get_pool(HOSTS, load_balancing="round_robin") as pool:
+        with lazy_pool(HOSTS, load_balancing="round_robin") as pool:
             served[pool.balancer.plan_indices()[0]] += 1
     assert served == {0: 10, 1: 10, 2: 10}
 
 
 def test_a_pool_per_request_skips_a_failed_replica() -> None:
-    with clickhouse_lb.get_pool(HOSTS, load_balancing="in_order") as pool:
+    with lazy_pool(HOSTS, load_balancing="in_order") as pool:
         pool.record_error("ch-1:8123", "connection refused")
-    with clickhouse_lb.get_pool(HOSTS, load_balancing="in_order") as pool:
+    with lazy_pool(HOSTS, load_balancing="in_order") as pool:
         assert pool.plan() == ["ch-2:8123", "ch-3:8123", "ch-1:8123"]
         assert pool.replicas[0].last_error == "connection refused"
 
 
 def test_different_users_databases_and_settings_do_not_mix() -> None:
-    base = clickhouse_lb.get_pool(HOSTS, username="etl", database="db", load_balancing="in_order")
+    base = lazy_pool(HOSTS, username="etl", database="db", load_balancing="in_order")
     base.record_error("ch-1:8123")
     others = [
-        clickhouse_lb.get_pool(HOSTS, username="bi", database="db", load_balancing="in_order"),
-        clickhouse_lb.get_pool(HOSTS, username="etl", database="other", load_balancing="in_order"),
-        clickhouse_lb.get_pool(HOSTS, username="etl", database="db", load_balancing="in_order",
+        lazy_pool(HOSTS, username="bi", database="db", load_balancing="in_order"),
+        lazy_pool(HOSTS, username="etl", database="other", load_balancing="in_order"),
+        lazy_pool(HOSTS, username="etl", database="db", load_balancing="in_order",
                                distributed_replica_error_half_life=5),
     ]
     for pool in others:
@@ -136,14 +141,14 @@ def test_different_users_databases_and_settings_do_not_mix() -> None:
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: clickhouse_lb.get_pool(HOSTS, share_state=False),
-        lambda: clickhouse_lb.get_pool(dsn="clickhouse://ch-1,ch-2,ch-3:8123/?share_state=0"),
-        lambda: clickhouse_lb.get_pool(dsn="clickhouse://ch-1,ch-2,ch-3:8123/?share_state=true", share_state="off"),
+        lambda: lazy_pool(HOSTS, share_state=False),
+        lambda: lazy_pool(dsn="clickhouse://ch-1,ch-2,ch-3:8123/?share_state=0"),
+        lambda: lazy_pool(dsn="clickhouse://ch-1,ch-2,ch-3:8123/?share_state=true", share_state="off"),
     ],
     ids=["keyword", "dsn", "keyword-over-dsn"],
 )
 def test_share_state_false_gives_a_pool_its_own_state(make: Any) -> None:
-    shared = clickhouse_lb.get_pool(HOSTS)
+    shared = lazy_pool(HOSTS)
     own = make()
     assert own.config.share_state is False
     assert own.balancer.state is not shared.balancer.state
@@ -153,14 +158,14 @@ def test_share_state_false_gives_a_pool_its_own_state(make: Any) -> None:
 
 
 def test_the_dsn_option_is_not_sent_to_the_server() -> None:
-    pool = clickhouse_lb.get_pool(dsn="clickhouse://ch-1,ch-2:8123/?share_state=1&max_threads=2")
+    pool = lazy_pool(dsn="clickhouse://ch-1,ch-2:8123/?share_state=1&max_threads=2")
     assert pool.config.client_options["settings"] == {"max_threads": "2"}
 
 
 @pytest.mark.parametrize("value", ["maybe", 2, 1.5])
 def test_a_bad_share_state_names_the_value_and_the_choices(value: object) -> None:
     with pytest.raises(ConfigurationError, match=r"Bad share_state .*expected true or false"):
-        clickhouse_lb.get_pool(HOSTS, share_state=value)  # type: ignore[arg-type]
+        lazy_pool(HOSTS, share_state=value)  # type: ignore[arg-type]
 
 
 def test_parse_share_state() -> None:
@@ -188,7 +193,7 @@ def test_the_url_and_connect_args_choose_sharing() -> None:
 def test_engines_from_one_url_share_with_get_pool() -> None:
     url = make_url("clickhousedb+lb://u:p@ch-1,ch-2,ch-3:8123/db?load_balancing=round_robin")
     engine_pool = ReplicaPool(engine_args_from_url(url).config)
-    pool = clickhouse_lb.get_pool(HOSTS, username="u", password="p", database="db", load_balancing="round_robin")
+    pool = lazy_pool(HOSTS, username="u", password="p", database="db", load_balancing="round_robin")
     assert pool.balancer.state is engine_pool.balancer.state
 
 
@@ -196,22 +201,22 @@ def test_engines_from_one_url_share_with_get_pool() -> None:
 
 
 def test_close_gives_the_state_back_and_an_idle_state_is_kept_for_the_next_pool() -> None:
-    pool = clickhouse_lb.get_pool(HOSTS)
+    pool = lazy_pool(HOSTS)
     k = state_key(pool.config)
     state = pool.balancer.state
     assert shared_state.registry.users(k) == 1
     pool.close()
     pool.close()  # closing twice gives it back once
     assert shared_state.registry.users(k) == 0
-    again = clickhouse_lb.get_pool(HOSTS)
+    again = lazy_pool(HOSTS)
     assert again.balancer.state is state
     assert shared_state.registry.users(k) == 1
 
 
 def test_a_garbage_collected_pool_gives_the_state_back() -> None:
-    pool = clickhouse_lb.get_pool(HOSTS)
+    pool = lazy_pool(HOSTS)
     k = state_key(pool.config)
-    other = clickhouse_lb.get_pool(HOSTS)
+    other = lazy_pool(HOSTS)
     assert shared_state.registry.users(k) == 2
     del pool
     gc.collect()
@@ -284,13 +289,13 @@ def test_pools_made_and_closed_on_many_threads_count_every_error_and_step() -> N
     lock = threading.Lock()
     settings = {"load_balancing": "round_robin", "distributed_replica_error_cap": 10**6,
                 "distributed_replica_error_half_life": 10**6}
-    holder = clickhouse_lb.get_pool(HOSTS, **settings)
+    holder = lazy_pool(HOSTS, **settings)
     holder.record_error("ch-3:8123")  # from now on ch-1 and ch-2 take turns
 
     def work() -> None:
         start.wait()
         for _ in range(rounds):
-            pool = clickhouse_lb.get_pool(HOSTS, **settings)
+            pool = lazy_pool(HOSTS, **settings)
             choice = pool.balancer.plan_indices()[0]
             pool.record_error("ch-3:8123")
             pool.close()

@@ -14,7 +14,8 @@ HOSTS = ["ch-1:8123", "ch-2:8123", "ch-3:8123"]
 
 
 def test_async_and_sync_pools_over_the_same_replicas_share_one_state() -> None:
-    sync_pool = clickhouse_lb.get_pool(HOSTS, username="u", database="db", load_balancing="in_order")
+    sync_pool = clickhouse_lb.get_pool(HOSTS, username="u", database="db", load_balancing="in_order",
+                                      connect_on_create=False)
     async_pool = clickhouse_lb.get_async_pool(HOSTS, username="u", database="db", load_balancing="in_order")
     assert async_pool.balancer.state is sync_pool.balancer.state
     async_pool.record_error("ch-1:8123")

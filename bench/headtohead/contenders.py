@@ -175,7 +175,7 @@ def open_target(contender: Contender, addresses: Sequence[str], haproxy: Any | N
 def pool_accepts(**options: Any) -> bool:
     """Whether ``get_pool`` takes these keywords (no I/O: building a pool connects nowhere)."""
     try:
-        clickhouse_lb.get_pool(["127.0.0.1:9"], **options).close()
+        clickhouse_lb.get_pool(["127.0.0.1:9"], connect_on_create=False, **options).close()
     except (ConfigurationError, TypeError, ValueError):
         return False
     return True

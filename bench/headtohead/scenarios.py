@@ -343,7 +343,7 @@ def pool_own_time_us(addresses: Sequence[str], strategies: Sequence[str], scramb
 
     for strategy in strategies:
         inside: list[float] = []
-        config = get_pool(list(addresses), load_balancing=strategy).config
+        config = get_pool(list(addresses), load_balancing=strategy, connect_on_create=False).config
 
         def timed_factory(inside: list[float] = inside, **options: Any) -> Any:
             return _TimedClient(clickhouse_connect.get_client(**options), inside)

@@ -8,13 +8,18 @@ validated by the same code as ``get_pool``
 fails the same way. Accepted forms::
 
     clickhousedb+lb://user:pw@/db?host=ch-1:8123&host=ch-2:8123      repeated host=
+    clickhousedb+lb://user:pw@/db?host=ch-1&host=ch-2&port=8123&port=8124
+                                      one port= per host= (or one for all): no ':' to encode
     clickhousedb+lb://user:pw@ch-1,ch-2,ch-3:8123/db                 one shared port
     clickhousedb+lb://user:pw@ch-1:8123/db?alt_hosts=ch-2:8123,ch-3:8123
     ...?secure=true (or https=true)      TLS; the default port becomes 8443
     ...?load_balancing=in_order&priority=0,1,1&distributed_replica_error_half_life=30
 
 Hosts are taken in that order: the URL's authority, then ``host=`` values, then
-``alt_hosts=`` values. The parameters the dialect owns (hosts, ``priority``, ``secure``/``https``,
+``alt_hosts=`` values. SQLAlchemy renders a ``host=ch-1:8123`` value as ``host=ch-1%3A8123``, which
+configparser (Alembic's ``config.set_main_option``) rejects as interpolation syntax; the
+``port=`` form renders without any ``%`` (see docs/sqlalchemy.md). The parameters the dialect
+owns (hosts, ``port``, ``priority``, ``secure``/``https``,
 ``autogenerate_session_id``, ``share_state`` and the balancing settings under their ClickHouse names) are taken
 out; every other parameter goes on as clickhouse-connect's own dialect would treat it: a
 clickhouse-connect client option when it names one, otherwise a server setting (a ``ch_``
@@ -48,7 +53,9 @@ from ._compat import url_database
 __all__ = ["DIALECT_PARAMETERS", "EngineArgs", "engine_args_from_url"]
 
 #: Query parameters the dialect takes for itself (besides the balancing settings).
-DIALECT_PARAMETERS = ("host", "alt_hosts", "priority", "secure", "https", "autogenerate_session_id", SHARE_STATE)
+DIALECT_PARAMETERS = (
+    "host", "port", "alt_hosts", "priority", "secure", "https", "autogenerate_session_id", SHARE_STATE,
+)
 
 # Names that can only be meant as balancing settings: an unknown one is a typo, not a server setting.
 _BALANCING_PREFIXES = (
@@ -143,6 +150,34 @@ def _authority_hosts(url: URL) -> list[str]:
     return [f"[{h}]:{url.port}" if ":" in h else f"{h}:{url.port}" for h in hosts]
 
 
+def _has_port(host: str) -> bool:
+    if host.startswith("["):
+        return "]:" in host
+    return host.count(":") == 1
+
+
+def _with_ports(hosts: list[str], ports: list[str]) -> list[str]:
+    """``host=`` values given their ``port=`` values: one port for every host, or one per host
+    in order (a host that already has a port may not get another)."""
+    if not hosts:
+        raise ConfigurationError(f"The URL gives port={ports[0]} but no host= before it")
+    if len(ports) not in (1, len(hosts)):
+        raise ConfigurationError(
+            f"The URL gives {len(ports)} port= values for {len(hosts)} host= values: give one per host, or one for all"
+        )
+    paired = []
+    for i, host in enumerate(hosts):
+        port = ports[0 if len(ports) == 1 else i]
+        if _has_port(host):
+            if len(ports) == 1:
+                paired.append(host)  # a port of its own wins over the shared one
+                continue
+            raise ConfigurationError(f"Host {host!r} has a port and is also given port={port}: give it once")
+        bare = host[1:-1] if host.startswith("[") else host
+        paired.append(f"[{bare}]:{port}" if ":" in bare else f"{bare}:{port}")
+    return paired
+
+
 def _resolve(
     replicas: list[Replica],
     balancing: dict[str, Any],
@@ -186,8 +221,10 @@ def engine_args_from_url(
         client_option_names = sync_client_option_names()
     query = url.query
     hosts = _authority_hosts(url)
-    for name in ("host", "alt_hosts"):
-        hosts.extend(h for value in _values(query, name) for h in value.split(",") if h.strip())
+    query_hosts = [h.strip() for value in _values(query, "host") for h in value.split(",") if h.strip()]
+    ports = [p.strip() for value in _values(query, "port") for p in value.split(",") if p.strip()]
+    hosts.extend(_with_ports(query_hosts, ports) if ports else query_hosts)
+    hosts.extend(h for value in _values(query, "alt_hosts") for h in value.split(",") if h.strip())
     if not hosts:
         shown = url.render_as_string(hide_password=True)
         raise ConfigurationError(
