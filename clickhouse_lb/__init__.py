@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         ConfigurationError,
         SessionLostError,
         StatementTimeoutError,
+        WriteOutcomeUnknownError,
     )
     from .events import (
         ErrorRecordedEvent,
@@ -56,6 +57,7 @@ __all__ = [
     "ReplicaStatus",
     "SessionLostError",
     "StatementTimeoutError",
+    "WriteOutcomeUnknownError",
     "__version__",
     "errors",
     "get_async_pool",
@@ -90,6 +92,7 @@ _EXPORTS = {
     "ReplicaStatus": ".balancer",
     "SessionLostError": ".errors",
     "StatementTimeoutError": ".errors",
+    "WriteOutcomeUnknownError": ".errors",
     "get_async_pool": ".aio",
     "get_pool": ".pool",
 }

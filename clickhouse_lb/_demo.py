@@ -18,6 +18,7 @@ The exit status is 0 only when the run met its claims (see :class:`Claims`).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import importlib.util
 import os
@@ -40,7 +41,8 @@ __all__ = ["CHDB_MISSING", "Claims", "DemoOptions", "Screen", "Timing", "run_dem
 
 CHDB_MISSING = (
     "clickhouse-lb demo runs a local cluster of real ClickHouse replicas through chdb, which is not "
-    "installed.\nInstall it with:  pip install 'clickhouse-lb[local]'"
+    "installed.\nInstall it with:  pip install '.[local]'  (in a checkout of clickhouse-lb), or\n"
+    "                  pip install 'clickhouse-lb[local] @ git+https://github.com/clickhouse-lb/clickhouse-lb'"
 )
 WHO = "SELECT getMacro('replica')"
 TOUR = (
@@ -54,6 +56,7 @@ FAULT_STRATEGY = LoadBalancing.ROUND_ROBIN
 STATEMENT_TIMEOUT = 5  # seconds: send_receive_timeout of every replica client
 PACE = 0.002  # seconds each client thread pauses between statements, to leave the replicas some CPU
 LIVE_REFRESH = 0.2  # seconds between two redraws of the live table
+REPLICA_START_GUESS = 3.0  # seconds to start one replica (2 cores, loaded) before one was timed
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,21 @@ class Timing:
         )
 
 
+ERRORS_EXPLAINED = (
+    "errors_count: failed attempts the pool counted against a replica; it prefers replicas with fewer, and "
+    "halves the counts every distributed_replica_error_half_life (as ClickHouse does), so a replica that "
+    "failed gets traffic again once its count decays to 0"
+)
+
+
+def estimated_seconds(timing: Timing, strategies: int, replica_start: float) -> float:
+    """The run's length: every phase, plus the cluster start and the replica restart
+    (``replica_start`` seconds each: a guess before the cluster is up, then as measured). A
+    restarted replica usually returns within ``after_restart``; only a slow decay adds time."""
+    phases = timing.per_strategy * strategies + timing.before_kill + timing.after_kill + timing.after_restart
+    return phases + 2 * replica_start
+
+
 # -- what the workload and the pool report -----------------------------------------------------
 
 
@@ -117,10 +135,27 @@ class Tally:
         self._served: Counter[str] = Counter(dict.fromkeys(names, 0))
         self.failed = 0
         self.last_failure: str | None = None
+        self._phase_starts: list[float] = []  # monotonic start of phase 1, 2, ...
+        self._by_phase: list[Counter[str]] = [Counter(dict.fromkeys(names, 0))]
 
-    def served_by(self, name: str) -> None:
+    def served_by(self, name: str, started: float | None = None) -> None:
+        """One statement answered by ``name``; it counts in the phase in which it was *sent*
+        (``started``, monotonic), so one answered just after a phase mark stays where it began."""
         with self._lock:
             self._served[name] += 1
+            phase = len(self._phase_starts) if started is None else bisect.bisect_right(self._phase_starts, started)
+            self._by_phase[phase][name] += 1
+
+    def next_phase(self) -> None:
+        """Statements sent from now on count in a new phase."""
+        with self._lock:
+            self._phase_starts.append(time.monotonic())
+            self._by_phase.append(Counter(dict.fromkeys(self._served, 0)))
+
+    def phases(self) -> list[Counter[str]]:
+        """Statements served per replica in each phase, in order."""
+        with self._lock:
+            return [Counter(c) for c in self._by_phase]
 
     def failure(self, exc: BaseException) -> None:
         with self._lock:
@@ -156,7 +191,8 @@ class Workload:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.tally.served_by(str(self._pool.command(WHO)))
+                started = time.monotonic()
+                self.tally.served_by(str(self._pool.command(WHO)), started)
             except Exception as exc:
                 if self._stop.is_set():
                     return  # stopping (Ctrl-C may have stopped the replicas too): not a failure
@@ -231,6 +267,12 @@ class Claims:
     others_served_while_down: int = 0
     returned_after: float | None = None
     notes: list[str] = field(default_factory=list)
+    #: Statements each replica served in part 2-3: before the kill, while the victim was down
+    #: (from the kill to its restart), after the restart.
+    phases: dict[str, Counter[str]] = field(default_factory=dict)
+    #: Errors counted per replica name over part 2-3 (the live table's "errors recorded").
+    errors_recorded: Counter[str] = field(default_factory=Counter)
+    failovers: int = 0
 
     def checks(self) -> list[tuple[str, bool]]:
         name = self.victim or "the killed replica"
@@ -536,19 +578,27 @@ class Demo:
         victim = self.victim()
         name = self.names[victim]
         self.claims.victim = name
-        errors_before = self._events.errors_recorded[self.addresses[victim]]
-        self.cluster.kill(victim)
+        self.cluster.kill(victim)  # returns once the process is gone
+        tally.next_phase()  # no statement sent from now on can be answered by the victim
         self._phase = "down"
         self.event(f"killed {name} ({self.addresses[victim]}) with SIGKILL: it refuses connections from now on")
-        settle = min(0.3, self.timing.after_kill / 4)  # statements answered just before the kill
-        self.watch(settle, tally, f"{name} down", progress=False)
-        at_kill = tally.snapshot()
-        self.watch(self.timing.after_kill - settle, tally, f"{name} down")
-        down = tally.snapshot() - at_kill
+        self.watch(self.timing.after_kill, tally, f"{name} down")
+        self.restart(victim, tally)  # starts the third phase as it restarts the victim
+        before, down, after = tally.phases()
         self.claims.victim_served_while_down = down[name]
         self.claims.others_served_while_down = sum(v for k, v in down.items() if k != name)
-        self.claims.victim_errors = self._events.errors_recorded[self.addresses[victim]] - errors_before
-        self.restart(victim, tally)
+        # The summary's numbers are this pool's (the tour's pools are not counted), the same
+        # counters the live table showed: they agree by construction.
+        self.claims.phases = {
+            "sent before the kill": before,
+            f"sent while {name} was down": down,
+            "sent from the restart on": after,
+        }
+        self.claims.errors_recorded = Counter(
+            {self.name_of[a]: n for a, n in self._events.errors_recorded.items() if a in self.name_of}
+        )
+        self.claims.victim_errors = self.claims.errors_recorded[name]
+        self.claims.failovers = self._events.failovers
 
     def restart(self, victim: int, tally: Tally) -> None:
         name = self.names[victim]
@@ -557,6 +607,7 @@ class Demo:
             f"3. {name} restarted: back in rotation once its errors decay "
             f"(distributed_replica_error_half_life={self.timing.half_life:g} s)", "bold"))
         self.event(f"restarting {name} ...")
+        tally.next_phase()
         self.cluster.restart(victim)
         self._phase = "restarted"
         self._shown.discard(("recovered", self.addresses[victim]))
@@ -583,15 +634,29 @@ class Demo:
         return self.addresses.index(self._pool.plan()[0])
 
     def summary(self) -> None:
+        strategy = self.options.fault_strategy.value
+        claims = self.claims
         self.screen.line()
-        self.screen.line(self.screen.paint("Summary", "bold"))
-        statements = sum(self.total.values()) + self.failed
-        rows = [(n, a, str(self.total[n]), f"{self.total[n] / max(1, statements):.0%}")
-                for n, a in zip(self.names, self.addresses)]
-        for line in format_table(("replica", "address", "served", "share"), rows, indent="  "):
+        self.screen.line(self.screen.paint(
+            f"Summary of parts 2 and 3 ({strategy}, one pool; the strategy tour is not counted)", "bold"))
+        header = ("replica", "address", *(f"served, {label}" for label in claims.phases), "errors recorded")
+        rows = [
+            (n, a, *(str(counts[n]) for counts in claims.phases.values()), str(claims.errors_recorded[n]))
+            for n, a in zip(self.names, self.addresses)
+        ]
+        for line in format_table(header, rows, indent="  "):
             self.screen.line(line)
-        self.screen.line(f"  statements {statements}, failed {self.failed}, failovers {self.failovers}")
-        for text, ok in self.claims.checks():
+        statements = sum(sum(c.values()) for c in claims.phases.values()) + claims.failed
+        self.screen.line(
+            f"  statements {statements}, failed {claims.failed}, failovers {claims.failovers} "
+            "(a failover: an attempt failed on one replica and the statement went on to another)"
+        )
+        self.screen.line(
+            "  served: statements answered by the replica, each counted in the phase it was sent in; "
+            "errors recorded: every failed attempt counted against the replica (the live table's column), "
+            "from which its errors_count decays"
+        )
+        for text, ok in claims.checks():
             mark = self.screen.paint("yes", "good") if ok else self.screen.paint("NO ", "bad")
             self.screen.line(f"  [{mark}] {text}")
 
@@ -660,14 +725,23 @@ def start_cluster(cluster: Any, options: DemoOptions, timing: Timing, screen: Sc
         f"clickhouse-lb demo: {options.replicas} local replicas (the real ClickHouse engine, via chdb), "
         f"{options.threads} client threads"
     )
+    strategies = len(options.tour)
+    screen.line(
+        f"takes about {estimated_seconds(timing, strategies, REPLICA_START_GUESS):.0f} s: starting the cluster, "
+        f"{strategies} strateg{'y' if strategies == 1 else 'ies'} for {timing.per_strategy:.1f} s each, "
+        "then a replica killed and restarted"
+    )
     screen.line("starting the cluster ...")
     started = time.monotonic()
     cluster.start()
-    screen.line(f"cluster up in {time.monotonic() - started:.1f} s:")
+    took = time.monotonic() - started
+    remaining = estimated_seconds(timing, strategies, took) - took
+    screen.line(f"cluster up in {took:.1f} s (about {remaining:.0f} s to go):")
     for name, host in zip(cluster.names, cluster.hosts):
         screen.line(f"  {name}  {host}")
     screen.line(f"each statement asks who answered: {WHO}")
+    screen.line(ERRORS_EXPLAINED)
     screen.line(
-        f"distributed_replica_error_half_life={timing.half_life:g} s (short, so that the decay shows); "
-        "Ctrl-C stops cleanly"
+        f"distributed_replica_error_half_life={timing.half_life:g} s here (60 s by default; short, so that the "
+        "decay shows); Ctrl-C stops cleanly"
     )

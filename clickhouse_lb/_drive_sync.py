@@ -7,6 +7,7 @@ import concurrent.futures as cf
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ._driver_logs import handled_by_pool
 from ._threads import attempt_executor, check_executor
 from ._transport import AttemptConnections, quiet_transport
 from .events import logger
@@ -95,7 +96,9 @@ class SyncDriver:
         connections = AttemptConnections(connect_timeout)
 
         def work() -> Any:
-            with connections:
+            # A worker thread does not inherit the statement's context: mark its attempt as
+            # the pool's here (quiet driver logging, as on the statement's own thread).
+            with connections, handled_by_pool():
                 return call(command.replica, command.query_id)
 
         return _ThreadRun(self._executor.submit(work), connections)

@@ -26,7 +26,7 @@ from .attempt_plan import StatementPlan
 from .balancer import Balancer, ReplicaStatus, new_replica_set_state
 from .classify import classify
 from .errors import ReplicaConnectError, SessionLostError
-from .events import Listener, ListenerSet
+from .events import Listener, ListenerSet, check_listeners
 from .failover import StatementAttempts
 from .health import HealthMonitor, probe_statuses_off
 from .hedging import LatencyWindow
@@ -147,6 +147,7 @@ class PoolBase(ClientMembers):
         balancer: Balancer | None = None,
     ) -> None:
         self.config = config
+        listeners = check_listeners(listeners)
         # -- shared balancing state (clickhouse_lb.shared_state) --------------------------------
         # A pool given no balancer shares its counts with the other pools and engines of the
         # process over the same replica set (unless share_state=False); the hold is given back
@@ -295,9 +296,13 @@ class PoolBase(ClientMembers):
             return order
         return order_by_freshness(order, health.schedule.delays(), lag, self._balancer.addresses)
 
-    def _attempts(self, operation: str, order: list[int], *, retry_after_send: bool) -> StatementAttempts:
+    def _attempts(
+        self, operation: str, order: list[int], *, retry_after_send: bool, write: bool = True
+    ) -> StatementAttempts:
         self._started()
-        return StatementAttempts(self._balancer, order, operation=operation, retry_after_send=retry_after_send)
+        return StatementAttempts(
+            self._balancer, order, operation=operation, retry_after_send=retry_after_send, write=write
+        )
 
     def _statement_plan(self, attempts: StatementAttempts, call: PreparedCall) -> StatementPlan:
         """How the statement's attempts wait (timeouts, liveness checks, deadline, hedging)."""
@@ -309,7 +314,8 @@ class PoolBase(ClientMembers):
             addresses=balancer.addresses,
             hedgeable=call.read_only and settings.hedging.enabled,
             retry_safe=call.retry_after_send,
-            write=not call.retry_after_send,
+            # A write's request that was sent may have been applied, repeatable or not.
+            write=call.write,
             window=self._latencies,
             # A run that failed while the other of a hedged race went on uses up its place in
             # the schedule, as a failed attempt does.
@@ -350,10 +356,12 @@ class PinnedBase(Generic[C]):
     def _prepare(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> PreparedCall:
         return prepare_call(method, args, kwargs, self._settings_position.get(method), auto_token=False)
 
-    def _lost(self, exc: Exception) -> SessionLostError | None:
+    def _lost(self, exc: Exception, write: bool = True) -> SessionLostError | None:
         """The error for a failed statement: None for a query failure (raise it unchanged)."""
         failure = self._balancer.count_failure(self._index, exc)
-        return SessionLostError(self.address, failure.reason) if failure.replica else None
+        if not failure.replica:
+            return None
+        return SessionLostError(self.address, failure.reason, may_have_been_applied=failure.sent and write)
 
     def __getattr__(self, name: str) -> Any:
         # Everything that is not a statement (server_tz, create_query_context, ...) is the

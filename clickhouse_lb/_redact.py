@@ -1,8 +1,21 @@
-"""Keep secrets out of every log line, repr and exception message the library writes.
+"""Keep secrets out of every log line, repr, event, CLI line and exception message.
 
-The one place that knows what a secret looks like: in free text (:func:`redact`), in a host
-string (:func:`mask_credentials`), in a DSN (:func:`redact_dsn`) and among client options
-(:func:`mask_options`).
+The one place that knows what a secret looks like. :func:`redact` is the one function every
+message that can contain user input goes through (every :class:`ConfigurationError` applies it
+to its own message, so no construction site can forget); :func:`shown` is how a bad value is
+quoted in a message (redacted, and cut short). :func:`mask_credentials` (a host string),
+:func:`redact_dsn` (a DSN) and :func:`mask_options` (client options) are the structured
+maskers, for the places that know what they hold.
+
+What :func:`redact` masks:
+
+* the password of a URL's userinfo (``scheme://user:***@host``), even when it holds raw
+  ``@ # ? / % :`` (everything up to the last ``@`` of the word is masked);
+* secret parameters in query strings and ``key=value`` text (``password=``, ``access_token=``,
+  ``token=``, ``secret=``, ``key=``, ``insert_deduplication_token=`` ...);
+* the same names in dict-style text (``'password': 'x'``, ``"access_token": "x"``);
+* ``Authorization:`` / ``X-ClickHouse-Key:`` header values (``Bearer``/``Basic`` included);
+* JSON Web Tokens anywhere (``eyJ....eyJ....sig``).
 """
 
 from __future__ import annotations
@@ -12,20 +25,46 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-__all__ = ["mask_credentials", "mask_options", "redact", "redact_dsn"]
+__all__ = ["SECRET_NAMES", "mask_credentials", "mask_options", "redact", "redact_dsn", "shown"]
 
-_SECRET_PARAM = re.compile(
-    r"(?i)\b(password|passwd|pwd|access_token|token|key|secret|insert_deduplication_token)=([^&\s'\",)]+)"
+#: Parameter names whose values are secrets, wherever they appear (query strings, key=value,
+#: dicts, DSN parameters).
+SECRET_NAMES = (
+    "password", "passwd", "pwd", "pass", "access_token", "token", "secret", "key", "api_key",
+    "client_cert_key", "jwt", "insert_deduplication_token",
 )
-_URL_USERINFO = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^/\s:@]*:)([^@\s/]+)@")
-_AUTH_HEADER = re.compile(r"(?i)\b(authorization|x-clickhouse-key)(['\"]?\s*[:=]\s*['\"]?)([^'\",\s]+(?: [^'\",\s]+)?)")
+_NAMES = "|".join(sorted(SECRET_NAMES, key=len, reverse=True))
+# scheme://user:<password>@ -- the password runs to the last '@' of the word, so raw '@', '#',
+# '?', '/', ':' and '%' in it are masked too (over-masking an odd URL is the safe side).
+_URL_USERINFO = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s:@/?#]*:)\S*@")
+_SECRET_PARAM = re.compile(rf"(?i)\b({_NAMES})=([^&\s'\",)}}\]]+)")
+_SECRET_ITEM = re.compile(rf"(?i)(['\"]?\b(?:{_NAMES})['\"]?\s*:\s*)('[^']*'|\"[^\"]*\"|b'[^']*'|[^\s,}})\]]+)")
+_AUTH_HEADER = re.compile(
+    r"(?i)\b(authorization|x-clickhouse-key|proxy-authorization)(['\"]?\s*[:=]\s*['\"]?)"
+    r"((?:bearer |basic )?[^'\",\s]+)"
+)
+_JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*")
+
+#: The longest quoted value a message shows (a 10 MB string is not a message).
+_SHOWN_LIMIT = 200
 
 
 def redact(text: str) -> str:
-    """Mask passwords and tokens in URLs, query strings and header dumps."""
+    """Mask passwords and tokens in URLs, query strings, ``key=value`` and dict-style text,
+    header dumps and JWTs."""
     text = _URL_USERINFO.sub(r"\1***@", text)
+    text = _JWT.sub("***", text)
+    text = _AUTH_HEADER.sub(r"\1\2***", text)
     text = _SECRET_PARAM.sub(r"\1=***", text)
-    return _AUTH_HEADER.sub(r"\1\2***", text)
+    return _SECRET_ITEM.sub(r"\1'***'", text)
+
+
+def shown(value: object) -> str:
+    """A user's value as an error message quotes it: ``repr``, redacted, cut short."""
+    text = redact(repr(value))
+    if len(text) > _SHOWN_LIMIT:
+        text = text[: _SHOWN_LIMIT - 5] + "[...]"
+    return text
 
 
 def mask_credentials(text: str) -> str:
@@ -35,21 +74,24 @@ def mask_credentials(text: str) -> str:
         scheme, rest = "", text
     if "@" in rest:
         rest = "***@" + rest.rpartition("@")[2]
-    return f"{scheme}{sep}{rest}"
+    return redact(f"{scheme}{sep}{rest}")
 
 
 def redact_dsn(dsn: str) -> str:
     """The DSN with any password replaced by ``***`` (for messages and logs)."""
-    parts = urlsplit(dsn)
+    try:
+        parts = urlsplit(dsn)
+    except ValueError:
+        return redact(dsn)
     userinfo, at, hostlist = parts.netloc.rpartition("@")
     if at and ":" in userinfo:
         userinfo = userinfo.partition(":")[0] + ":***"
     netloc = f"{userinfo}@{hostlist}" if at else hostlist
     query = "&".join(
-        f"{k}=***" if k.lower() in ("password", "access_token", "key") else f"{k}={v}"
+        f"{k}=***" if k.lower() in SECRET_NAMES else f"{k}={v}"
         for k, v in parse_qsl(parts.query, keep_blank_values=True)
     )
-    return parts._replace(netloc=netloc, query=query).geturl()
+    return redact(parts._replace(netloc=netloc, query=query).geturl())
 
 
 #: clickhouse-connect options whose values are secrets (or may carry them).

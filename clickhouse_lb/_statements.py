@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ._values import as_bool
 from .attempt_settings import NO_STATEMENT_SETTINGS, StatementAttemptSettings, split_statement_attempt_settings
 from .settings import NO_OVERRIDES, StatementOverrides, split_statement_settings
 
@@ -23,6 +24,10 @@ __all__ = ["INSERT_METHODS", "PreparedCall", "is_read_only", "prepare_call", "se
 #: Methods that write rows: a deduplication token makes them retryable after sending.
 INSERT_METHODS = frozenset({"insert", "insert_df", "insert_arrow", "insert_df_arrow", "raw_insert", "data_insert"})
 _TOKEN = "insert_deduplication_token"
+#: The per-statement setting that declares a write safe to repeat (``CREATE TABLE IF NOT
+#: EXISTS``, ``ALTER ... IF EXISTS``, an upsert into a ReplacingMergeTree ...): it fails over
+#: even after its request was sent. Taken out before the statement reaches the server.
+IDEMPOTENT = "idempotent"
 _LEADING_NOISE = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|#[^\n]*(?:\n|$)|/\*.*?\*/|\()*", re.DOTALL)
 _READ_KEYWORDS = frozenset({"SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXISTS", "EXPLAIN", "VALUES"})
 
@@ -62,8 +67,9 @@ class PreparedCall:
     retry_after_send: bool
     #: The statement's settings as they go to the server (balancing ones taken out).
     settings: Mapping[str, Any] | None = None
-    #: The statement only reads (it may be hedged).
-    read_only: bool = False
+    #: Whether the statement may change data (not a read): its failure says whether it may
+    #: have been applied. A statement that is not a write only reads (it may be hedged).
+    write: bool = True
     #: Its own timeouts / hedging, from its ``settings=``.
     attempt_settings: StatementAttemptSettings = NO_STATEMENT_SETTINGS
     #: The ``query_id`` it gave in its settings, if any.
@@ -80,6 +86,11 @@ class PreparedCall:
             settings = {**(args[position] or {}), "query_id": query_id}
             return (*args[:position], settings, *args[position + 1 :]), kwargs
         return args, {**kwargs, "settings": {**(kwargs.get("settings") or {}), "query_id": query_id}}
+
+    @property
+    def read_only(self) -> bool:
+        """The statement only reads (the opposite of :attr:`write`): it may be hedged."""
+        return not self.write
 
 
 def _statement_text(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
@@ -109,7 +120,10 @@ def prepare_call(
     settings = kwargs["settings"] if in_kwargs else args[at] if at is not None else None
     overrides, rest = split_statement_settings(settings) if settings else (NO_OVERRIDES, settings)
     attempt_settings, rest = split_statement_attempt_settings(rest) if rest else (NO_STATEMENT_SETTINGS, rest)
-    read_only = False
+    idempotent = False
+    if rest and IDEMPOTENT in rest:
+        idempotent = as_bool(IDEMPOTENT, rest[IDEMPOTENT])
+        rest = {k: v for k, v in rest.items() if k != IDEMPOTENT}
     if method in INSERT_METHODS:
         context = kwargs.get("context") or (args[0] if method == "data_insert" and args else None)
         if context is not None and not isinstance(context, (str, bytes)):
@@ -119,9 +133,11 @@ def prepare_call(
             if auto_token and not (rest and _TOKEN in rest):
                 rest = {**(rest or {}), _TOKEN: new_token()}
             retry_after_send = bool(rest and _TOKEN in rest)
+        write = True
     else:
-        read_only = is_read_only(_statement_text(args, kwargs))
-        retry_after_send = read_only or bool(rest and _TOKEN in rest)
+        write = not is_read_only(_statement_text(args, kwargs))
+        retry_after_send = not write or bool(rest and _TOKEN in rest)
+    retry_after_send = retry_after_send or idempotent
     if rest is not settings:
         if at is not None:
             args = (*args[:at], rest, *args[at + 1 :])
@@ -130,6 +146,6 @@ def prepare_call(
     query_id = rest.get("query_id") if rest else None
     return PreparedCall(
         args, kwargs, overrides, retry_after_send, rest,
-        read_only=read_only, attempt_settings=attempt_settings,
+        write=write, attempt_settings=attempt_settings,
         query_id=str(query_id) if query_id is not None else None, settings_position=settings_position,
     )

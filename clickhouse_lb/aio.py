@@ -34,6 +34,7 @@ from ._async_client_api import AsyncClientAPI
 from ._client_api import STATEMENT_METHODS
 from ._client_members import async_read_statement
 from ._drive_async import AsyncDriver
+from ._driver_logs import handled_by_pool
 from ._pool_base import ClientSlot, PinnedBase, PoolBase, client_options_for, kill_query_sql, pin_options
 from ._statements import settings_positions
 from .balancer import Balancer
@@ -65,7 +66,8 @@ def require_native_async_client(installed: str | None = None) -> None:
         needed = ".".join(map(str, MIN_CLICKHOUSE_CONNECT))
         raise ConfigurationError(
             f"The async pool needs clickhouse-connect >= {needed} (its native async client); "
-            f"{text} is installed: pip install 'clickhouse-lb[async]'"
+            f"{text} is installed: install the async extra (pip install '.[async]' in a checkout of "
+            "clickhouse-lb, or 'clickhouse-lb[async] @ git+https://github.com/clickhouse-lb/clickhouse-lb')"
         )
 
 
@@ -231,7 +233,7 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         self._check_open()
         call = self._prepare(method, args, kwargs)
         order = self._fresh_first(await self._plan(call.overrides), call.settings)
-        attempts = self._attempts(method, order, retry_after_send=call.retry_after_send)
+        attempts = self._attempts(method, order, retry_after_send=call.retry_after_send, write=call.write)
         plan = self._statement_plan(attempts, call)
 
         async def run(index: int, query_id: str | None) -> Any:
@@ -305,7 +307,7 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         (temporary tables, SET). Close it when done; :meth:`session` does that for you."""
         self._check_open()
         extra = pin_options(session)
-        attempts = self._attempts("session", self._fresh_first(await self._plan()), retry_after_send=True)
+        attempts = self._attempts("session", self._fresh_first(await self._plan()), retry_after_send=True, write=False)
 
         async def connect(index: int) -> tuple[int, AsyncClient]:
             return index, await self._new_client(index, **extra)
@@ -363,9 +365,10 @@ class AsyncPinnedSession(AsyncClientAPI, PinnedBase[AsyncClient]):
     async def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call = self._prepare(method, args, kwargs)
         try:
-            return await getattr(self.client, method)(*call.args, **call.kwargs)
+            with handled_by_pool():  # a failure here is reported as SessionLostError
+                return await getattr(self.client, method)(*call.args, **call.kwargs)
         except Exception as exc:
-            lost = self._lost(exc)
+            lost = self._lost(exc, call.write)
             if lost is None:
                 raise
             raise lost from exc

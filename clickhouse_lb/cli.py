@@ -367,7 +367,7 @@ def _add_demo(commands: Any) -> None:
         "demo",
         help="start a local cluster and show the strategies, a failover and a recovery",
         description=(
-            "Start a local cluster of real ClickHouse replicas (chdb; pip install 'clickhouse-lb[local]'), "
+            "Start a local cluster of real ClickHouse replicas (chdb: the 'local' extra), "
             "run a workload through several load_balancing strategies, kill a replica mid-run (no statement "
             "fails, its errors rise, traffic moves) and restart it (it returns to rotation once its errors "
             "decay). Ctrl-C stops cleanly. Exit 0 when the run met those claims."

@@ -9,10 +9,13 @@ unchanged, exactly as clickhouse-connect raised them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import difflib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from clickhouse_connect.driver.exceptions import NotSupportedError, OperationalError, ProgrammingError
+
+from ._redact import redact
 
 __all__ = [
     "AllReplicasStaleError",
@@ -24,15 +27,42 @@ __all__ = [
     "ReplicaConnectError",
     "SessionLostError",
     "StatementTimeoutError",
+    "WriteOutcomeUnknownError",
+    "did_you_mean",
 ]
+
+_MAY_HAVE_BEEN_APPLIED = (
+    "The write may have been applied: its request reached a replica before the failure. Check before "
+    "repeating it, or make it repeatable (inserts: insert_deduplication_token; other statements: "
+    "settings={'idempotent': True})."
+)
+
+
+def did_you_mean(value: object, choices: Iterable[str]) -> str:
+    """`` (did you mean 'round_robin'?)`` for a misspelt value of a closed set, else ``""``.
+
+    For the messages that name a bad value and list the valid ones: the closest choices
+    (difflib, case-insensitive), at most three, so a typo is fixed at a glance."""
+    if not isinstance(value, str) or not value.strip():
+        return ""
+    by_lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(value.strip().lower(), list(by_lower), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return f" (did you mean {' or '.join(repr(by_lower[c]) for c in close)}?)"
 
 
 class ConfigurationError(ProgrammingError, ValueError):
     """Bad pool configuration: raised at ``get_pool``/``create_engine``, before any I/O.
 
     The message names the bad value and, where there is a closed set, the valid choices.
-    It is also a ``ValueError`` so generic argument validation code catches it.
+    It is also a ``ValueError`` so generic argument validation code catches it. The message
+    always goes through :func:`clickhouse_lb._redact.redact`: it quotes what the user wrote,
+    which may hold a password.
     """
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(redact(str(message)))
 
 
 @dataclass(frozen=True)
@@ -55,9 +85,20 @@ class AllReplicasUnavailableError(OperationalError):
     example because the total failover timeout ran out first).
     """
 
-    def __init__(self, failures: Sequence[AttemptFailure], last_errors: dict[str, str | None]) -> None:
+    def __init__(
+        self,
+        failures: Sequence[AttemptFailure],
+        last_errors: dict[str, str | None],
+        *,
+        may_have_been_applied: bool = False,
+        write: bool = False,
+    ) -> None:
         self.failures = list(failures)
         self.last_errors = dict(last_errors)
+        #: For a write: True when some attempt's request reached a replica before it failed
+        #: (the write may have been applied there); False: no replica received it. Always
+        #: False for a read.
+        self.may_have_been_applied = may_have_been_applied
         lines = [
             f"  {address}: {error if error is not None else 'not tried'}"
             for address, error in self.last_errors.items()
@@ -66,6 +107,7 @@ class AllReplicasUnavailableError(OperationalError):
         super().__init__(
             f"All {len(self.last_errors)} replicas are unavailable ({tries} attempt"
             f"{'s' if tries != 1 else ''} failed); last error per replica:\n" + "\n".join(lines)
+            + _write_outcome(write, may_have_been_applied)
         )
 
 
@@ -85,24 +127,20 @@ class StatementTimeoutError(AllReplicasUnavailableError):
         *,
         timeout: float,
         may_have_been_applied: bool = False,
+        write: bool = False,
     ) -> None:
-        super().__init__(failures, last_errors)
+        write = write or may_have_been_applied  # only a write may have been applied
+        super().__init__(failures, last_errors, may_have_been_applied=may_have_been_applied, write=write)
         self.timeout = timeout
-        self.may_have_been_applied = may_have_been_applied
         lines = [
             f"  {address}: {error if error is not None else 'not tried'}"
             for address, error in self.last_errors.items()
         ]
-        applied = (
-            " The write may have been applied (its request reached a replica); give inserts an "
-            "insert_deduplication_token to make them safe to retry."
-            if may_have_been_applied
-            else ""
-        )
         self.args = (
             f"Statement timed out: failover_timeout={timeout:g}s ran out after {len(self.failures)} "
-            f"attempt{'s' if len(self.failures) != 1 else ''}.{applied} Last error per replica:\n"
-            + "\n".join(lines),
+            f"attempt{'s' if len(self.failures) != 1 else ''}. Last error per replica:\n"
+            + "\n".join(lines)
+            + _write_outcome(write, may_have_been_applied),
         )
 
 
@@ -122,13 +160,34 @@ class AttemptAbandonedError(OperationalError):
         self.kind = kind
         self.reason = f"{kind}: {detail}"
         self.write = write
-        applied = (
-            "; the write may have been applied (give inserts an insert_deduplication_token to make "
-            "them safe to retry)"
-            if write
-            else ""
-        )
+        #: True when the abandoned attempt was a write: its request had been sent.
+        self.may_have_been_applied = write
+        applied = "; " + _MAY_HAVE_BEEN_APPLIED if write else ""
         super().__init__(f"Attempt on replica {address} abandoned ({detail}){applied}")
+
+
+def _write_outcome(write: bool, may_have_been_applied: bool) -> str:
+    if not write:
+        return ""
+    if may_have_been_applied:
+        return "\n" + _MAY_HAVE_BEEN_APPLIED
+    return "\nThe write was not applied: no replica received it."
+
+
+class WriteOutcomeUnknownError(OperationalError):
+    """A write failed on a replica after its request was sent, and was not retried elsewhere
+    (it is not repeatable: no ``insert_deduplication_token``, not declared idempotent). It may
+    have been applied: ``may_have_been_applied`` is always True. ``address`` is the replica,
+    ``reason`` the failure (redacted); the original exception is ``__cause__``."""
+
+    may_have_been_applied = True
+
+    def __init__(self, operation: str, address: str, reason: str) -> None:
+        self.operation = operation
+        self.address = address
+        self.reason = reason
+        super().__init__(f"{operation} failed on replica {address} after its request was sent ({reason}). "
+                         + _MAY_HAVE_BEEN_APPLIED)
 
 
 class SessionLostError(OperationalError):
@@ -139,12 +198,15 @@ class SessionLostError(OperationalError):
     ``reason`` is the failure, already redacted; the original exception is ``__cause__``.
     """
 
-    def __init__(self, address: str, reason: str) -> None:
+    def __init__(self, address: str, reason: str, *, may_have_been_applied: bool = False) -> None:
         self.address = address
         self.reason = reason
+        #: True when the failed statement was a write whose request reached the replica.
+        self.may_have_been_applied = may_have_been_applied
         super().__init__(
             f"Session lost: replica {address} failed during a pinned session ({reason}); "
             "its temporary tables and SET settings are gone. Open a new pool.session() to continue."
+            + (" " + _MAY_HAVE_BEEN_APPLIED if may_have_been_applied else "")
         )
 
 

@@ -14,10 +14,14 @@ is logged and otherwise ignored: metrics must never break a statement.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+
+from ._redact import shown
+from .errors import ConfigurationError
 
 __all__ = [
     "DownListener",
@@ -33,6 +37,7 @@ __all__ = [
     "RecoveryListener",
     "ReplicaDownEvent",
     "ReplicaRecoveredEvent",
+    "check_listeners",
     "logger",
 ]
 
@@ -154,27 +159,77 @@ def _isolated(listener: object, method: str) -> Iterator[None]:
         logger.exception("clickhouse_lb listener %r failed in %s", listener, method)
 
 
+_METHODS = ("on_error_recorded", "on_failover", "on_replica_recovered", "on_probe", "on_replica_down")
+
+
+def _takes(listener: object, method: str) -> bool:
+    # Not isinstance(x, the runtime-checkable Protocol): that costs microseconds per check.
+    return callable(getattr(listener, method, None))
+
+
+def _checked(listener: object) -> Listener:
+    if not any(_takes(listener, method) for method in _METHODS):
+        raise ConfigurationError(
+            f"Bad listener {shown(listener)}: expected an object with on_error_recorded, on_failover, "
+            "on_replica_recovered, on_probe and/or on_replica_down (see clickhouse_lb.PoolListener)"
+        )
+    return listener  # type: ignore[return-value]
+
+
+def check_listeners(listeners: Iterable[Listener]) -> tuple[Listener, ...]:
+    """``listeners=`` as given to a pool: an iterable of listener objects (checked before any
+    I/O or shared-state lease)."""
+    given: object = listeners
+    if isinstance(given, (str, bytes)) or not isinstance(given, Iterable):
+        raise ConfigurationError(
+            f"Bad listeners {shown(listeners)}: expected a list of listeners (see clickhouse_lb.PoolListener)"
+        )
+    return tuple(_checked(x) for x in listeners)
+
+
 class ListenerSet:
-    """The listeners of one pool, sorted by the events they take; dispatch never raises."""
+    """The listeners of one pool, sorted by the events they take; dispatch never raises.
+
+    Thread-safe: ``add``/``remove`` swap the tuples under a lock (a dispatch in progress keeps
+    the tuples it started with, and never takes the lock); an asyncio pool calls them from its
+    loop, where the lock is never contended."""
 
     def __init__(self, listeners: Iterable[Listener] = ()) -> None:
+        self._lock = threading.Lock()
         self._listeners: tuple[Listener, ...] = ()
-        self._set(tuple(listeners))
+        self._set(check_listeners(listeners))
 
     def _set(self, listeners: tuple[Listener, ...]) -> None:
         # Rebuilt (not mutated) on change, so a dispatch in progress keeps its own tuples.
         self._listeners = listeners
-        self._errors = tuple(x for x in listeners if isinstance(x, ErrorRecordedListener))
-        self._failovers = tuple(x for x in listeners if isinstance(x, FailoverListener))
-        self._recoveries = tuple(x for x in listeners if isinstance(x, RecoveryListener))
-        self._probes = tuple(x for x in listeners if isinstance(x, ProbeListener))
-        self._downs = tuple(x for x in listeners if isinstance(x, DownListener))
+        self._errors: tuple[ErrorRecordedListener, ...] = tuple(
+            x for x in listeners if _takes(x, "on_error_recorded")  # type: ignore[misc]
+        )
+        self._failovers: tuple[FailoverListener, ...] = tuple(
+            x for x in listeners if _takes(x, "on_failover")  # type: ignore[misc]
+        )
+        self._recoveries: tuple[RecoveryListener, ...] = tuple(
+            x for x in listeners if _takes(x, "on_replica_recovered")  # type: ignore[misc]
+        )
+        self._probes: tuple[ProbeListener, ...] = tuple(
+            x for x in listeners if _takes(x, "on_probe")  # type: ignore[misc]
+        )
+        self._downs: tuple[DownListener, ...] = tuple(
+            x for x in listeners if _takes(x, "on_replica_down")  # type: ignore[misc]
+        )
 
     def add(self, listener: Listener) -> None:
-        self._set((*self._listeners, listener))
+        _checked(listener)
+        with self._lock:
+            self._set((*self._listeners, listener))
 
     def remove(self, listener: Listener) -> None:
-        self._set(tuple(x for x in self._listeners if x is not listener))
+        """Remove every registration of ``listener`` (by identity); unknown: nothing happens."""
+        with self._lock:
+            self._set(tuple(x for x in self._listeners if x is not listener))
+
+    def __len__(self) -> int:
+        return len(self._listeners)
 
     def __bool__(self) -> bool:
         return bool(self._listeners)

@@ -30,10 +30,11 @@ from typing import TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, RetryError, Retrying
 
+from ._driver_logs import handled_by_pool
 from .balancer import Balancer
 from .classify import Failure
 from .deadline import Deadline
-from .errors import AllReplicasUnavailableError, AttemptFailure, StatementTimeoutError
+from .errors import AllReplicasUnavailableError, AttemptFailure, StatementTimeoutError, WriteOutcomeUnknownError
 from .events import FailoverEvent, logger
 from .race import RaceFailure
 
@@ -54,10 +55,12 @@ class StatementAttempts:
         "deadline",
         "failures",
         "operation",
+        "order",
         "retry_after_send",
-        "schedule",
         "size",
         "started",
+        "total",
+        "write",
     )
 
     def __init__(
@@ -67,23 +70,32 @@ class StatementAttempts:
         *,
         operation: str,
         retry_after_send: bool,
+        write: bool = True,
     ) -> None:
         self._balancer = balancer
         self._load = balancer.state.replica_load
         self._attempt_started = 0.0
         tries = balancer.settings.connections_with_failover_max_tries
         self.size = len(order)
-        self.schedule: list[int] = list(order) * tries
+        # The schedule is the plan repeated ``tries`` times, computed (scheduled(n)), never
+        # materialised: replicas x tries may be large.
+        self.order = order
+        self.total = self.size * tries
         self.operation = operation
         self.retry_after_send = retry_after_send
+        self.write = write
         self.failures: list[tuple[int, Failure]] = []
         self.started = time.monotonic()
         self.deadline = Deadline(balancer.settings.failover_timeout)
 
+    def scheduled(self, number: int) -> int:
+        """The replica index of attempt ``number`` (0-based): the plan, pass after pass."""
+        return self.order[number % self.size]
+
     def begin(self) -> int:
         """The replica index for the next attempt (every earlier attempt failed)."""
         number = len(self.failures)
-        index = self.schedule[number]
+        index = self.scheduled(number)
         logger.debug("%s: attempt %d on %s", self.operation, number + 1, self._balancer.addresses[index])
         # The attempt is in flight from here until succeeded()/failed() (one at a time).
         self._attempt_started = self._load.start(index)
@@ -118,27 +130,28 @@ class StatementAttempts:
         if failure.sent and not self.retry_after_send:
             logger.warning(
                 "%s on %s failed after the request was sent (%s); not retried: the write may "
-                "have been applied (give inserts an insert_deduplication_token to make them retryable)",
+                "have been applied (give inserts an insert_deduplication_token, other statements "
+                "settings={'idempotent': True}, to make them retryable)",
                 self.operation,
                 self._balancer.addresses[index],
                 failure.reason,
             )
             return False
         attempt = len(self.failures)
-        if attempt < len(self.schedule):
+        if attempt < self.total:
             self._announce_failover(index, failure, attempt)
         return True
 
     def _announce_failover(self, index: int, failure: Failure, attempt: int) -> None:
         balancer = self._balancer
         address = balancer.addresses[index]
-        next_address = balancer.addresses[self.schedule[attempt]]
+        next_address = balancer.addresses[self.scheduled(attempt)]
         logger.warning(
             "%s failed on replica %s (attempt %d/%d): %s; failing over to %s",
             self.operation,
             address,
             attempt,
-            len(self.schedule),
+            self.total,
             failure.reason,
             next_address,
         )
@@ -156,7 +169,7 @@ class StatementAttempts:
         return self.deadline.cut_sleep(random.uniform(0.0, ceiling))
 
     def remaining(self) -> int:
-        return len(self.schedule) - len(self.failures)
+        return self.total - len(self.failures)
 
     def out_of_time(self) -> bool:
         """Past the statement's ``failover_timeout`` (counted from its first attempt)."""
@@ -164,10 +177,22 @@ class StatementAttempts:
 
     def hedge_candidate(self, running: set[int]) -> int | None:
         """The replica a hedged read goes to: the next one of the schedule not already running."""
-        for index in self.schedule[len(self.failures) + 1 :]:
+        for number in range(len(self.failures) + 1, self.total):
+            index = self.scheduled(number)
             if index not in running:
                 return index
         return None
+
+    def unconfirmed_write(self, exc: BaseException) -> WriteOutcomeUnknownError | None:
+        """The error for a write given up because its request was sent (None otherwise)."""
+        if not self.failures or not isinstance(exc, Exception):
+            return None
+        index, failure = self.failures[-1]
+        if not (failure.replica and failure.sent and not self.retry_after_send):
+            return None
+        error = WriteOutcomeUnknownError(self.operation, self._balancer.addresses[index], failure.reason)
+        error.__cause__ = exc
+        return error
 
     def exhausted(self) -> AllReplicasUnavailableError:
         """The error for a statement whose every attempt failed on a replica."""
@@ -178,13 +203,16 @@ class StatementAttempts:
             last[addresses[index]] = failure.reason
             attempts.append(AttemptFailure(addresses[index], number, failure.reason))
         logger.error("%s failed on every replica: %s", self.operation, "; ".join(map(str, attempts[-self.size :])))
+        sent = any(failure.sent for _, failure in self.failures)
+        may_have_been_applied = self.write and sent
         if self.deadline.seconds is not None and self.out_of_time():
-            sent = any(failure.sent for _, failure in self.failures)
             return StatementTimeoutError(
                 attempts, last, timeout=self.deadline.seconds,
-                may_have_been_applied=sent and not self.retry_after_send,
+                may_have_been_applied=may_have_been_applied, write=self.write,
             )
-        return AllReplicasUnavailableError(attempts, last)
+        return AllReplicasUnavailableError(
+            attempts, last, may_have_been_applied=may_have_been_applied, write=self.write
+        )
 
 
 # tenacity's stop, wait and retry callbacks: the statement's StatementAttempts is the first
@@ -236,6 +264,9 @@ def _first_attempt_failed(attempts: StatementAttempts, index: int, exc: BaseExce
     ran_on, error = _unwrap(exc)
     attempts.failed(index, error, ran_on=ran_on)
     if not attempts.should_retry(error):
+        unconfirmed = attempts.unconfirmed_write(error)
+        if unconfirmed is not None:
+            raise unconfirmed from error
         if error is not exc:  # not chained to the race's wrapper (we are inside its handler)
             raise error from error.__cause__
         raise error
@@ -286,7 +317,14 @@ def run_sync(attempts: StatementAttempts, call: Callable[[int], T], policy: Retr
 
     The first attempt runs directly (the common case: it succeeds, and tenacity's per-call
     bookkeeping would cost as much as the statement's own client work); once it fails,
-    ``policy`` (:func:`sync_policy`) drives the remaining attempts."""
+    ``policy`` (:func:`sync_policy`) drives the remaining attempts. clickhouse-connect's
+    per-attempt transport warnings are the pool's to report meanwhile
+    (:mod:`clickhouse_lb._driver_logs`)."""
+    with handled_by_pool():
+        return _run_sync(attempts, call, policy)
+
+
+def _run_sync(attempts: StatementAttempts, call: Callable[[int], T], policy: Retrying) -> T:
     index = attempts.begin()
     try:
         result = call(index)
@@ -300,6 +338,11 @@ def run_sync(attempts: StatementAttempts, call: Callable[[int], T], policy: Retr
         return retried
     except RetryError as exc:
         raise attempts.exhausted() from exc.last_attempt.exception()
+    except Exception as exc:
+        unconfirmed = attempts.unconfirmed_write(exc)
+        if unconfirmed is None:
+            raise
+        raise unconfirmed from exc
 
 
 async def run_async(
@@ -307,6 +350,11 @@ async def run_async(
 ) -> T:
     """The asyncio twin of :func:`run_sync` (tenacity's AsyncRetrying). A cancelled attempt
     is not a replica failure: it counts nothing and cancels the statement."""
+    with handled_by_pool():
+        return await _run_async(attempts, call, policy)
+
+
+async def _run_async(attempts: StatementAttempts, call: Callable[[int], Awaitable[T]], policy: AsyncRetrying) -> T:
     index = attempts.begin()
     try:
         result = await call(index)
@@ -320,3 +368,8 @@ async def run_async(
         return retried
     except RetryError as exc:
         raise attempts.exhausted() from exc.last_attempt.exception()
+    except Exception as exc:
+        unconfirmed = attempts.unconfirmed_write(exc)
+        if unconfirmed is None:
+            raise
+        raise unconfirmed from exc

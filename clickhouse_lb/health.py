@@ -35,7 +35,7 @@ from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any, NamedTuple, Protocol
 
-from ._values import as_int
+from ._values import bounded
 from .errors import ConfigurationError
 from .events import ListenerSet, ProbeEvent, ReplicaDownEvent, logger
 from .settings import unknown_name_error
@@ -96,15 +96,6 @@ class HealthSettings:
 
 HEALTH_SETTING_NAMES: tuple[str, ...] = tuple(f.name for f in fields(HealthSettings))
 
-_MINIMUMS = {
-    "health_check_interval_ms": 0,
-    "health_check_fast_interval_ms": 1,
-    "health_check_timeout_ms": 1,
-    "health_check_rise": 1,
-    "health_check_fall": 1,
-    "health_check_delay_interval_ms": 0,
-}
-
 DEFAULT_HEALTH = HealthSettings()
 NO_PROBES = HealthSettings(health_check_interval_ms=0)
 
@@ -116,7 +107,7 @@ def parse_health_settings(values: Mapping[str, Any]) -> HealthSettings:
         if name not in HEALTH_SETTING_NAMES:
             raise unknown_name_error("health check setting", name, HEALTH_SETTING_NAMES)
         if value is not None:
-            parsed[name] = as_int(name, value, minimum=_MINIMUMS[name])
+            parsed[name] = int(bounded(name, value) or 0)
     settings = HealthSettings(**parsed)
     if settings.enabled and settings.health_check_fast_interval_ms > settings.health_check_interval_ms:
         raise ConfigurationError(

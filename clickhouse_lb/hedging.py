@@ -27,6 +27,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
+from ._values import bounded
 from .errors import ConfigurationError
 
 __all__ = ["AUTO", "HedgePolicy", "LatencyWindow", "parse_receive_data_timeout"]
@@ -54,7 +55,7 @@ def parse_receive_data_timeout(value: object) -> float | None:
         raise ConfigurationError(
             f"Bad receive_data_timeout_ms {raw!r}: expected a number of milliseconds > 0, or 'auto'"
         )
-    return float(value) / 1000.0
+    return float(bounded("receive_data_timeout_ms", float(value)) or 0.0) / 1000.0
 
 
 @dataclass(frozen=True)

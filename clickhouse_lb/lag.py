@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._values import as_bool, as_int
+from ._values import as_bool, bounded
 from .errors import AllReplicasStaleError
 
 __all__ = ["LAG_SETTING_NAMES", "LagSettings", "order_by_freshness", "parse_lag_settings"]
@@ -53,7 +53,7 @@ def parse_lag_settings(values: Mapping[str, Any], base: LagSettings = DEFAULT_LA
     return LagSettings(
         base.max_replica_delay_for_distributed_queries
         if max_delay is None
-        else as_int("max_replica_delay_for_distributed_queries", max_delay, minimum=0),
+        else int(bounded("max_replica_delay_for_distributed_queries", max_delay) or 0),
         base.fallback_to_stale_replicas_for_distributed_queries
         if fallback is None
         else as_bool("fallback_to_stale_replicas_for_distributed_queries", fallback),

@@ -27,6 +27,7 @@ from urllib3 import Timeout
 from ._client_api import STATEMENT_METHODS, SyncClientAPI
 from ._client_members import read_statement
 from ._drive_sync import SyncDriver
+from ._driver_logs import handled_by_pool
 from ._pool_base import ClientSlot, PinnedBase, PoolBase, client_options_for, kill_query_sql, pin_options
 from ._statements import settings_positions
 from ._transport import current_attempt, quiet_transport, set_client_timeouts, tracking_pool_manager
@@ -177,7 +178,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         self._check_open()
         call = self._prepare(method, args, kwargs)
         order = self._fresh_first(self._balancer.plan_indices(call.overrides), call.settings)
-        attempts = self._attempts(method, order, retry_after_send=call.retry_after_send)
+        attempts = self._attempts(method, order, retry_after_send=call.retry_after_send, write=call.write)
         plan = self._statement_plan(attempts, call)
 
         def run(index: int, query_id: str | None) -> Any:
@@ -256,7 +257,8 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         (temporary tables, SET). Close it when done; :meth:`session` does that for you."""
         self._check_open()
         extra = pin_options(session)
-        attempts = self._attempts("session", self._fresh_first(self._balancer.plan_indices()), retry_after_send=True)
+        order = self._fresh_first(self._balancer.plan_indices())
+        attempts = self._attempts("session", order, retry_after_send=True, write=False)
 
         def connect(index: int) -> tuple[int, Client]:
             return index, self._new_client(index, **extra)
@@ -316,9 +318,10 @@ class PinnedSession(SyncClientAPI, PinnedBase[Client]):
     def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call = self._prepare(method, args, kwargs)
         try:
-            return getattr(self.client, method)(*call.args, **call.kwargs)
+            with handled_by_pool():  # a failure here is reported as SessionLostError
+                return getattr(self.client, method)(*call.args, **call.kwargs)
         except Exception as exc:
-            lost = self._lost(exc)
+            lost = self._lost(exc, call.write)
             if lost is None:
                 raise
             raise lost from exc

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._redact import mask_options
-from ._values import as_bool
+from ._redact import mask_options, shown
+from ._values import LIMITS, as_bool, bounded
 from .attempt_settings import ATTEMPT_SETTING_NAMES, CLIENT_TIMEOUT_OPTIONS, AttemptSettings, parse_attempt_settings
 from .errors import ConfigurationError
 from .health import DEFAULT_HEALTH, HEALTH_SETTING_NAMES, HealthSettings, parse_health_settings
@@ -167,6 +167,58 @@ class PoolConfig:
 #: Every setting a pool takes by name: balancing, health probes, replica lag.
 POOL_SETTING_NAMES: tuple[str, ...] = (*BALANCING_SETTING_NAMES, *HEALTH_SETTING_NAMES, *LAG_SETTING_NAMES)
 _OWN_SECTIONS = (*HEALTH_SETTING_NAMES, *LAG_SETTING_NAMES)
+#: ``compress=``: a boolean, or one of these algorithms (clickhouse-connect's).
+COMPRESS_CHOICES = ("lz4", "zstd", "br", "brotli", "gzip", "deflate")
+_BOOL_OPTIONS = frozenset(
+    {"secure", "verify", "autogenerate_session_id", "apply_server_timezone", "show_clickhouse_errors"}
+)
+_STR_OPTIONS = frozenset({"username", "password", "database", "access_token", "ca_cert", "client_cert",
+                          "client_cert_key", "server_host_name", "http_proxy", "https_proxy", "tls_mode"})
+
+
+def check_client_option(name: str, value: Any) -> Any:
+    """One clickhouse-connect option, checked before any I/O (the ones whose bad values would
+    otherwise fail only at the first statement). A string from a DSN or URL becomes the type
+    the client wants; a valid non-string value is returned unchanged."""
+    if value is None:
+        return None
+    if name in LIMITS:
+        number = bounded(name, value)
+        return number if isinstance(value, str) else value
+    if name in _BOOL_OPTIONS:
+        return as_bool(name, value)
+    if name in _STR_OPTIONS:
+        if not isinstance(value, str):
+            raise ConfigurationError(f"Bad {name} {shown(value)}: expected a string")
+        return value
+    if name == "compress":
+        return _compress(value)
+    if name == "interface":
+        if not isinstance(value, str) or value.strip().lower() not in ("http", "https"):
+            raise ConfigurationError(f"Bad interface {shown(value)}: expected 'http' or 'https'")
+        return value.strip().lower()
+    if name == "settings":
+        if not isinstance(value, Mapping) or not all(isinstance(key, str) and key for key in value):
+            raise ConfigurationError(
+                f"Bad settings {shown(value)}: expected a mapping of server setting names to values, "
+                "such as settings={'max_threads': 4}"
+            )
+        return value
+    return value
+
+
+def _compress(value: Any) -> bool | str:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in COMPRESS_CHOICES:
+            return text
+        if text in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+            return as_bool("compress", text)
+    raise ConfigurationError(
+        f"Bad compress {shown(value)}: expected true, false or one of {', '.join(COMPRESS_CHOICES)}"
+    )
 
 
 def balancing_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
@@ -188,7 +240,13 @@ def resolve_pool_config(
     """Merge a DSN and keyword arguments (keywords win), validate every name and value.
     Health-check (``health_check_*``) and lag settings may come in ``balancing`` or among the
     client options (``**kwargs``); a DSN carries them as query parameters. ``share_state``:
-    None takes the DSN's ``share_state=``, or True."""
+    None takes the DSN's ``share_state=``, or True.
+    """
+    if dsn is not None and hosts is not None:
+        raise ConfigurationError(
+            "Give the replicas once: hosts= or a dsn with its hosts, not both "
+            "(extra hosts go in the dsn: clickhouse://ch-1,ch-2:8123/db or ?host=ch-3:8123)"
+        )
     options = dict(client_options)
     own = {name: options.pop(name) for name in _OWN_SECTIONS if name in options}
     options = create_client_spellings(options, valid_client_options)
@@ -196,6 +254,8 @@ def resolve_pool_config(
     own.update({name: balancing.pop(name) for name in _OWN_SECTIONS if name in balancing})
     own = {name: value for name, value in own.items() if value is not None}
     for name in options:
+        if not isinstance(name, str):
+            raise unknown_name_error("option", name, valid_client_options)
         if name in _POOL_OWNED:
             raise ConfigurationError(f"Option {name!r} is not accepted by a pool: {_POOL_OWNED[name]}")
         if name not in valid_client_options and name not in CLIENT_TIMEOUT_OPTIONS:
@@ -243,6 +303,7 @@ def resolve_pool_config(
         raise ConfigurationError(
             "No replicas given: pass hosts=['ch-1:8123', 'ch-2:8123'] or dsn='clickhouse://ch-1:8123,ch-2:8123/db'"
         )
+    options = {name: check_client_option(name, value) for name, value in options.items()}
     settings = parse_balancing_settings(given)
     health = parse_health_settings({k: v for k, v in own.items() if k in HEALTH_SETTING_NAMES})
     lag = parse_lag_settings({k: v for k, v in own.items() if k in LAG_SETTING_NAMES})

@@ -8,12 +8,14 @@ credentials masked).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import ipaddress
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from ._redact import mask_credentials, redact_dsn
-from ._values import as_bool, parse_priorities
+from ._redact import mask_credentials, redact_dsn, shown
+from ._values import as_bool, as_priority, parse_priorities
 from .errors import ConfigurationError
 from .settings import BALANCING_SETTING_NAMES
 
@@ -42,14 +44,11 @@ class Replica:
     priority: int = 1
 
     def __post_init__(self) -> None:
-        if not isinstance(self.host, str) or not self.host or any(c in self.host for c in " /@?#,"):
-            shown = mask_credentials(self.host) if isinstance(self.host, str) else self.host
-            raise ConfigurationError(f"Bad replica host {shown!r}: expected a host name or IP address")
+        check_host_name(self.host)
         port = self.port
         if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-            raise ConfigurationError(f"Bad port {port!r} for replica {self.host!r}: expected 1..65535")
-        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
-            raise ConfigurationError(f"Bad priority {self.priority!r} for replica {self.host!r}: expected an integer")
+            raise ConfigurationError(f"Bad port {shown(port)} for replica {self.host!r}: expected 1..65535")
+        as_priority(self.priority, f"priority of replica {self.host!r}")
 
     @property
     def address(self) -> str:
@@ -61,33 +60,77 @@ class Replica:
         return self.address
 
 
+#: One DNS label (RFC 1123; '_' tolerated, as resolvers and Docker service names use it).
+_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
+_MAX_HOST = 253
+
+
+def check_host_name(host: object) -> str:
+    """A replica host as the pool keeps it: a DNS name (RFC 1123 labels, at most 253
+    characters, one trailing dot allowed), an IPv4 address, or an IPv6 address (without
+    brackets; a ``%zone`` suffix allowed). Anything else (spaces, CR/LF, NUL, zero-width or
+    other non-ASCII characters, ``host:port:port``, '999.1.1.1') is a ConfigurationError."""
+    expected = "expected a host name (RFC 1123), an IPv4 address or an IPv6 address"
+    if not isinstance(host, str) or not host:
+        raise ConfigurationError(f"Bad replica host {shown(host)}: {expected}")
+    if ":" in host:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ConfigurationError(
+                f"Bad replica host {shown(mask_credentials(host))}: not an IPv6 address "
+                "(write host:port, or an IPv6 address in brackets: [::1]:8123)"
+            ) from None
+        return host
+    name = host[:-1] if host.endswith(".") else host
+    labels = name.split(".")
+    if all(label.isascii() and label.isdigit() for label in labels):
+        try:
+            ipaddress.IPv4Address(name)
+        except ValueError:
+            raise ConfigurationError(f"Bad replica host {shown(host)}: not an IPv4 address") from None
+        return host
+    if len(name) > _MAX_HOST or not all(_LABEL.fullmatch(label) for label in labels):
+        raise ConfigurationError(f"Bad replica host {shown(mask_credentials(host))}: {expected}")
+    return host
+
+
 def _parse_port(text: str, original: str) -> int:
-    if not text.isdigit():
-        raise ConfigurationError(f"Bad port {text!r} in host {original!r}: expected 1..65535")
-    port = int(text)
-    if not 0 < port < 65536:
-        raise ConfigurationError(f"Bad port {port} in host {original!r}: expected 1..65535")
-    return port
+    if not (text.isascii() and text.isdigit()) or len(text) > 5 or not 0 < int(text) < 65536:
+        plain = text.isascii() and text.isdigit() and len(text) < 12
+        raise ConfigurationError(
+            f"Bad port {text if plain else shown(text)} in host {shown(original)}: expected 1..65535"
+        )
+    return int(text)
 
 
-def parse_host(text: str, default_port: int = DEFAULT_HTTP_PORT, priority: int = 1) -> Replica:
+def parse_host(text: object, default_port: int = DEFAULT_HTTP_PORT, priority: int = 1) -> Replica:
     """``"ch-1:8123"``, ``"ch-1"``, ``"[::1]:8123"``, ``"::1"`` -> :class:`Replica`."""
+    if not isinstance(text, str):
+        raise ConfigurationError(f"Bad host {shown(text)}: expected a string 'host:port' or a clickhouse_lb.Replica")
     original = text
     text = text.strip()
     if not text:
         raise ConfigurationError(f"Bad host {original!r}: empty")
-    if "@" in text or "://" in text:
+    if "@" in text or "://" in text or "?" in text or "#" in text or "=" in text:
         raise ConfigurationError(
-            f"Bad host {mask_credentials(text)!r}: a host is 'host:port'; give credentials as "
+            f"Bad host {shown(mask_credentials(text))}: a host is 'host:port'; give credentials as "
             "username=/password=, or the whole URL as dsn="
         )
     if text.startswith("["):
         host, sep, rest = text[1:].partition("]")
-        if not sep or (rest and not rest.startswith(":")):
-            raise ConfigurationError(f"Bad host {original!r}: expected [ipv6]:port")
+        if not sep or (rest and not rest.startswith(":")) or ":" not in host:
+            raise ConfigurationError(f"Bad host {shown(original)}: expected [ipv6]:port")
         port = _parse_port(rest[1:], original) if rest else default_port
         return Replica(host, port, priority)
-    if text.count(":") > 1:  # a bare IPv6 address
+    if text.count(":") > 1:  # a bare IPv6 address, without a port
+        try:
+            ipaddress.IPv6Address(text)
+        except ValueError:
+            raise ConfigurationError(
+                f"Bad host {shown(original)}: more than one ':' but not an IPv6 address "
+                "(write host:port, or [ipv6]:port)"
+            ) from None
         return Replica(text, default_port, priority)
     host, sep, port_text = text.partition(":")
     port = _parse_port(port_text, original) if sep else default_port
@@ -103,8 +146,13 @@ def parse_replicas(
     """Normalise ``hosts`` (a comma-separated string, or a list of strings and Replicas)."""
     if isinstance(hosts, (str, Replica)):
         items: list[str | Replica] = [hosts]
-    else:
+    elif isinstance(hosts, Iterable) and not isinstance(hosts, (bytes, bytearray, Mapping)):
         items = list(hosts)
+    else:
+        raise ConfigurationError(
+            f"Bad hosts {shown(hosts)}: expected 'h1:8123,h2:8123', a list of 'host:port' strings "
+            "and clickhouse_lb.Replica objects, or one Replica"
+        )
     flat: list[str | Replica] = []
     for item in items:
         if isinstance(item, str):
@@ -112,7 +160,7 @@ def parse_replicas(
         elif isinstance(item, Replica):
             flat.append(item)
         else:
-            raise ConfigurationError(f"Bad host {item!r}: expected 'host:port' or clickhouse_lb.Replica")
+            raise ConfigurationError(f"Bad host {shown(item)}: expected 'host:port' or clickhouse_lb.Replica")
     if not flat:
         raise ConfigurationError("No replicas given: pass hosts=['ch-1:8123', ...] or a dsn with hosts")
     if priorities is not None and len(priorities) not in (1, len(flat)):
@@ -158,16 +206,44 @@ _DSN_SCHEMES = {
 }
 
 
+def _check_raw_userinfo(dsn: str) -> None:
+    """A password holding a raw '/', '?' or '#' ends the URL's authority early, and the rest
+    would be read as hosts, ports or a database; refuse it, masked, with the fix."""
+    scheme, sep, rest = dsn.partition("://")
+    if not sep:
+        return
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    authority, tail = rest[:end], rest[end:]
+    if "@" in authority or "@" not in tail:
+        return
+    path_or_fragment = tail.split("?", 1)[0] + (tail.split("#", 1)[1] if "#" in tail else "")
+    _user, colon, port = authority.partition(":")
+    bad_port = colon and not (port.isascii() and port.isdigit())
+    if "@" in path_or_fragment or bad_port:
+        raise ConfigurationError(
+            f"Bad dsn {shown(scheme + '://***@' + dsn.rpartition('@')[2])}: the user name or password seems "
+            "to hold a raw '/', '?' or '#'; percent-encode them (urllib.parse.quote(password, safe=''))"
+        )
+
+
 def parse_dsn(dsn: str) -> DsnParts:
     """Parse a multi-host DSN. Hosts: ``h1:8123,h2:8123`` in the authority and/or repeated
     ``host=`` / ``alt_hosts=`` query parameters; ``priority=0,1,1`` gives per-host priorities.
     Balancing settings are taken by their ClickHouse names; every other query parameter is
     returned in ``options`` (clickhouse-connect client options or server settings)."""
-    parts = urlsplit(dsn)
+    if not isinstance(dsn, str):
+        raise ConfigurationError(
+            f"Bad dsn {shown(dsn)}: expected a string such as 'clickhouse://user:pw@ch-1:8123,ch-2:8123/db'"
+        )
+    _check_raw_userinfo(dsn)
+    try:
+        parts = urlsplit(dsn)
+    except ValueError as exc:
+        raise ConfigurationError(f"Bad dsn {shown(redact_dsn(dsn))}: {exc}") from None
     scheme = parts.scheme.lower()
     if scheme not in _DSN_SCHEMES:
         raise ConfigurationError(
-            f"Bad DSN scheme {parts.scheme!r}; valid: {', '.join(sorted(_DSN_SCHEMES))}"
+            f"Bad DSN scheme {shown(parts.scheme)}; valid: {', '.join(sorted(_DSN_SCHEMES))}"
         )
     secure = _DSN_SCHEMES[scheme]
     userinfo, _, hostlist = parts.netloc.rpartition("@")
@@ -181,7 +257,11 @@ def parse_dsn(dsn: str) -> DsnParts:
     balancing: dict[str, str] = {}
     options: dict[str, str] = {}
     priorities: list[int] | None = None
+    seen: set[str] = set()
     for key, value in query:
+        if key in seen and key not in ("host", "alt_hosts"):
+            raise ConfigurationError(f"DSN parameter {shown(key)} is given more than once: give it once")
+        seen.add(key)
         if key in ("host", "alt_hosts"):
             hosts.extend(h for h in value.split(",") if h.strip())
         elif key == "priority":

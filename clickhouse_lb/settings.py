@@ -15,9 +15,10 @@ from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any
 
-from ._values import as_bool, as_int, as_seconds
+from ._redact import shown
+from ._values import LIMITS, as_bool, bounded
 from .attempt_settings import ATTEMPT_SETTING_NAMES, normalize_attempt_setting
-from .errors import ConfigurationError
+from .errors import ConfigurationError, did_you_mean
 from .watch import LIVENESS_DEFAULTS
 
 __all__ = [
@@ -61,8 +62,10 @@ class LoadBalancing(str, Enum):
                 return cls(value.strip().lower())
             except ValueError:
                 pass
-        choices = ", ".join(m.value for m in cls)
-        raise ConfigurationError(f"Unknown load_balancing {value!r}; valid choices: {choices}")
+        choices = [m.value for m in cls]
+        raise ConfigurationError(
+            f"Unknown load_balancing {shown(value)}{did_you_mean(value, choices)}; valid choices: {', '.join(choices)}"
+        )
 
     @property
     def uses_hostnames(self) -> bool:
@@ -115,51 +118,46 @@ class BalancingSettings:
 
 BALANCING_SETTING_NAMES: tuple[str, ...] = tuple(f.name for f in fields(BalancingSettings))
 
-_INT_SETTINGS = {
-    "load_balancing_first_offset": None,  # any integer: taken modulo n
-    "distributed_replica_error_cap": 0,
-    "distributed_replica_max_ignored_errors": 0,
-    "connections_with_failover_max_tries": 1,
-    "connect_timeout_with_failover_ms": 1,
-    "failover_backoff_ms": 0,
-}
+#: Every numeric balancing setting has its bounds in :data:`clickhouse_lb._values.LIMITS`.
+_NUMERIC_SETTINGS = frozenset(name for name in BALANCING_SETTING_NAMES if name in LIMITS)
 
 
 def unknown_name_error(kind: str, name: str, valid: Iterable[str]) -> ConfigurationError:
     """An error for an unknown option: the name, the closest valid names, and where the list is."""
     valid = sorted(valid)
-    close = difflib.get_close_matches(name, valid, n=3, cutoff=0.6)
+    close = difflib.get_close_matches(name, valid, n=3, cutoff=0.6) if isinstance(name, str) else []
     hint = f" Did you mean {', '.join(close)}?" if close else ""
-    return ConfigurationError(f"Unknown {kind} {name!r}.{hint} Valid: {', '.join(valid)}")
+    return ConfigurationError(f"Unknown {kind} {shown(name)}.{hint} Valid: {', '.join(valid)}")
+
+
+def parse_local_hostname(value: object) -> str | None:
+    """``local_hostname``: a host name of at most 253 printable characters, or None."""
+    if value is None:
+        return None
+    text = value.strip() if isinstance(value, str) else None
+    if not text or len(text) > 253 or not text.isprintable() or any(c.isspace() for c in text):
+        raise ConfigurationError(
+            f"Bad local_hostname {shown(value)}: expected a host name (1..253 printable characters)"
+        )
+    return text
 
 
 def parse_balancing_settings(values: Mapping[str, Any]) -> BalancingSettings:
     """Validate balancing settings given by name (strings allowed); unknown names are errors."""
     parsed: dict[str, Any] = {}
     for name, value in values.items():
-        if name not in BALANCING_SETTING_NAMES:
+        if not isinstance(name, str) or name not in BALANCING_SETTING_NAMES:
             raise unknown_name_error("balancing setting", name, BALANCING_SETTING_NAMES)
         if name == "load_balancing":
             parsed[name] = LoadBalancing.parse(value)
         elif name == "local_hostname":
-            if value is not None and (not isinstance(value, str) or not value.strip()):
-                raise ConfigurationError(f"Bad local_hostname {value!r}: expected a non-empty host name")
-            parsed[name] = value.strip() if isinstance(value, str) else None
-        elif name == "distributed_replica_error_half_life":
-            parsed[name] = as_seconds(name, value)
-        elif name == "least_loaded_decay_time":
-            seconds = as_seconds(name, value)
-            if not seconds:
-                raise ConfigurationError(f"Bad {name} {value!r}: must be > 0 seconds")
-            parsed[name] = seconds
-        elif name == "failover_timeout":
-            parsed[name] = as_seconds(name, value, allow_none=True)
+            parsed[name] = parse_local_hostname(value)
         elif name == "auto_insert_deduplication_token":
             parsed[name] = as_bool(name, value)
         elif name in ATTEMPT_SETTING_NAMES:
             parsed[name] = normalize_attempt_setting(name, value)
         else:
-            parsed[name] = as_int(name, value, minimum=_INT_SETTINGS[name])
+            parsed[name] = bounded(name, value)
     return BalancingSettings(**parsed)
 
 
@@ -202,10 +200,10 @@ def split_statement_settings(
     overrides = StatementOverrides(
         load_balancing=LoadBalancing.parse(lb) if lb is not None else None,
         load_balancing_first_offset=(
-            as_int("load_balancing_first_offset", offset, minimum=None) if offset is not None else None
+            int(bounded("load_balancing_first_offset", offset) or 0) if offset is not None else None
         ),
         distributed_replica_max_ignored_errors=(
-            as_int("distributed_replica_max_ignored_errors", ignored) if ignored is not None else None
+            int(bounded("distributed_replica_max_ignored_errors", ignored) or 0) if ignored is not None else None
         ),
     )
     return overrides, rest

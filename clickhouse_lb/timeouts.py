@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ._values import LIMITS, bounded
 from .errors import ConfigurationError
 
 __all__ = [
@@ -58,7 +59,10 @@ def parse_seconds(name: str, value: object, *, unit: str = "s") -> float:
         raise ConfigurationError(
             f"Bad {name} {raw!r}: expected a number of {'milliseconds' if unit == 'ms' else 'seconds'} > 0"
         )
-    return float(value) / 1000.0 if unit == "ms" else float(value)
+    number = float(value)
+    if name in LIMITS:  # the range every setting is checked against
+        number = float(bounded(name, number) or 0.0)
+    return number / 1000.0 if unit == "ms" else number
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -146,6 +147,16 @@ def test_demo_end_to_end(demo_env: dict[str, str]) -> None:
     assert "[NO" not in out
     for strategy in ("round_robin", "in_order", "random", "nearest_hostname", "first_or_random"):
         assert f"\n  {strategy} " in out
+    assert re.search(r"^takes about \d+ s", out, re.MULTILINE), out
+    assert "errors_count: failed attempts the pool counted against a replica" in out
+    # The summary counts the failover part only, and its claim quotes its own table.
+    assert "the strategy tour is not counted" in out
+    claim = re.search(r"\[yes\] (r\d)'s errors rose while it was down \((\d+) recorded\)", out)
+    assert claim is not None, out
+    victim, recorded = claim.groups()
+    row = re.search(rf"^  {victim} .*$", out.split("Summary of parts 2 and 3")[1], re.MULTILINE)
+    assert row is not None, out
+    assert row.group(0).split()[-1] == recorded, out
     assert err == ""  # the library's logs stay quiet without -v
     assert replica_processes(proc.pid) == []
     assert elapsed < 60

@@ -20,7 +20,7 @@ from hang_faults import pause
 
 import clickhouse_lb
 from clickhouse_lb import AllReplicasUnavailableError
-from clickhouse_lb.errors import AttemptAbandonedError, StatementTimeoutError
+from clickhouse_lb.errors import AttemptAbandonedError, StatementTimeoutError, WriteOutcomeUnknownError
 from clickhouse_lb.testing import ClusterBase
 
 WHO = "SELECT getMacro('replica')"
@@ -172,13 +172,28 @@ def test_a_write_on_a_hung_replica_says_it_may_have_been_applied(cluster: Cluste
         assert pool.command(WHO) == "r1"
         pause(cluster, 0)
         started = time.monotonic()
-        with pytest.raises(AttemptAbandonedError) as caught:
+        with pytest.raises(WriteOutcomeUnknownError) as caught:
             pool.command(f"INSERT INTO {table} VALUES (1)")  # no deduplication token: not retryable
         assert time.monotonic() - started < 4.5  # three failed liveness checks, before the 5 s deadline
-        assert caught.value.kind == "hung"
+        assert caught.value.may_have_been_applied
         assert "may have been applied" in str(caught.value)
+        abandoned = caught.value.__cause__
+        assert isinstance(abandoned, AttemptAbandonedError)
+        assert abandoned.kind == "hung"
         assert pool.replicas[0].errors_count == 1
         assert count(cluster, 1, table) == 0  # not repeated elsewhere
+
+
+def test_an_idempotent_write_fails_over_from_a_hung_replica_like_a_read(cluster: ClusterBase, table: str) -> None:
+    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", failover_timeout=5) as pool:
+        assert pool.command(WHO) == "r1"
+        pool.client(cluster.hosts[1]).command("SELECT 1")
+        pause(cluster, 0)
+        started = time.monotonic()
+        pool.command(f"INSERT INTO {table} VALUES (3)", settings={"idempotent": True})
+        assert time.monotonic() - started < 2.5  # one failed liveness check, not three, not the deadline
+        assert pool.replicas[0].errors_count == 1
+        assert count(cluster, 1, table) == 1  # applied on the next replica
 
 
 def test_a_write_bounded_by_the_deadline_raises_a_statement_timeout(cluster: ClusterBase, table: str) -> None:

@@ -11,6 +11,7 @@ import logging
 import socket
 import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -67,6 +68,12 @@ def test_bad_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str
         main(argv)
     assert caught.value.code == 2
     assert "usage:" in capsys.readouterr().err
+
+
+def test_misspelt_strategy_gets_a_did_you_mean(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--strategy", "round_robbin"]) == 2
+    err = capsys.readouterr().err
+    assert "Unknown load_balancing 'round_robbin' (did you mean 'round_robin'?); valid choices: random" in err
 
 
 def test_unknown_strategy_exits_2_listing_the_valid_ones(capsys: pytest.CaptureFixture[str]) -> None:
@@ -263,7 +270,9 @@ def test_demo_without_chdb_says_how_to_install(monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(_demo, "chdb_available", lambda: False)
     assert main(["demo"]) == 2
-    assert "pip install 'clickhouse-lb[local]'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "pip install '.[local]'" in err
+    assert "pip install 'clickhouse-lb[local] @ git+https://github.com/clickhouse-lb/clickhouse-lb'" in err
 
 
 def test_timing_scales_with_duration() -> None:
@@ -354,6 +363,51 @@ def test_tally_and_claims() -> None:
                    {"others_served_while_down": 0}, {"returned_after": None}):
         broken = _demo.Claims(**{**claims.__dict__, **change})
         assert not broken.met, change
+
+
+def test_tally_counts_a_statement_in_the_phase_it_was_sent_in() -> None:
+    tally = _demo.Tally(["r1", "r2"])
+    sent_before = time.monotonic()
+    tally.served_by("r1", sent_before)
+    tally.next_phase()
+    tally.served_by("r2", sent_before)  # answered after the mark, sent before it
+    tally.served_by("r2", time.monotonic())
+    first, second = tally.phases()
+    assert (first["r1"], first["r2"], second["r1"], second["r2"]) == (1, 1, 0, 1)
+    assert tally.snapshot() == {"r1": 1, "r2": 2}
+
+
+def test_time_estimate_covers_every_phase_and_the_replica_starts() -> None:
+    timing = _demo.Timing.scaled(40.0, len(_demo.TOUR))
+    phases = (timing.per_strategy * len(_demo.TOUR) + timing.before_kill + timing.after_kill
+              + timing.after_restart)
+    assert _demo.estimated_seconds(timing, len(_demo.TOUR), 3.0) == pytest.approx(phases + 6.0)
+    assert _demo.estimated_seconds(timing, 1, 3.0) < _demo.estimated_seconds(timing, len(_demo.TOUR), 3.0)
+
+
+def test_summary_counts_the_failover_part_only_and_agrees_with_its_claims() -> None:
+    from collections import Counter
+    from types import SimpleNamespace
+
+    out = io.StringIO()
+    cluster = SimpleNamespace(names=["r1", "r2"], hosts=["127.0.0.11:1", "127.0.0.12:2"])
+    demo = _demo.Demo(cluster, _demo.DemoOptions(replicas=2), _demo.Timing.scaled(10.0, 5),
+                      _demo.Screen(out, live=False))
+    demo.total = Counter(r1=1000, r2=900)  # the strategy tour: not in the summary
+    demo.claims = _demo.Claims(
+        victim="r2", victim_errors=4, victim_served_while_down=0, others_served_while_down=50, returned_after=1.0,
+        phases={"before the kill": Counter(r1=10, r2=11), "while r2 was down": Counter(r1=50, r2=0),
+                "from the restart on": Counter(r1=20, r2=19)},
+        errors_recorded=Counter(r2=4), failovers=4,
+    )
+    demo.summary()
+    text = out.getvalue()
+    assert "the strategy tour is not counted" in text
+    assert "1000" not in text
+    rows = {line.split()[0]: line.split()[2:] for line in text.splitlines() if line.startswith(("  r1 ", "  r2 "))}
+    assert rows == {"r1": ["10", "50", "20", "0"], "r2": ["11", "0", "19", "4"]}
+    assert "statements 110, failed 0, failovers 4" in text
+    assert "r2's errors rose while it was down (4 recorded)" in text
 
 
 def test_status_watch_refreshes_count_times(abc: FakeCluster, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -583,7 +583,8 @@ def factory(request: pytest.FixtureRequest) -> Callable[..., Any]:
         (
             {"generic_args": {"user": "bob", "query_limit": "5", "compression": "lz4", "max_threads": "2",
                               "ch_max_memory_usage": "1000"}},
-            {"username": "bob", "query_limit": "5", "compress": "lz4",
+            # a string for a checked option becomes the type the client takes (issue 13)
+            {"username": "bob", "query_limit": 5, "compress": "lz4",
              "settings": {"max_threads": "2", "max_memory_usage": "1000"}},
         ),
     ],

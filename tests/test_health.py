@@ -86,9 +86,9 @@ def test_settings_come_as_strings_from_urls_and_zero_turns_probing_off() -> None
     ("values", "message"),
     [
         ({"health_check_intervall_ms": 5}, "Did you mean health_check_interval_ms"),
-        ({"health_check_rise": 0}, "Bad health_check_rise 0: must be >= 1"),
+        ({"health_check_rise": 0}, "Bad health_check_rise 0: expected 1..1000 consecutive probes"),
         ({"health_check_timeout_ms": "soon"}, "Bad health_check_timeout_ms 'soon': expected an integer"),
-        ({"health_check_interval_ms": -1}, "must be >= 0"),
+        ({"health_check_interval_ms": -1}, "Bad health_check_interval_ms -1: expected 0..3600000 ms (0: probes off)"),
         ({"health_check_fast_interval_ms": 2000}, "must not exceed health_check_interval_ms (1000)"),
     ],
 )

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError, ProgrammingError
 
-from clickhouse_lb.errors import AllReplicasUnavailableError, ConfigurationError
+from clickhouse_lb.errors import AllReplicasUnavailableError, ConfigurationError, WriteOutcomeUnknownError
 
 from . import fakes
 from .conftest import FakeClock
@@ -110,8 +110,43 @@ def test_write_is_not_retried_after_the_request_was_sent(flavour: Flavour) -> No
     with pytest.raises(OperationalError) as caught:
         flavour.run(pool.command("ALTER TABLE t DELETE WHERE 1"))
     assert not isinstance(caught.value, AllReplicasUnavailableError)
+    assert isinstance(caught.value, WriteOutcomeUnknownError)
+    assert caught.value.may_have_been_applied is True
+    assert "may have been applied" in str(caught.value)
+    assert "a:8123" in str(caught.value)
     assert abc["b"].calls == []
     assert errors(pool) == [1, 0, 0]  # the replica still failed
+
+
+def test_a_write_declared_idempotent_fails_over_after_sending(flavour: Flavour) -> None:
+    abc = flavour.cluster("a", "b", "c")
+    abc["a"].outcomes = [flavour.dropped_after_send]
+    pool = flavour.make_pool(abc, load_balancing="in_order")
+    flavour.run(pool.command("CREATE TABLE IF NOT EXISTS t (x UInt8) ENGINE Memory", settings={"idempotent": 1}))
+    assert len(abc["b"].calls) == 1
+    assert "idempotent" not in (abc["b"].calls[0][2].get("settings") or {})  # never reaches the server
+
+
+def test_every_failed_write_says_whether_it_may_have_been_applied(flavour: Flavour) -> None:
+    abc = flavour.cluster("a", "b")
+    abc["a"].outcomes = [flavour.refused] * 6
+    abc["b"].outcomes = [flavour.refused] * 6
+    pool = flavour.make_pool(abc, load_balancing="in_order")
+    with pytest.raises(AllReplicasUnavailableError) as never_sent:
+        flavour.run(pool.command("INSERT INTO t SELECT 1"))
+    assert never_sent.value.may_have_been_applied is False
+    assert "not applied" in str(never_sent.value)
+    abc["a"].outcomes = [flavour.dropped_after_send] * 6
+    abc["b"].outcomes = [flavour.refused] * 6
+    with pytest.raises(AllReplicasUnavailableError) as sent:
+        flavour.run(pool.command("INSERT INTO t SELECT 1", settings={"idempotent": True}))
+    assert sent.value.may_have_been_applied is True
+    assert "may have been applied" in str(sent.value)
+    abc["a"].outcomes = [flavour.refused] * 6
+    with pytest.raises(AllReplicasUnavailableError) as read:
+        flavour.run(pool.query("SELECT 1"))
+    assert read.value.may_have_been_applied is False
+    assert "applied" not in str(read.value)
 
 
 def test_errors_decay_and_the_replica_returns(flavour: Flavour) -> None:

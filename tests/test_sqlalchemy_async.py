@@ -178,7 +178,7 @@ async def test_url_parameters_reach_the_async_clients(stubs: StubCluster) -> Non
     assert options["database"] == "db"
     assert options["secure"] is True
     names = ("connector_limit", "keepalive_timeout", "send_receive_timeout")
-    assert [options[name] for name in names] == ["2", "5", 9.0]  # the timeout parsed by the pool
+    assert [options[name] for name in names] == [2, 5.0, 9.0]  # checked, and typed as the client wants
     assert options["settings"] == {"max_threads": "3", "priority": "5"}
     assert (await get_async_replica_pool(engine)).addresses == ["a:9000", "b:8443"]
 

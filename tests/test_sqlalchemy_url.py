@@ -186,7 +186,7 @@ def test_client_options_and_server_settings_are_split_like_clickhouse_connect() 
         "&ch_load_balancing=nearest_hostname&ch_priority=3&connect_timeout_with_failover_secure_ms=200"
     )
     options = got.config.client_options
-    assert options["compress"] == "false"
+    assert options["compress"] is False  # checked at create_engine, typed as the client wants
     assert "send_receive_timeout" not in options  # the pool's: it gives each client the exact value
     assert got.config.attempts.timeouts.receive == 30.0
     assert options["settings"] == {
@@ -342,3 +342,24 @@ def test_hung_replica_settings_come_from_the_url() -> None:
     assert attempts.timeouts.receive == 0.5
     assert got.config.settings.failover_timeout == 2.5
     assert "receive_timeout" not in (got.config.client_options.get("settings") or {})  # not a server setting
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("load_balancing=round_robbin", r"Unknown load_balancing 'round_robbin' \(did you mean 'round_robin'\?\)"),
+        ("secure=flase", r"Bad secure 'flase' \(did you mean 'false'\?\): expected true or false"),
+        ("interface=htps", r"Bad interface 'htps' \(did you mean 'https' or 'http'\?\): expected http or https"),
+    ],
+)
+def test_misspelt_values_get_a_did_you_mean(query: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        create_engine(f"clickhousedb+lb://u@ch-1,ch-2:8123/db?{query}")
+
+
+def test_per_host_ports_in_the_authority_fail_in_sqlalchemy_as_documented() -> None:
+    """SQLAlchemy parses the URL before any dialect is loaded, so the dialect cannot replace
+    this error; README.md and docs/sqlalchemy.md quote it and give the host= form, which works."""
+    with pytest.raises(ValueError, match=r"invalid literal for int\(\) with base 10: '8123,ch-2:9123'"):
+        create_engine("clickhousedb+lb://u@ch-1:8123,ch-2:9123/db")
+    assert addresses(args("clickhousedb+lb://u@/db?host=ch-1:8123&host=ch-2:9123")) == ["ch-1:8123", "ch-2:9123"]

@@ -1,7 +1,8 @@
 """SQLAlchemy support: the ``clickhousedb+lb://`` engine URL (Core, ORM, pandas, Superset).
 
-Registered through the ``sqlalchemy.dialects`` entry point, so after
-``pip install "clickhouse-lb[sqlalchemy]"``::
+Registered through the ``sqlalchemy.dialects`` entry point, so after installing
+the ``sqlalchemy`` extra (``pip install ".[sqlalchemy]"`` in a checkout, or
+``pip install "clickhouse-lb[sqlalchemy] @ git+https://github.com/clickhouse-lb/clickhouse-lb"``)::
 
     from sqlalchemy import create_engine
     engine = create_engine("clickhousedb+lb://user:pw@ch-1,ch-2,ch-3:8123/db?load_balancing=in_order")

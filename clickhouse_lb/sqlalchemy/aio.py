@@ -50,7 +50,8 @@ except ImportError as exc:  # greenlet or aiohttp missing, SQLAlchemy too old
     raise ImportError(
         "clickhousedb+lb_async is built on clickhouse-connect's async SQLAlchemy dialect and "
         f"clickhouse_lb's async pool, which cannot be imported here: {exc} (they need SQLAlchemy >= 2.0.44, "
-        'greenlet and aiohttp: pip install "clickhouse-lb[sqlalchemy,async]")'
+        "greenlet and aiohttp: the sqlalchemy and async extras, pip install '.[sqlalchemy,async]' in a "
+        "checkout of clickhouse-lb, or 'clickhouse-lb[sqlalchemy,async] @ git+https://github.com/clickhouse-lb/clickhouse-lb')"
     ) from exc
 
 if TYPE_CHECKING:

@@ -38,7 +38,7 @@ from sqlalchemy.engine import URL
 
 from clickhouse_lb._values import as_bool, parse_priorities
 from clickhouse_lb.attempt_settings import CLIENT_TIMEOUT_OPTIONS
-from clickhouse_lb.errors import ConfigurationError
+from clickhouse_lb.errors import ConfigurationError, did_you_mean
 from clickhouse_lb.pool_config import (
     POOL_SETTING_NAMES,
     SHARE_STATE,
@@ -116,7 +116,8 @@ def _values(query: Mapping[str, str | tuple[str, ...]], name: str) -> list[str]:
 def _single(query: Mapping[str, str | tuple[str, ...]], name: str) -> str | None:
     values = _values(query, name)
     if len(values) > 1:
-        raise ConfigurationError(f"URL parameter {name!r} is given {len(values)} times ({values}): give it once")
+        # The values are not shown: the parameter may be a password.
+        raise ConfigurationError(f"URL parameter {name!r} is given {len(values)} times: give it once")
     return values[0] if values else None
 
 
@@ -237,8 +238,12 @@ def engine_args_from_url(
         if value is not None:
             secure = secure or as_bool(name, value)
     interface = _single(query, "interface")
-    if interface is not None and interface.strip().lower() == "https":
-        secure = True
+    if interface is not None:
+        if interface.strip().lower() not in ("http", "https"):
+            raise ConfigurationError(
+                f"Bad interface {interface!r}{did_you_mean(interface, ('http', 'https'))}: expected http or https"
+            )
+        secure = secure or interface.strip().lower() == "https"
     session_text = _single(query, "autogenerate_session_id")
     session = default_session if session_text is None else as_bool("autogenerate_session_id", session_text)
     priority = _single(query, "priority")

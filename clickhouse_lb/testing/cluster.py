@@ -22,8 +22,11 @@ Same port: ``shared_port=True`` (or ``port=N``) runs every replica on its own lo
 and one shared port, for the ``a,b,c:PORT`` URL forms.
 
 No orphan processes: replicas are SIGKILLed by :meth:`close`, at interpreter exit (atexit), and
-each replica exits by itself when its parent process dies (parent watch; plus PR_SET_PDEATHSIG on
-Linux when the cluster is started from the main thread).
+die with their owner process in every case on Linux (PR_SET_PDEATHSIG, set for replicas started
+or restarted from any thread, paused or not; see :mod:`clickhouse_lb.testing._orphans`); elsewhere
+each replica exits when it sees its parent gone. After an owner was SIGKILLed, its temporary
+directory is left: :meth:`LocalCluster.cleanup_orphans` (or ``python -m
+clickhouse_lb.testing.cleanup``) removes it.
 
 Example::
 
@@ -55,7 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clickhouse_lb.testing import _replog
+from clickhouse_lb.testing import _orphans, _replog
 from clickhouse_lb.testing._base import ClusterBase, ClusterError
 from clickhouse_lb.testing._users import User, users_to_json
 
@@ -213,7 +216,7 @@ class LocalCluster(ClusterBase):
             if self._started:
                 return self
             if self._base_dir is None:
-                self._base_dir = Path(tempfile.mkdtemp(prefix="clickhouse-lb-cluster-"))
+                self._base_dir = Path(tempfile.mkdtemp(prefix=_orphans.DIR_PREFIX))
             self._base_dir.mkdir(parents=True, exist_ok=True)
             self._replicas = [
                 _Replica(i, name, f"127.0.0.{11 + i}" if self._distinct else "127.0.0.1", self._base_dir / name)
@@ -521,10 +524,10 @@ class LocalCluster(ClusterBase):
         if self.password:
             env["CLICKHOUSE_LB_REPLICA_PASSWORD"] = self.password
             cmd += ["--password-env", "CLICKHOUSE_LB_REPLICA_PASSWORD"]
-        if sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread():
-            cmd.append("--pdeathsig")  # PDEATHSIG follows the spawning thread: only safe from the main one
+        if sys.platform.startswith("linux"):
+            cmd.append("--pdeathsig")  # safe from any thread: _orphans.spawn forks from one long-lived thread
         with open(r.data_dir / "stderr.log", "ab") as err:
-            r.proc = subprocess.Popen(
+            r.proc = _orphans.spawn(
                 cmd,
                 cwd=str(r.data_dir),
                 env=env,
@@ -534,6 +537,15 @@ class LocalCluster(ClusterBase):
                 close_fds=True,
             )
         r.paused = False
+        if self._own_dir and self._base_dir is not None:
+            _orphans.write_marker(self._base_dir, [x.proc.pid for x in self._replicas if x.proc is not None])
+
+    @staticmethod
+    def cleanup_orphans(root: str | os.PathLike[str] | None = None) -> list[Path]:
+        """After an owner process was SIGKILLed: kill its leftover replicas and remove its
+        temporary directory (see :func:`clickhouse_lb.testing._orphans.cleanup_orphans`; also
+        ``python -m clickhouse_lb.testing.cleanup``). Returns the directories removed."""
+        return _orphans.cleanup_orphans(root)
 
     def _wait_all(self, replicas: list[_Replica]) -> None:
         deadline = time.monotonic() + self.startup_timeout

@@ -9,8 +9,8 @@ accepts connections. It logs to ``D/replica.log``, never to the terminal.
 Parent-death safety: a daemon thread polls ``os.getppid()`` and exits the process as soon as the
 parent is gone; with ``--pdeathsig`` (Linux) the kernel also sends SIGKILL when the parent dies,
 which works even while the replica is stopped by SIGSTOP. (PR_SET_PDEATHSIG fires when the
-*thread* that spawned the child exits, so the parent passes it only when spawning from its main
-thread.) SIGTERM and SIGINT stop the server cleanly.
+*thread* that spawned the child exits: the cluster spawns every replica from one long-lived
+thread, see :mod:`clickhouse_lb.testing._orphans`.) SIGTERM and SIGINT stop the server cleanly.
 """
 
 from __future__ import annotations
