@@ -7,7 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from clickhouse_lb.errors import AllReplicasUnavailableError, AttemptAbandonedError, StatementTimeoutError
+from clickhouse_lb._statements import prepare_call
+from clickhouse_lb.errors import (
+    AllReplicasUnavailableError,
+    AttemptAbandonedError,
+    StatementTimeoutError,
+    WriteOutcomeUnknownError,
+)
 from clickhouse_lb.failover import StatementAttempts, run_sync
 from clickhouse_lb.race import RaceFailure
 
@@ -108,3 +114,86 @@ def test_hedging_settings_are_validated_at_get_pool(abc: FakeCluster) -> None:
     assert pool.config.attempts.hedging.enabled
     assert pool.config.attempts.hedging.delay == pytest.approx(0.12)
     assert pool.hedged_requests == 0
+
+
+def _abandoned(address: str) -> AttemptAbandonedError:
+    return AttemptAbandonedError(address, "hung", "no answer to /ping", write=True)
+
+
+def test_a_hung_write_that_is_not_repeatable_raises_write_outcome_unknown(abc: FakeCluster) -> None:
+    pool = make_pool(abc, load_balancing="in_order")
+    attempts = StatementAttempts(pool.balancer, [0, 1, 2], operation="command", retry_after_send=False, write=True)
+    calls: list[int] = []
+
+    def attempt(index: int) -> str:
+        calls.append(index)
+        raise _abandoned(pool.balancer.addresses[index])
+
+    with pytest.raises(WriteOutcomeUnknownError) as caught:
+        run_sync(attempts, attempt)
+    assert calls == [0]  # not repeated elsewhere
+    assert caught.value.may_have_been_applied
+    assert isinstance(caught.value.__cause__, AttemptAbandonedError)
+    assert caught.value.__cause__.may_have_been_applied
+
+
+def test_a_hung_idempotent_write_fails_over_like_a_read(abc: FakeCluster) -> None:
+    pool = make_pool(abc, load_balancing="in_order")
+    call = prepare_call("command", ("INSERT INTO t SELECT 1",), {"settings": {"idempotent": True}}, None,
+                        auto_token=False)
+    assert call.write
+    assert not call.read_only  # never hedged
+    assert call.retry_after_send
+    attempts = StatementAttempts(pool.balancer, [0, 1, 2], operation="command",
+                                 retry_after_send=call.retry_after_send, write=call.write)
+
+    def attempt(index: int) -> str:
+        if index == 0:
+            raise _abandoned(pool.balancer.addresses[0])
+        return f"done@{index}"
+
+    assert run_sync(attempts, attempt) == "done@1"
+
+
+def test_a_write_past_its_deadline_may_have_been_applied(abc: FakeCluster) -> None:
+    pool = make_pool(abc, load_balancing="in_order", failover_timeout=0.000001)
+    attempts = StatementAttempts(pool.balancer, [0, 1, 2], operation="command", retry_after_send=False, write=True)
+
+    def attempt(index: int) -> str:
+        raise AttemptAbandonedError(pool.balancer.addresses[index], "deadline", "failover_timeout ran out", write=True)
+
+    with pytest.raises(StatementTimeoutError) as caught:
+        run_sync(attempts, attempt)
+    assert caught.value.may_have_been_applied
+    assert "may have been applied" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("liveness_ping_timeout_ms", 10**9), ("liveness_check_after_ms", 0.5), ("receive_data_timeout_ms", 10**12)],
+)
+def test_hung_replica_settings_are_bounded_by_the_limits_table(abc: FakeCluster, name: str, value: float) -> None:
+    from clickhouse_lb._values import LIMITS
+    from clickhouse_lb.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=name) as caught:
+        make_pool(abc, **{name: value})
+    assert LIMITS[name].describe() in str(caught.value)
+
+
+def test_a_hedged_read_on_worker_threads_is_the_pools_for_driver_logging(abc: FakeCluster) -> None:
+    """A hedged read's runs happen on worker threads, which do not inherit the statement's
+    context: each must mark itself as the pool's attempt, or clickhouse-connect's per-attempt
+    warnings would be printed for failures the pool handles."""
+    from clickhouse_lb._driver_logs import _IN_POOL_ATTEMPT
+
+    seen: list[bool] = []
+
+    def failing() -> BaseException:
+        seen.append(_IN_POOL_ATTEMPT.get())
+        return refused()
+
+    abc["a"].outcomes = [failing, "ok"]
+    pool = make_pool(abc, load_balancing="in_order", use_hedged_requests=1)
+    assert pool.query("SELECT 1") == "query@b"
+    assert seen == [True]
