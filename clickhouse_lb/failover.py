@@ -8,7 +8,9 @@ The attempts walk the plan in passes (r1, r2, r3, r1, r2, r3, ...), each replica
 * a replica failure counts an error against the replica at once (so that concurrent
   statements already route away), then the next attempt starts, unless the statement is
   not safe to repeat: a write whose request may have reached the server is retried only
-  when it carries an ``insert_deduplication_token``;
+  when it carries an ``insert_deduplication_token`` or ``settings={"idempotent": True}``;
+  otherwise it raises :class:`~clickhouse_lb.errors.WriteOutcomeUnknownError` (also when
+  the attempt was abandoned on a hung replica);
 * when no attempt is left, one :class:`~clickhouse_lb.errors.AllReplicasUnavailableError`
   lists every replica with its last failure; when the statement's ``failover_timeout`` ran
   out, its subclass :class:`~clickhouse_lb.errors.StatementTimeoutError` does.
