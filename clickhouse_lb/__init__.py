@@ -19,8 +19,10 @@ if TYPE_CHECKING:
     from .errors import (
         AllReplicasStaleError,
         AllReplicasUnavailableError,
+        AttemptAbandonedError,
         ConfigurationError,
         SessionLostError,
+        StatementTimeoutError,
         WriteOutcomeUnknownError,
     )
     from .events import (
@@ -39,6 +41,7 @@ __all__ = [
     "AllReplicasStaleError",
     "AllReplicasUnavailableError",
     "AsyncReplicaPool",
+    "AttemptAbandonedError",
     "BalancingSettings",
     "ConfigurationError",
     "ErrorRecordedEvent",
@@ -53,6 +56,7 @@ __all__ = [
     "ReplicaRecoveredEvent",
     "ReplicaStatus",
     "SessionLostError",
+    "StatementTimeoutError",
     "WriteOutcomeUnknownError",
     "__version__",
     "errors",
@@ -72,6 +76,7 @@ _EXPORTS = {
     "AllReplicasStaleError": ".errors",
     "AllReplicasUnavailableError": ".errors",
     "AsyncReplicaPool": ".aio",
+    "AttemptAbandonedError": ".errors",
     "BalancingSettings": ".settings",
     "ConfigurationError": ".errors",
     "ErrorRecordedEvent": ".events",
@@ -86,6 +91,7 @@ _EXPORTS = {
     "ReplicaRecoveredEvent": ".events",
     "ReplicaStatus": ".balancer",
     "SessionLostError": ".errors",
+    "StatementTimeoutError": ".errors",
     "WriteOutcomeUnknownError": ".errors",
     "get_async_pool": ".aio",
     "get_pool": ".pool",

@@ -11,6 +11,7 @@ one imports aiohttp, the sync one must not).
 from __future__ import annotations
 
 import dataclasses
+import threading
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -21,34 +22,46 @@ from clickhouse_connect.driver.exceptions import ProgrammingError
 
 from ._client_members import ClientChanges, ClientMembers, unknown_attribute_message
 from ._statements import PreparedCall, prepare_call
+from .attempt_plan import StatementPlan
 from .balancer import Balancer, ReplicaStatus, new_replica_set_state
 from .classify import classify
 from .errors import ReplicaConnectError, SessionLostError
 from .events import Listener, ListenerSet, check_listeners
 from .failover import StatementAttempts
 from .health import HealthMonitor, probe_statuses_off
+from .hedging import LatencyWindow
 from .lag import order_by_freshness, statement_lag_settings
-from .pool_config import PoolConfig, connect_timeout_argument
+from .pool_config import PoolConfig
 from .replicas import Replica
 from .settings import BalancingSettings, split_statement_settings
 from .shared_state import acquire_state
 from .stats import PoolStats, StatsSnapshot
+from .timeouts import client_timeout_arguments
 
-__all__ = ["ClientSlot", "PinnedBase", "PoolBase", "client_options_for", "connect_failure"]
+__all__ = ["ClientSlot", "PinnedBase", "PoolBase", "client_options_for", "connect_failure", "kill_query_sql"]
+
+
+def kill_query_sql(query_id: str) -> str:
+    """``KILL QUERY`` for one query id (best effort; ASYNC: the pool does not wait for it)."""
+    quoted = query_id.replace("\\", "\\\\").replace("'", "\\'")
+    return f"KILL QUERY WHERE query_id = '{quoted}' ASYNC"
 
 C = TypeVar("C")
 
 
 def client_options_for(config: PoolConfig, *, whole_seconds: bool) -> dict[str, Any]:
-    """Options given to every replica's client: the user's, plus the pool's defaults.
-    ``whole_seconds``: the client takes its connect timeout in whole seconds (the sync one,
-    at construction; the pool sets the fractional value on its transport afterwards)."""
+    """Options given to every replica's client: the user's, plus the pool's defaults and
+    timeouts. ``whole_seconds``: the client takes its timeouts in whole seconds (the sync one,
+    at construction; the pool sets the exact values on its transport afterwards, see
+    :func:`clickhouse_lb._transport.set_client_timeouts`); the async one takes floats."""
     options = dict(config.client_options)
     # Failover is the pool's job: the client's own retries would only delay it on one replica.
     options.setdefault("query_retries", 0)
-    timeout = config.connect_timeout_seconds
-    if timeout is not None:
-        options["connect_timeout"] = connect_timeout_argument(timeout) if whole_seconds else timeout
+    timeouts = config.attempts.timeouts
+    if whole_seconds:
+        options.update(client_timeout_arguments(timeouts))
+    else:
+        options.update(connect_timeout=timeouts.connect, send_receive_timeout=timeouts.socket)
     return options
 
 
@@ -151,6 +164,10 @@ class PoolBase(ClientMembers):
         # -------------------------------------------------------------------------------------
         self._balancer = balancer
         self._closed = False
+        #: Recent read latencies: the adaptive hedge delay (receive_data_timeout_ms="auto").
+        self._latencies = LatencyWindow()
+        self._hedges = 0
+        self._hedges_lock = threading.Lock()
         self._stats = PoolStats()
         self._balancer.listeners.add(self._stats)
         #: Decides the background probes (None when health_check_interval_ms=0); the pools
@@ -195,6 +212,16 @@ class PoolBase(ClientMembers):
     def stats(self) -> StatsSnapshot:
         """Running totals: statements, failovers, failures by kind, probes."""
         return self._stats.snapshot()
+
+    @property
+    def hedged_requests(self) -> int:
+        """Hedges started since the pool was created: the extra reads hedging cost (each is a
+        second copy of a read sent to another replica)."""
+        return self._hedges
+
+    def _count_hedge(self, index: int) -> None:
+        with self._hedges_lock:
+            self._hedges += 1
 
     def plan(self, load_balancing: str | None = None) -> list[str]:
         """``["host:port", ...]``: the order the next statement would try the replicas
@@ -276,6 +303,33 @@ class PoolBase(ClientMembers):
         return StatementAttempts(
             self._balancer, order, operation=operation, retry_after_send=retry_after_send, write=write
         )
+
+    def _statement_plan(self, attempts: StatementAttempts, call: PreparedCall) -> StatementPlan:
+        """How the statement's attempts wait (timeouts, liveness checks, deadline, hedging)."""
+        settings = call.attempt_settings.apply(self.config.attempts)
+        balancer = self._balancer
+        return StatementPlan(
+            settings=settings,
+            deadline=attempts.deadline,
+            addresses=balancer.addresses,
+            hedgeable=call.read_only and settings.hedging.enabled,
+            retry_safe=call.retry_after_send,
+            # A write's request that was sent may have been applied, repeatable or not.
+            write=call.write,
+            window=self._latencies,
+            # A run that failed while the other of a hedged race went on uses up its place in
+            # the schedule, as a failed attempt does.
+            count_failure=attempts.failed,
+            count_slowdown=balancer.record_slowdown,
+            hedge_candidate=attempts.hedge_candidate,
+            count_hedge=self._count_hedge,
+            query_id=call.query_id,
+        )
+
+    def _ping_url(self, index: int) -> str:
+        options = self.config.client_options
+        secure = bool(options.get("secure")) or str(options.get("interface", "")).lower() == "https"
+        return f"{'https' if secure else 'http'}://{self.config.replicas[index].address}/ping"
 
     def __repr__(self) -> str:
         return (

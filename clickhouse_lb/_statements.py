@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._values import as_bool
+from .attempt_settings import NO_STATEMENT_SETTINGS, StatementAttemptSettings, split_statement_attempt_settings
 from .settings import NO_OVERRIDES, StatementOverrides, split_statement_settings
 
 __all__ = ["INSERT_METHODS", "PreparedCall", "is_read_only", "prepare_call", "settings_positions"]
@@ -67,8 +68,29 @@ class PreparedCall:
     #: The statement's settings as they go to the server (balancing ones taken out).
     settings: Mapping[str, Any] | None = None
     #: Whether the statement may change data (not a read): its failure says whether it may
-    #: have been applied.
+    #: have been applied. A statement that is not a write only reads (it may be hedged).
     write: bool = True
+    #: Its own timeouts / hedging, from its ``settings=``.
+    attempt_settings: StatementAttemptSettings = NO_STATEMENT_SETTINGS
+    #: The ``query_id`` it gave in its settings, if any.
+    query_id: str | None = None
+    settings_position: int | None = None
+
+    def with_query_id(self, query_id: str | None) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The call's arguments with ``query_id`` among its settings (None: unchanged)."""
+        if query_id is None or query_id == self.query_id:
+            return self.args, self.kwargs
+        position = self.settings_position
+        args, kwargs = self.args, self.kwargs
+        if position is not None and len(args) > position and "settings" not in kwargs:
+            settings = {**(args[position] or {}), "query_id": query_id}
+            return (*args[:position], settings, *args[position + 1 :]), kwargs
+        return args, {**kwargs, "settings": {**(kwargs.get("settings") or {}), "query_id": query_id}}
+
+    @property
+    def read_only(self) -> bool:
+        """The statement only reads (the opposite of :attr:`write`): it may be hedged."""
+        return not self.write
 
 
 def _statement_text(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
@@ -97,6 +119,7 @@ def prepare_call(
         at = None
     settings = kwargs["settings"] if in_kwargs else args[at] if at is not None else None
     overrides, rest = split_statement_settings(settings) if settings else (NO_OVERRIDES, settings)
+    attempt_settings, rest = split_statement_attempt_settings(rest) if rest else (NO_STATEMENT_SETTINGS, rest)
     idempotent = False
     if rest and IDEMPOTENT in rest:
         idempotent = as_bool(IDEMPOTENT, rest[IDEMPOTENT])
@@ -120,4 +143,9 @@ def prepare_call(
             args = (*args[:at], rest, *args[at + 1 :])
         else:
             kwargs = {**kwargs, "settings": rest}
-    return PreparedCall(args, kwargs, overrides, retry_after_send, rest, write)
+    query_id = rest.get("query_id") if rest else None
+    return PreparedCall(
+        args, kwargs, overrides, retry_after_send, rest,
+        write=write, attempt_settings=attempt_settings,
+        query_id=str(query_id) if query_id is not None else None, settings_position=settings_position,
+    )

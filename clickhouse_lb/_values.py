@@ -80,6 +80,14 @@ LIMITS: dict[str, Bounds] = {
     "connector_limit": Bounds("int", 1, 100_000, "connections"),
     "connector_limit_per_host": Bounds("int", 1, 100_000, "connections"),
     "keepalive_timeout": Bounds("seconds", 0.0, _DAY, "seconds"),
+    # per-attempt timeouts, liveness checks and hedged reads (clickhouse_lb.attempt_settings);
+    # the *_ms ones are fractional milliseconds, checked as finite numbers
+    "send_timeout": Bounds("seconds", 0.001, 7 * _DAY, "seconds"),
+    "receive_timeout": Bounds("seconds", 0.001, 7 * _DAY, "seconds"),
+    "liveness_check_after_ms": Bounds("seconds", 1.0, _HOUR_MS, "ms (0: no liveness checks)"),
+    "liveness_ping_timeout_ms": Bounds("seconds", 1.0, _HOUR_MS, "ms"),
+    "liveness_check_interval_ms": Bounds("seconds", 1.0, _HOUR_MS, "ms"),
+    "receive_data_timeout_ms": Bounds("seconds", 1.0, _HOUR_MS, "ms, or 'auto'"),
 }
 
 

@@ -33,8 +33,9 @@ from clickhouse_connect.driver.exceptions import ProgrammingError
 from ._async_client_api import AsyncClientAPI
 from ._client_api import STATEMENT_METHODS
 from ._client_members import async_read_statement
+from ._drive_async import AsyncDriver
 from ._driver_logs import handled_by_pool
-from ._pool_base import ClientSlot, PinnedBase, PoolBase, client_options_for, pin_options
+from ._pool_base import ClientSlot, PinnedBase, PoolBase, client_options_for, kill_query_sql, pin_options
 from ._statements import settings_positions
 from .balancer import Balancer
 from .errors import ConfigurationError
@@ -119,10 +120,11 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
     ) -> None:
         super().__init__(config, listeners=listeners, balancer=balancer)
         self._factory: AsyncClientFactory = client_factory or clickhouse_connect.get_async_client
-        # The async client takes a fractional connect timeout natively.
+        # The async client takes fractional timeouts natively.
         self._options = client_options_for(config, whole_seconds=False)
         self._clients = [_Slot() for _ in config.replicas]
         self._policy = async_policy()
+        self._driver = AsyncDriver()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._hostname_resolved = config.settings.local_hostname is not None
         self._prober = (
@@ -232,12 +234,35 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         call = self._prepare(method, args, kwargs)
         order = self._fresh_first(await self._plan(call.overrides), call.settings)
         attempts = self._attempts(method, order, retry_after_send=call.retry_after_send, write=call.write)
+        plan = self._statement_plan(attempts, call)
+
+        async def run(index: int, query_id: str | None) -> Any:
+            args, kwargs = call.with_query_id(query_id)
+            client = await self._client(index)
+            return await getattr(client, method)(*args, **kwargs)
 
         async def attempt(index: int) -> Any:
-            client = await self._client(index)
-            return await getattr(client, method)(*call.args, **call.kwargs)
+            winner, result = await self._driver.run(plan.spec(index), run, self._replica_alive, self._kill_query)
+            if winner != index:  # a hedge answered first
+                self._balancer.record_success(winner)
+            return result
 
         return await run_async(attempts, attempt, self._policy)
+
+    async def _replica_alive(self, index: int, timeout: float) -> bool:
+        """A liveness check: ``/ping`` on a separate connection of the replica's aiohttp
+        session, within ``timeout`` seconds."""
+        client = self._clients[index].client
+        if client is None:
+            return True  # nothing to ask it with yet: leave the attempt to its timeouts
+        try:
+            return bool(await asyncio.wait_for(client.ping(timeout), timeout + 0.05))
+        except Exception:
+            return False
+
+    async def _kill_query(self, index: int, query_id: str) -> None:
+        client = await self._client(index)
+        await client.command(kill_query_sql(query_id))
 
     async def _call_read(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A client method that only reads (``create_insert_context``), on one replica with
@@ -384,6 +409,11 @@ def get_async_pool(
     health_check_fall: int | None = None,
     max_replica_delay_for_distributed_queries: int | None = None,
     fallback_to_stale_replicas_for_distributed_queries: bool | None = None,
+    use_hedged_requests: bool | int | None = None,
+    receive_data_timeout_ms: float | str | None = None,
+    liveness_check_after_ms: float | None = None,
+    liveness_ping_timeout_ms: float | None = None,
+    liveness_check_interval_ms: float | None = None,
     listeners: Iterable[Listener] = (),
     share_state: bool | None = None,
     connect_on_create: bool = True,

@@ -18,6 +18,7 @@ connection refused, DNS failure, connect timeout    no     urllib3 NewConnection
                                                            ClientConnectorError, ConnectionTimeoutError
 any replica failure while creating its client       no     ReplicaConnectError (the statement was
                                                            not sent: the client talks at creation)
+attempt abandoned by the pool (hung, timed out)     yes    AttemptAbandonedError
 socket timeout before a response, reset, cut short  yes    ReadTimeoutError, ProtocolError,
                                                            IncompleteRead, ServerDisconnectedError
 HTTP 429/502/503/504 from something in between      yes    a proxy or load balancer answering
@@ -27,7 +28,8 @@ server errors listed in REPLICA_ERROR_CODES         yes    NETWORK_ERROR 210, KE
 Each failure also has a ``kind`` (for metrics, and for the health probes: a successful ``/ping``
 disproves ``connect`` and ``disconnect`` failures, never a server's answer or a timeout):
 ``connect`` (never sent), ``disconnect`` (cut off after sending), ``timeout`` (no answer in time),
-``http_status`` (a proxy answered 429/502/503/504), ``server_error`` (a replica error code), and
+``http_status`` (a proxy answered 429/502/503/504), ``server_error`` (a replica error code),
+``hung`` (an attempt abandoned because the replica did not answer a liveness ``/ping``), and
 ``query`` (a query failure).
 """
 
@@ -38,7 +40,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ._redact import redact
-from .errors import ReplicaConnectError
+from .errors import AttemptAbandonedError, ReplicaConnectError
 
 __all__ = ["PING_DISPROVABLE_KINDS", "REACHABILITY_KINDS", "REPLICA_ERROR_CODES", "Failure", "classify", "error_code"]
 
@@ -100,8 +102,9 @@ _TIMEOUTS = frozenset({"ReadTimeoutError", "SocketTimeoutError", "ServerTimeoutE
 #: Failure kinds that say only "the replica could not be reached": an answered ``/ping`` disproves them.
 REACHABILITY_KINDS = frozenset({"connect", "disconnect", "http_status"})
 
-#: Error kinds a run of successful health probes may clear: the above, failed probes and pings.
-PING_DISPROVABLE_KINDS = REACHABILITY_KINDS | {"probe", "ping"}
+#: Error kinds a run of successful health probes may clear: the above, failed probes and pings
+#: (a replica found hung by a liveness check failed a ping too).
+PING_DISPROVABLE_KINDS = REACHABILITY_KINDS | {"probe", "ping", "hung"}
 
 _CODE_RE = re.compile(r"(?:\bCode:\s*|exception, code:\s*)(\d+)")
 _HTTP_STATUS_RE = re.compile(r"HTTP status (\d{3})")
@@ -165,6 +168,11 @@ def classify(exc: BaseException) -> Failure:
     """Replica failure or query failure, and whether the request may have been sent."""
     if isinstance(exc, ReplicaConnectError):
         return Failure(replica=True, sent=False, code=None, reason=exc.reason, kind=exc.kind)
+    if isinstance(exc, AttemptAbandonedError):
+        # The pool closed the connection of a sent request: the replica did not answer /ping
+        # ("hung"), or the attempt ran out of time (receive timeout, statement deadline).
+        kind = "hung" if exc.kind == "hung" else "timeout"
+        return Failure(replica=True, sent=True, code=None, reason=exc.reason, kind=kind)
     reason = _describe(exc)
     code = error_code(exc)
     if code is not None:

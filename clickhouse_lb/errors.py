@@ -20,11 +20,13 @@ from ._redact import redact
 __all__ = [
     "AllReplicasStaleError",
     "AllReplicasUnavailableError",
+    "AttemptAbandonedError",
     "AttemptFailure",
     "ConfigurationError",
     "PoolMemberError",
     "ReplicaConnectError",
     "SessionLostError",
+    "StatementTimeoutError",
     "WriteOutcomeUnknownError",
     "did_you_mean",
 ]
@@ -107,6 +109,61 @@ class AllReplicasUnavailableError(OperationalError):
             f"{'s' if tries != 1 else ''} failed); last error per replica:\n" + "\n".join(lines)
             + _write_outcome(write, may_have_been_applied)
         )
+
+
+class StatementTimeoutError(AllReplicasUnavailableError):
+    """The statement's ``failover_timeout`` ran out before any attempt succeeded.
+
+    Like its base class it names what each replica did (``failures``, ``last_errors``); the
+    attempt cut at the deadline is among them. ``timeout`` is the deadline in seconds;
+    ``may_have_been_applied`` is True for a write whose request had reached a replica (the
+    pool did not repeat it elsewhere: give inserts an ``insert_deduplication_token``).
+    """
+
+    def __init__(
+        self,
+        failures: Sequence[AttemptFailure],
+        last_errors: dict[str, str | None],
+        *,
+        timeout: float,
+        may_have_been_applied: bool = False,
+        write: bool = False,
+    ) -> None:
+        write = write or may_have_been_applied  # only a write may have been applied
+        super().__init__(failures, last_errors, may_have_been_applied=may_have_been_applied, write=write)
+        self.timeout = timeout
+        lines = [
+            f"  {address}: {error if error is not None else 'not tried'}"
+            for address, error in self.last_errors.items()
+        ]
+        self.args = (
+            f"Statement timed out: failover_timeout={timeout:g}s ran out after {len(self.failures)} "
+            f"attempt{'s' if len(self.failures) != 1 else ''}. Last error per replica:\n"
+            + "\n".join(lines)
+            + _write_outcome(write, may_have_been_applied),
+        )
+
+
+class AttemptAbandonedError(OperationalError):
+    """The pool stopped waiting for one attempt's answer and closed its connection.
+
+    ``kind`` says why: ``"hung"`` (the replica did not answer ``/ping`` while the attempt
+    waited: a stopped process, a black hole), ``"receive_timeout"`` (no answer within the
+    attempt's receive timeout), ``"deadline"`` (the statement's ``failover_timeout`` ran out),
+    ``"hedged"`` (another replica answered the same read first). The request had been sent,
+    so a write may have been applied: the message says so when the statement was a write.
+    A replica failure for failover (except ``"hedged"``, which counts a slowdown instead).
+    """
+
+    def __init__(self, address: str, kind: str, detail: str, *, write: bool = False) -> None:
+        self.address = address
+        self.kind = kind
+        self.reason = f"{kind}: {detail}"
+        self.write = write
+        #: True when the abandoned attempt was a write: its request had been sent.
+        self.may_have_been_applied = write
+        applied = "; " + _MAY_HAVE_BEEN_APPLIED if write else ""
+        super().__init__(f"Attempt on replica {address} abandoned ({detail}){applied}")
 
 
 def _write_outcome(write: bool, may_have_been_applied: bool) -> str:

@@ -8,10 +8,16 @@ The attempts walk the plan in passes (r1, r2, r3, r1, r2, r3, ...), each replica
 * a replica failure counts an error against the replica at once (so that concurrent
   statements already route away), then the next attempt starts, unless the statement is
   not safe to repeat: a write whose request may have reached the server is retried only
-  when it carries an ``insert_deduplication_token``;
-* when no attempt is left, or the total ``failover_timeout`` ran out, one
-  :class:`~clickhouse_lb.errors.AllReplicasUnavailableError` lists every replica with its
-  last failure.
+  when it carries an ``insert_deduplication_token`` or ``settings={"idempotent": True}``;
+  otherwise it raises :class:`~clickhouse_lb.errors.WriteOutcomeUnknownError` (also when
+  the attempt was abandoned on a hung replica);
+* when no attempt is left, one :class:`~clickhouse_lb.errors.AllReplicasUnavailableError`
+  lists every replica with its last failure; when the statement's ``failover_timeout`` ran
+  out, its subclass :class:`~clickhouse_lb.errors.StatementTimeoutError` does.
+
+The deadline holds: each attempt is watched (:mod:`clickhouse_lb.race`,
+:mod:`clickhouse_lb._watchdog`), which stops waiting for it at the deadline (and closes its
+connection), and the backoff is cut to it.
 
 Between replicas there is no pause; between passes an optional exponential backoff with
 full jitter (``failover_backoff_ms``).
@@ -29,8 +35,10 @@ from tenacity import AsyncRetrying, RetryCallState, RetryError, Retrying
 from ._driver_logs import handled_by_pool
 from .balancer import Balancer
 from .classify import Failure
-from .errors import AllReplicasUnavailableError, AttemptFailure, WriteOutcomeUnknownError
+from .deadline import Deadline
+from .errors import AllReplicasUnavailableError, AttemptFailure, StatementTimeoutError, WriteOutcomeUnknownError
 from .events import FailoverEvent, logger
+from .race import RaceFailure
 
 __all__ = ["StatementAttempts", "async_policy", "run_async", "run_sync", "sync_policy"]
 
@@ -46,6 +54,7 @@ class StatementAttempts:
         "_attempt_started",
         "_balancer",
         "_load",
+        "deadline",
         "failures",
         "operation",
         "order",
@@ -79,6 +88,7 @@ class StatementAttempts:
         self.write = write
         self.failures: list[tuple[int, Failure]] = []
         self.started = time.monotonic()
+        self.deadline = Deadline(balancer.settings.failover_timeout)
 
     def scheduled(self, number: int) -> int:
         """The replica index of attempt ``number`` (0-based): the plan, pass after pass."""
@@ -97,12 +107,18 @@ class StatementAttempts:
         self._load.finish(index, self._attempt_started)
         self._balancer.record_success(index)
 
-    def failed(self, index: int, exc: BaseException) -> None:
+    def failed(self, index: int, exc: BaseException, *, ran_on: int | None = None) -> None:
         """Classify a failed attempt and, for a replica failure, count it at once. A cancelled
-        or interrupted attempt (not an ``Exception``) only leaves the in-flight count."""
+        or interrupted attempt (not an ``Exception``) only leaves the in-flight count.
+        ``ran_on``: the replica the attempt's last run failed on, when a hedge took it elsewhere."""
         self._load.finish(index, self._attempt_started)
         if isinstance(exc, Exception):
-            self.failures.append((index, self._balancer.count_failure(index, exc)))
+            self.run_failed(index if ran_on is None else ran_on, exc)
+
+    def run_failed(self, index: int, exc: Exception) -> None:
+        """A run on replica ``index`` failed (a hedged read's other run may go on): counted,
+        and it uses up its place in the schedule, as a failed attempt does."""
+        self.failures.append((index, self._balancer.count_failure(index, exc)))
 
     def should_retry(self, exc: BaseException) -> bool:
         """tenacity's retry predicate: retry replica failures that are safe to repeat."""
@@ -111,6 +127,8 @@ class StatementAttempts:
         index, failure = self.failures[-1]
         if not failure.replica:
             return False
+        if self.out_of_time():
+            return True  # on to the stop: the statement ends with StatementTimeoutError
         if failure.sent and not self.retry_after_send:
             logger.warning(
                 "%s on %s failed after the request was sent (%s); not retried: the write may "
@@ -150,15 +168,22 @@ class StatementAttempts:
             return 0.0
         pass_number = done // self.size
         ceiling = min(_MAX_BACKOFF_SECONDS, base_ms / 1000.0 * 2 ** (pass_number - 1))
-        return random.uniform(0.0, ceiling)
+        return self.deadline.cut_sleep(random.uniform(0.0, ceiling))
 
     def remaining(self) -> int:
         return self.total - len(self.failures)
 
     def out_of_time(self) -> bool:
         """Past the statement's ``failover_timeout`` (counted from its first attempt)."""
-        timeout = self._balancer.settings.failover_timeout
-        return timeout is not None and time.monotonic() >= self.started + timeout
+        return self.deadline.expired
+
+    def hedge_candidate(self, running: set[int]) -> int | None:
+        """The replica a hedged read goes to: the next one of the schedule not already running."""
+        for number in range(len(self.failures) + 1, self.total):
+            index = self.scheduled(number)
+            if index not in running:
+                return index
+        return None
 
     def unconfirmed_write(self, exc: BaseException) -> WriteOutcomeUnknownError | None:
         """The error for a write given up because its request was sent (None otherwise)."""
@@ -181,7 +206,15 @@ class StatementAttempts:
             attempts.append(AttemptFailure(addresses[index], number, failure.reason))
         logger.error("%s failed on every replica: %s", self.operation, "; ".join(map(str, attempts[-self.size :])))
         sent = any(failure.sent for _, failure in self.failures)
-        return AllReplicasUnavailableError(attempts, last, may_have_been_applied=self.write and sent, write=self.write)
+        may_have_been_applied = self.write and sent
+        if self.deadline.seconds is not None and self.out_of_time():
+            return StatementTimeoutError(
+                attempts, last, timeout=self.deadline.seconds,
+                may_have_been_applied=may_have_been_applied, write=self.write,
+            )
+        return AllReplicasUnavailableError(
+            attempts, last, may_have_been_applied=may_have_been_applied, write=self.write
+        )
 
 
 # tenacity's stop, wait and retry callbacks: the statement's StatementAttempts is the first
@@ -230,11 +263,25 @@ _ASYNC_POLICY = async_policy()
 
 def _first_attempt_failed(attempts: StatementAttempts, index: int, exc: BaseException) -> None:
     """Decide after a failed first attempt: raise, give up, or let tenacity go on."""
-    attempts.failed(index, exc)
-    if not attempts.should_retry(exc):
-        raise attempts.unconfirmed_write(exc) or exc
-    if attempts.remaining() == 0:
-        raise attempts.exhausted() from exc
+    ran_on, error = _unwrap(exc)
+    attempts.failed(index, error, ran_on=ran_on)
+    if not attempts.should_retry(error):
+        unconfirmed = attempts.unconfirmed_write(error)
+        if unconfirmed is not None:
+            raise unconfirmed from error
+        if error is not exc:  # not chained to the race's wrapper (we are inside its handler)
+            raise error from error.__cause__
+        raise error
+    if attempts.remaining() == 0 or attempts.out_of_time():
+        raise attempts.exhausted() from error
+
+
+def _unwrap(exc: BaseException) -> tuple[int | None, BaseException]:
+    """An attempt run through :mod:`clickhouse_lb.race` names the replica its last run failed
+    on (a hedge may have run elsewhere): ``(that replica or None, the error)``."""
+    if isinstance(exc, RaceFailure):
+        return exc.index, exc.error
+    return None, exc
 
 
 def _attempt(attempts: StatementAttempts, call: Callable[[int], T]) -> T:
@@ -242,10 +289,14 @@ def _attempt(attempts: StatementAttempts, call: Callable[[int], T]) -> T:
     try:
         result = call(index)
     except BaseException as exc:
-        attempts.failed(index, exc)
-        raise
-    attempts.succeeded(index)
-    return result
+        ran_on, error = _unwrap(exc)
+        attempts.failed(index, error, ran_on=ran_on)
+        if error is exc:
+            raise
+    else:
+        attempts.succeeded(index)
+        return result
+    raise error  # outside the handler: the race's wrapper is not chained to it
 
 
 async def _async_attempt(attempts: StatementAttempts, call: Callable[[int], Awaitable[T]]) -> T:
@@ -253,10 +304,14 @@ async def _async_attempt(attempts: StatementAttempts, call: Callable[[int], Awai
     try:
         result = await call(index)
     except BaseException as exc:
-        attempts.failed(index, exc)
-        raise
-    attempts.succeeded(index)
-    return result
+        ran_on, error = _unwrap(exc)
+        attempts.failed(index, error, ran_on=ran_on)
+        if error is exc:
+            raise
+    else:
+        attempts.succeeded(index)
+        return result
+    raise error  # outside the handler: the race's wrapper is not chained to it
 
 
 def run_sync(attempts: StatementAttempts, call: Callable[[int], T], policy: Retrying = _SYNC_POLICY) -> T:

@@ -22,12 +22,16 @@ from typing import Any, cast
 
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
+from urllib3 import Timeout
 
 from ._client_api import STATEMENT_METHODS, SyncClientAPI
 from ._client_members import read_statement
+from ._drive_sync import SyncDriver
 from ._driver_logs import handled_by_pool
-from ._pool_base import ClientSlot, PinnedBase, PoolBase, client_options_for, pin_options
+from ._pool_base import ClientSlot, PinnedBase, PoolBase, client_options_for, kill_query_sql, pin_options
 from ._statements import settings_positions
+from ._transport import current_attempt, quiet_transport, set_client_timeouts, tracking_pool_manager
+from ._watchdog import Watchdog
 from .balancer import Balancer
 from .events import Listener, logger
 from .failover import run_sync, sync_policy
@@ -41,21 +45,6 @@ __all__ = ["PinnedSession", "ReplicaPool", "get_pool"]
 ClientFactory = Callable[..., Client]
 
 _SETTINGS_POSITION = settings_positions(Client, list(STATEMENT_METHODS))
-
-
-def set_connect_timeout(client: Any, seconds: float | None) -> None:
-    """Give a sync client a sub-second connect timeout (its constructor takes whole seconds).
-    Uses clickhouse-connect's transport object when it has one; otherwise keeps the rounded value."""
-    backend = getattr(client, "_backend", None)
-    current = getattr(backend, "timeout", None)
-    if seconds is None or current is None:
-        return
-    try:
-        from urllib3 import Timeout
-
-        backend.timeout = Timeout(connect=seconds, read=current.read_timeout)  # type: ignore[union-attr]
-    except Exception:  # pragma: no cover - an older or newer transport layout
-        logger.debug("could not set a %.3fs connect timeout; keeping the client's", seconds)
 
 
 def _close_quietly(client: Client) -> None:
@@ -96,8 +85,21 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         super().__init__(config, listeners=listeners, balancer=balancer)
         self._factory: ClientFactory = client_factory or clickhouse_connect.get_client
         self._options = client_options_for(config, whole_seconds=True)
+        # Connections an abandoned attempt can be cut off on (where the pool can build the
+        # transport clickhouse-connect would; see clickhouse_lb._transport). Not for a client
+        # factory of the caller's own: its clients may not take a pool manager.
+        self._manager = tracking_pool_manager(self._options) if client_factory is None else None
+        if self._manager is not None:
+            self._options["pool_mgr"] = self._manager
         self._clients = [_Slot() for _ in config.replicas]
         self._policy = sync_policy()
+        self._driver = SyncDriver()
+        # Attempts that are not hedged run on the caller's thread under a watchdog where their
+        # connections can be shut down from outside (or the clients are the caller's own: a
+        # test's fakes); otherwise on the driver's worker threads, which the statement can
+        # leave behind.
+        watched = self._manager is not None or client_factory is not None
+        self._watchdog = Watchdog(self._replica_alive, self._kill_query) if watched else None
         self._prober = (
             ProbeWorker(self._health, self._balancer.addresses, self._options) if self._health else None
         )
@@ -109,7 +111,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
 
     def _new_client(self, index: int, **extra: Any) -> Client:
         client = self._factory(**self._client_arguments(index, self._options, extra))
-        set_connect_timeout(client, self.config.connect_timeout_seconds)
+        set_client_timeouts(client, self.config.attempts.timeouts)
         try:
             self._changes.replay(client)  # what the user set on the pool since it was made
         except BaseException:
@@ -129,8 +131,14 @@ class ReplicaPool(SyncClientAPI, PoolBase):
                 return slot.client
             slot.raise_shared_failure(seen)
             version = self._changes.version
-            with slot.creating(self._balancer.addresses[index]):
-                client = self._new_client(index, autogenerate_session_id=False)
+            try:
+                with slot.creating(self._balancer.addresses[index]):
+                    client = self._new_client(index, autogenerate_session_id=False)
+            except Exception:
+                attempt = current_attempt()
+                if attempt is not None and attempt.abandoned:
+                    slot.failure = None  # broken off on purpose: nothing for the waiters to share
+                raise
             if self._closed:  # closed while the client was being created
                 _close_quietly(client)
                 raise self._closed_error()
@@ -171,11 +179,45 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         call = self._prepare(method, args, kwargs)
         order = self._fresh_first(self._balancer.plan_indices(call.overrides), call.settings)
         attempts = self._attempts(method, order, retry_after_send=call.retry_after_send, write=call.write)
+        plan = self._statement_plan(attempts, call)
+
+        def run(index: int, query_id: str | None) -> Any:
+            args, kwargs = call.with_query_id(query_id)
+            return getattr(self._client(index), method)(*args, **kwargs)
+
+        watchdog = self._watchdog if not plan.hedgeable else None
 
         def attempt(index: int) -> Any:
-            return getattr(self._client(index), method)(*call.args, **call.kwargs)
+            if watchdog is not None:
+                return watchdog.run(plan.spec(index), run)[1]
+            winner, result = self._driver.run(plan.spec(index), run, self._replica_alive, self._kill_query)
+            if winner != index:  # a hedge answered first
+                self._balancer.record_success(winner)
+            return result
 
         return run_sync(attempts, attempt, self._policy)
+
+    def _replica_alive(self, index: int, timeout: float) -> bool:
+        """A liveness check: ``/ping`` on a separate connection, within ``timeout`` seconds."""
+        if self._manager is not None:
+            try:
+                response = self._manager.request(
+                    "GET", self._ping_url(index), timeout=Timeout(total=timeout), retries=False
+                )
+            except Exception:
+                return False
+            return response.status == 200
+        client = self._clients[index].client
+        if client is None:
+            return True  # nothing to ask it with: leave the attempt to its timeouts
+        try:
+            return bool(client.ping(timeout))
+        except Exception:
+            return False
+
+    def _kill_query(self, index: int, query_id: str) -> None:
+        with quiet_transport():
+            self._client(index).command(kill_query_sql(query_id))
 
     def _call_read(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A client method that only reads (e.g. ``create_insert_context``), on one replica
@@ -251,6 +293,10 @@ class ReplicaPool(SyncClientAPI, PoolBase):
                 client, slot.client = slot.client, None
             if client is not None:
                 _close_quietly(client)
+        if self._watchdog is not None:
+            self._watchdog.close()
+        if self._manager is not None:
+            self._manager.clear()
 
     def __enter__(self) -> ReplicaPool:
         return self
@@ -316,6 +362,11 @@ def get_pool(
     health_check_fall: int | None = None,
     max_replica_delay_for_distributed_queries: int | None = None,
     fallback_to_stale_replicas_for_distributed_queries: bool | None = None,
+    use_hedged_requests: bool | int | None = None,
+    receive_data_timeout_ms: float | str | None = None,
+    liveness_check_after_ms: float | None = None,
+    liveness_ping_timeout_ms: float | None = None,
+    liveness_check_interval_ms: float | None = None,
     listeners: Iterable[Listener] = (),
     share_state: bool | None = None,
     connect_on_create: bool = True,
@@ -344,6 +395,13 @@ def get_pool(
     clock and round-robin counter are shared with every other pool and engine of the process
     over the same replicas, settings, user and database (see :mod:`clickhouse_lb.shared_state`),
     so pools built per request still balance. ``False``: this pool keeps its own.
+
+    Hung and slow replicas (see :mod:`clickhouse_lb.attempt_settings`): ``failover_timeout``
+    is a real deadline; ``send_receive_timeout``, ``receive_timeout`` and ``send_timeout`` take
+    fractional seconds; liveness-checked waits (``liveness_check_after_ms=100``,
+    ``liveness_ping_timeout_ms=150``, ``liveness_check_interval_ms=1000``) abandon an attempt on
+    a replica that stopped answering ``/ping``; ``use_hedged_requests=0`` and
+    ``receive_data_timeout_ms="auto"`` for hedged reads.
 
     Every other keyword (``username``, ``password``, ``database``, ``secure``, ``compress``,
     ``send_receive_timeout``, ``settings``, ...) goes to each replica's

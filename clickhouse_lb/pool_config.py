@@ -11,13 +11,13 @@ SQLAlchemy dialect, so that all three accept the same names and fail the same wa
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ._redact import mask_options, shown
 from ._values import LIMITS, as_bool, bounded
+from .attempt_settings import ATTEMPT_SETTING_NAMES, CLIENT_TIMEOUT_OPTIONS, AttemptSettings, parse_attempt_settings
 from .errors import ConfigurationError
 from .health import DEFAULT_HEALTH, HEALTH_SETTING_NAMES, HealthSettings, parse_health_settings
 from .lag import DEFAULT_LAG, LAG_SETTING_NAMES, LagSettings, parse_lag_settings
@@ -141,20 +141,27 @@ class PoolConfig:
     #: (clickhouse_lb.shared_state); False: a state of this pool's own.
     share_state: bool = True
 
+    #: How attempts wait (timeouts, liveness, hedging): derived from the settings and the
+    #: timeout options, which are then taken out of ``client_options`` (the pool gives each
+    #: client its own, exact values).
+    attempts: AttemptSettings = field(init=False)
+
+    def __post_init__(self) -> None:
+        attempts, rest = parse_attempt_settings(
+            {name: getattr(self.settings, name) for name in ATTEMPT_SETTING_NAMES},
+            self.client_options,
+            connect_timeout_with_failover_ms=self.settings.connect_timeout_with_failover_ms,
+            replicas=len(self.replicas),
+        )
+        object.__setattr__(self, "attempts", attempts)
+        object.__setattr__(self, "client_options", rest)
+
     def __repr__(self) -> str:
         shown = mask_options(self.client_options)
         return (
             f"PoolConfig(replicas={self.replicas!r}, settings={self.settings!r}, client_options={shown!r}, "
-            f"health={self.health!r}, lag={self.lag!r}, share_state={self.share_state!r})"
+            f"health={self.health!r}, lag={self.lag!r}, share_state={self.share_state!r}, attempts={self.attempts!r})"
         )
-
-    @property
-    def connect_timeout_seconds(self) -> float | None:
-        """The connect timeout of each attempt: ``connect_timeout_with_failover_ms`` when other
-        replicas remain, as on the server; a single-replica pool keeps ``connect_timeout``."""
-        if len(self.replicas) > 1:
-            return self.settings.connect_timeout_with_failover_ms / 1000.0
-        return None
 
 
 #: Every setting a pool takes by name: balancing, health probes, replica lag.
@@ -251,9 +258,10 @@ def resolve_pool_config(
             raise unknown_name_error("option", name, valid_client_options)
         if name in _POOL_OWNED:
             raise ConfigurationError(f"Option {name!r} is not accepted by a pool: {_POOL_OWNED[name]}")
-        if name not in valid_client_options:
+        if name not in valid_client_options and name not in CLIENT_TIMEOUT_OPTIONS:
             raise unknown_name_error(
-                "option", name, set(valid_client_options) | set(POOL_SETTING_NAMES) | {SHARE_STATE}
+                "option", name,
+                set(valid_client_options) | set(POOL_SETTING_NAMES) | set(CLIENT_TIMEOUT_OPTIONS) | {SHARE_STATE},
             )
     given = {name: value for name, value in balancing.items() if value is not None}
     replicas: list[Replica] = []
@@ -281,7 +289,7 @@ def resolve_pool_config(
         for name, value in dsn_options.items():
             if name in _POOL_OWNED:
                 raise ConfigurationError(f"DSN option {name!r} is not accepted by a pool: {_POOL_OWNED[name]}")
-            if name in valid_client_options:
+            if name in valid_client_options or name in CLIENT_TIMEOUT_OPTIONS:
                 options.setdefault(name, value)
             else:
                 server_settings.setdefault(name, value)  # like clickhouse-connect: a server setting
@@ -301,8 +309,3 @@ def resolve_pool_config(
     lag = parse_lag_settings({k: v for k, v in own.items() if k in LAG_SETTING_NAMES})
     share = True if share_state is None else as_bool(SHARE_STATE, share_state)
     return PoolConfig(replicas, settings, options, health, lag, share_state=share)
-
-
-def connect_timeout_argument(seconds: float) -> int:
-    """clickhouse-connect's sync client takes whole seconds at construction."""
-    return max(1, math.ceil(seconds))

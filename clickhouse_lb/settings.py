@@ -17,7 +17,9 @@ from typing import Any
 
 from ._redact import shown
 from ._values import LIMITS, as_bool, bounded
+from .attempt_settings import ATTEMPT_SETTING_NAMES, normalize_attempt_setting
 from .errors import ConfigurationError, did_you_mean
+from .watch import LIVENESS_DEFAULTS
 
 __all__ = [
     "BALANCING_SETTING_NAMES",
@@ -83,8 +85,8 @@ _HOSTNAME_STRATEGIES = frozenset(
 @dataclass(frozen=True)
 class BalancingSettings:
     """How a pool orders, counts and fails over. Names and defaults are ClickHouse's
-    (src/Core/Settings.cpp), except the ``failover_*``, ``auto_*`` and ``least_loaded_*`` options, which the
-    server has no equivalent for."""
+    (src/Core/Settings.cpp), except the ``failover_*``, ``auto_*``, ``least_loaded_*`` and
+    ``liveness_*`` options, which the server has no equivalent for."""
 
     load_balancing: LoadBalancing = LoadBalancing.RANDOM
     load_balancing_first_offset: int = 0
@@ -100,6 +102,15 @@ class BalancingSettings:
     failover_timeout: float | None = None
     #: Add a stable ``insert_deduplication_token`` to inserts so that they can be retried safely.
     auto_insert_deduplication_token: bool = True
+    #: Hedged reads (ClickHouse's name; off in the pool, see clickhouse_lb.hedging).
+    use_hedged_requests: bool = False
+    #: Hedge a read not answered within this many milliseconds, or "auto" (adaptive).
+    receive_data_timeout_ms: float | str = "auto"
+    #: Liveness-checked waits (clickhouse_lb.watch): ping a replica whose answer is this late
+    #: (0: off), how long the ping may take, how often to ping again while it keeps working.
+    liveness_check_after_ms: float = LIVENESS_DEFAULTS.check_after * 1000  # type: ignore[operator]
+    liveness_ping_timeout_ms: float = LIVENESS_DEFAULTS.ping_timeout * 1000
+    liveness_check_interval_ms: float = LIVENESS_DEFAULTS.interval * 1000
     #: ``least_loaded`` only (no server equivalent): seconds, the time constant of each replica's
     #: latency average; an idle replica's average falls by half every ``0.69 *`` this.
     least_loaded_decay_time: float = 10.0
@@ -143,6 +154,8 @@ def parse_balancing_settings(values: Mapping[str, Any]) -> BalancingSettings:
             parsed[name] = parse_local_hostname(value)
         elif name == "auto_insert_deduplication_token":
             parsed[name] = as_bool(name, value)
+        elif name in ATTEMPT_SETTING_NAMES:
+            parsed[name] = normalize_attempt_setting(name, value)
         else:
             parsed[name] = bounded(name, value)
     return BalancingSettings(**parsed)

@@ -113,7 +113,9 @@ def test_killed_replica_gets_errors_and_is_avoided(cluster: ClusterBase) -> None
 
 
 def test_paused_replica_times_out_and_is_avoided(cluster: ClusterBase) -> None:
-    with make_pool(cluster, load_balancing="in_order", send_receive_timeout=1, health_check_interval_ms=0) as pool:
+    # Liveness checks off: the socket timeout alone (integration/test_hung_replicas.py has them on).
+    with make_pool(cluster, load_balancing="in_order", send_receive_timeout=1, health_check_interval_ms=0,
+                   liveness_check_after_ms=0) as pool:
         cluster.pause(0)
         assert who(pool, 5) == {"r2": 5}
         assert pool.replicas[0].errors_count == 1

@@ -143,6 +143,9 @@ def pool_parts(
 ) -> tuple[PoolConfig, Balancer]:
     """A pool's configuration and a balancer on a test clock and seeded random, for fake replicas
     ``host:8123``. ``options`` mixes balancing settings, ``listeners`` and client options."""
+    # Fake replicas answer no /ping: liveness checks are off unless a test turns them on (a
+    # statement delayed past 200 ms by a loaded machine must not fail over here).
+    options.setdefault("liveness_check_after_ms", 0)
     balancing = {k: options.pop(k) for k in list(options) if k in BALANCING_SETTING_NAMES}
     # Fake replicas answer no /ping: background probes stay off unless a test turns them on.
     options.setdefault("health_check_interval_ms", 0)

@@ -206,8 +206,13 @@ def test_client_options_are_checked_at_construction(kwargs: dict[str, Any], name
 def test_valid_client_options_pass_and_dsn_strings_become_numbers() -> None:
     pool = get_pool(dsn="clickhouse://h1,h2/db?send_receive_timeout=30&compress=lz4&connect_timeout=2")
     options = pool.config.client_options
-    assert options["send_receive_timeout"] == 30
-    assert options["connect_timeout"] == 2
+    # The timeouts are the pool's (it gives each client the exact value), as numbers.
+    assert "send_receive_timeout" not in options
+    assert "connect_timeout" not in options
+    timeouts = pool.config.attempts.timeouts
+    assert (timeouts.send, timeouts.receive) == (30.0, 30.0)
+    one = get_pool(dsn="clickhouse://h1/db?connect_timeout=2")
+    assert one.config.attempts.timeouts.connect == 2.0  # one replica: connect_timeout holds
     assert options["compress"] == "lz4"
     assert get_pool(hosts="h1", compress=True, settings={"max_threads": 4}).config.client_options["compress"] is True
 

@@ -187,7 +187,8 @@ def test_client_options_and_server_settings_are_split_like_clickhouse_connect() 
     )
     options = got.config.client_options
     assert options["compress"] is False  # checked at create_engine, typed as the client wants
-    assert options["send_receive_timeout"] == 30
+    assert "send_receive_timeout" not in options  # the pool's: it gives each client the exact value
+    assert got.config.attempts.timeouts.receive == 30.0
     assert options["settings"] == {
         "max_execution_time": "5",
         # ch_ sends a name the dialect owns to the server (its own load_balancing, query priority)
@@ -223,7 +224,7 @@ def test_connect_args_merge_into_the_url() -> None:
     )
     assert merged.config.settings.load_balancing is LoadBalancing.IN_ORDER
     assert merged.config.settings.distributed_replica_error_cap == 7
-    assert merged.config.client_options["send_receive_timeout"] == 10
+    assert merged.config.attempts.timeouts.receive == 10.0
     assert merged.config.client_options["settings"] == {"max_threads": "2", "readonly": 1}
     assert merged.session is False
     assert got.with_connect_args({}) is got
@@ -327,6 +328,20 @@ def test_password_never_shown() -> None:
     got = args("clickhousedb+lb://u:topsecret@ch-1/db")
     assert "topsecret" not in repr(got)
     assert "topsecret" not in repr(create_engine("clickhousedb+lb://u:topsecret@ch-1/db"))
+
+
+def test_hung_replica_settings_come_from_the_url() -> None:
+    got = args(
+        "clickhousedb+lb://u@ch-1,ch-2/db?use_hedged_requests=1&receive_data_timeout_ms=auto"
+        "&liveness_check_after_ms=100&receive_timeout=0.5&failover_timeout=2.5"
+    )
+    attempts = got.config.attempts
+    assert attempts.hedging.enabled
+    assert attempts.hedging.delay is None  # auto
+    assert attempts.liveness.check_after == 0.1
+    assert attempts.timeouts.receive == 0.5
+    assert got.config.settings.failover_timeout == 2.5
+    assert "receive_timeout" not in (got.config.client_options.get("settings") or {})  # not a server setting
 
 
 @pytest.mark.parametrize(

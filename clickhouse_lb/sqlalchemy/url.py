@@ -37,6 +37,7 @@ from typing import Any
 from sqlalchemy.engine import URL
 
 from clickhouse_lb._values import as_bool, parse_priorities
+from clickhouse_lb.attempt_settings import CLIENT_TIMEOUT_OPTIONS
 from clickhouse_lb.errors import ConfigurationError, did_you_mean
 from clickhouse_lb.pool_config import (
     POOL_SETTING_NAMES,
@@ -265,8 +266,10 @@ def engine_args_from_url(
             options[name] = value  # refused by _resolve, with the reason
         elif name.startswith("ch_"):
             settings[name[3:]] = str(value)
-        elif name in client_option_names or name in other_client_option_names:
-            options[name] = value  # the other client's options are refused by _resolve, naming the valid ones
+        elif name in client_option_names or name in other_client_option_names or name in CLIENT_TIMEOUT_OPTIONS:
+            # the other client's options are refused by _resolve, naming the valid ones; the
+            # timeouts (receive_timeout, send_timeout too) are the pool's, in fractional seconds
+            options[name] = value
         elif name == "compression":  # clickhouse-connect's URL spelling of `compress`
             options.setdefault("compress", value)
         else:

@@ -1,0 +1,252 @@
+"""Hung and slow replicas against the real engine (LocalCluster by default): a replica paused
+with SIGSTOP (it still completes TCP handshakes, then never answers), a replica slowed by an
+injected delay (it answers /ping at once, its queries late).
+
+Timed assertions are generous (a loaded 2-core machine) but separate the outcomes: sub-second
+against the 10 s blackout, the deadline against a 300 s socket timeout. The measured figures
+are in BENCHMARKS.md (bench/bench_hung_replicas.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from clickhouse_connect.driver.exceptions import DatabaseError
+from hang_faults import pause
+
+import clickhouse_lb
+from clickhouse_lb import AllReplicasUnavailableError
+from clickhouse_lb.errors import AttemptAbandonedError, StatementTimeoutError, WriteOutcomeUnknownError
+from clickhouse_lb.testing import ClusterBase
+
+WHO = "SELECT getMacro('replica')"
+
+
+@pytest.fixture
+def cluster(healthy_clickhouse_cluster: ClusterBase) -> ClusterBase:
+    return healthy_clickhouse_cluster
+
+
+@pytest.fixture
+def table(cluster: ClusterBase) -> str:
+    cluster.on_all("DROP TABLE IF EXISTS lb_hang")
+    cluster.on_all("CREATE TABLE lb_hang (id UInt32) ENGINE = MergeTree ORDER BY id")
+    return "lb_hang"
+
+
+def query_id_is_free(cluster: ClusterBase, i: int, query_id: str) -> bool:
+    """ClickHouse refuses a query id that is still running (QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING, 216)."""
+    try:
+        cluster.client(i).command("SELECT 1", settings={"query_id": query_id})
+    except DatabaseError as exc:
+        if "216" not in str(exc):
+            raise
+        return False
+    return True
+
+
+def count(cluster: ClusterBase, i: int, table: str) -> int:
+    return int(cluster.query(i, f"SELECT count() FROM {table}").strip())
+
+
+def test_a_paused_replica_costs_readers_well_under_a_second_with_default_settings(cluster: ClusterBase) -> None:
+    """Default settings, 4 threads of reads, one replica paused for 10 s."""
+    with clickhouse_lb.get_pool(cluster.hosts) as pool:
+        for _ in range(30):  # every replica's client exists: the pause hits requests in flight
+            pool.command(WHO)
+        stop = threading.Event()
+        running = threading.Barrier(5)
+        failures: list[BaseException] = []
+        worst: list[float] = [0.0] * 4
+        served = [0] * 4
+
+        def reader(n: int) -> None:
+            pool.command(WHO)
+            running.wait()
+            last = time.monotonic()
+            while not stop.is_set():
+                try:
+                    pool.command(WHO)
+                except BaseException as exc:  # every failure is a test failure
+                    failures.append(exc)
+                now = time.monotonic()
+                worst[n] = max(worst[n], now - last)
+                last = now
+                served[n] += 1
+
+        with ThreadPoolExecutor(4) as executor:
+            futures = [executor.submit(reader, n) for n in range(4)]
+            running.wait()
+            pause(cluster, 1)
+            time.sleep(10)  # the scenario: 10 s of hang under load
+            cluster.resume(1)
+            stop.set()
+            for future in futures:
+                future.result()
+        assert failures == []
+        assert min(served) > 10
+        assert max(worst) < 2.5, f"worst per-thread gap {max(worst):.2f}s"  # measured: see BENCHMARKS.md
+        assert pool.replicas[1].errors_count >= 1  # (the health probes count errors against it too)
+
+
+def test_a_long_query_on_a_live_replica_is_not_interrupted_by_liveness_checks(cluster: ClusterBase) -> None:
+    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order") as pool:
+        assert pool.command(WHO) == "r1"
+        cluster.set_delay(0, 5)
+        started = time.monotonic()
+        assert pool.command(WHO) == "r1"  # it answers /ping all along: never abandoned
+        assert time.monotonic() - started >= 4.5
+        assert pool.replicas[0].errors_count == 0
+
+
+def test_hedged_reads_finish_at_the_fast_replicas_speed(cluster: ClusterBase) -> None:
+    with clickhouse_lb.get_pool(
+        cluster.hosts, load_balancing="in_order", use_hedged_requests=1, receive_data_timeout_ms=100
+    ) as pool:
+        no_hedge = {"use_hedged_requests": 0}  # client creation takes long enough to be hedged
+        assert pool.command(WHO, settings=no_hedge) == "r1"
+        pool.client(cluster.hosts[1]).command("SELECT 1")  # the hedge's client exists too
+        cluster.set_delay(0, 4)
+        started = time.monotonic()
+        assert pool.command(WHO, settings={"query_id": "lb-hedge-test"}) in ("r2", "r3")
+        assert time.monotonic() - started < 3.0  # not the slow replica's 4 s
+        assert pool.replicas[0].slowdowns_count >= 1
+        assert pool.replicas[0].errors_count == 0  # slow is not down
+        assert pool.plan()[0] != cluster.hosts[0]  # the hedged key orders the slow replica later
+        cluster.set_delay(0, 0)
+        # Nothing of the lost read is left running on the slow replica: its query id is free there.
+        deadline = time.monotonic() + 10
+        while not query_id_is_free(cluster, 0, "lb-hedge-test"):
+            assert time.monotonic() < deadline, "the lost read was still running 10 s later"
+            time.sleep(0.05)
+
+
+def test_adaptive_hedging_learns_the_usual_latency(cluster: ClusterBase) -> None:
+    with clickhouse_lb.get_pool(
+        cluster.hosts, load_balancing="in_order", use_hedged_requests=1, receive_data_timeout_ms="auto"
+    ) as pool:
+        for _ in range(40):
+            assert pool.command(WHO) == "r1"  # the first is not hedged either: the delay is 2 s until learned
+        pool.client(cluster.hosts[1]).command("SELECT 1")
+        cluster.set_delay(0, 5)
+        started = time.monotonic()
+        assert pool.command(WHO) in ("r2", "r3")
+        assert time.monotonic() - started < 3.5  # hedged after the learned delay (<= 2 s), not 5 s
+        assert pool.replicas[0].slowdowns_count >= 1
+
+
+def test_failover_timeout_holds_on_hung_replicas(cluster: ClusterBase) -> None:
+    with clickhouse_lb.get_pool(
+        cluster.hosts, load_balancing="in_order", failover_timeout=1.0, liveness_check_after_ms=0
+    ) as pool:
+        assert pool.command(WHO) == "r1"
+        for i in range(3):
+            pause(cluster, i)
+        started = time.monotonic()
+        with pytest.raises(StatementTimeoutError) as caught:
+            pool.command(WHO)
+        elapsed = time.monotonic() - started
+        assert elapsed < 2.0, f"{elapsed:.2f}s for a 1 s deadline"  # measured: deadline + a few ms
+        assert isinstance(caught.value, AllReplicasUnavailableError)
+        assert "failover_timeout=1s" in str(caught.value)
+        assert "deadline" in (caught.value.last_errors[cluster.hosts[0]] or "")
+
+
+def test_failover_timeout_cuts_the_backoff(cluster: ClusterBase) -> None:
+    with clickhouse_lb.get_pool(cluster.hosts, failover_timeout=1.0, failover_backoff_ms=8000,
+                                connections_with_failover_max_tries=5) as pool:
+        for i in range(3):
+            cluster.kill(i)
+        started = time.monotonic()
+        with pytest.raises(StatementTimeoutError):
+            pool.command(WHO)
+        assert time.monotonic() - started < 2.0  # not up to 8 s of backoff
+
+
+def test_a_write_on_a_hung_replica_says_it_may_have_been_applied(cluster: ClusterBase, table: str) -> None:
+    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", failover_timeout=5) as pool:
+        assert pool.command(WHO) == "r1"
+        pause(cluster, 0)
+        started = time.monotonic()
+        with pytest.raises(WriteOutcomeUnknownError) as caught:
+            pool.command(f"INSERT INTO {table} VALUES (1)")  # no deduplication token: not retryable
+        assert time.monotonic() - started < 4.5  # three failed liveness checks, before the 5 s deadline
+        assert caught.value.may_have_been_applied
+        assert "may have been applied" in str(caught.value)
+        abandoned = caught.value.__cause__
+        assert isinstance(abandoned, AttemptAbandonedError)
+        assert abandoned.kind == "hung"
+        assert pool.replicas[0].errors_count == 1
+        assert count(cluster, 1, table) == 0  # not repeated elsewhere
+
+
+def test_an_idempotent_write_fails_over_from_a_hung_replica_like_a_read(cluster: ClusterBase, table: str) -> None:
+    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", failover_timeout=5) as pool:
+        assert pool.command(WHO) == "r1"
+        pool.client(cluster.hosts[1]).command("SELECT 1")
+        pause(cluster, 0)
+        started = time.monotonic()
+        pool.command(f"INSERT INTO {table} VALUES (3)", settings={"idempotent": True})
+        assert time.monotonic() - started < 2.5  # one failed liveness check, not three, not the deadline
+        assert pool.replicas[0].errors_count == 1
+        assert count(cluster, 1, table) == 1  # applied on the next replica
+
+
+def test_a_write_bounded_by_the_deadline_raises_a_statement_timeout(cluster: ClusterBase, table: str) -> None:
+    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", failover_timeout=0.5) as pool:
+        assert pool.command(WHO) == "r1"
+        pause(cluster, 0)
+        started = time.monotonic()
+        with pytest.raises(StatementTimeoutError) as caught:
+            pool.command(f"INSERT INTO {table} VALUES (1)")
+        assert time.monotonic() - started < 2.5  # not a 300 s socket timeout
+        assert caught.value.may_have_been_applied
+        assert "may have been applied" in str(caught.value)
+
+
+def test_an_insert_with_a_token_fails_over_from_a_hung_replica(cluster: ClusterBase, table: str) -> None:
+    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order") as pool:
+        pool.insert(table, [[1]], column_names=["id"])
+        pool.client(cluster.hosts[1]).command("SELECT 1")
+        pause(cluster, 0)
+        started = time.monotonic()
+        pool.insert(table, [[2]], column_names=["id"])  # the pool's insert_deduplication_token
+        assert time.monotonic() - started < 2.5  # not a 300 s socket timeout
+        assert count(cluster, 1, table) == 1
+        assert pool.replicas[0].errors_count == 1
+
+
+def test_sub_second_timeouts_are_accepted_and_applied(cluster: ClusterBase) -> None:
+    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", send_receive_timeout=0.5,
+                                liveness_check_after_ms=0) as pool:
+        assert pool.command(WHO) == "r1"
+        cluster.set_delay(0, 4)
+        started = time.monotonic()
+        assert pool.command(WHO) in ("r2", "r3")  # r1 timed out after 0.5 s (not 1, not 4)
+        assert time.monotonic() - started < 3.0
+        assert pool.command(WHO, settings={"receive_timeout": 5}) in ("r2", "r3")  # r1 is avoided now
+        cluster.set_delay(1, 4)
+        settings: dict[str, Any] = {"receive_timeout": 0.3, "load_balancing": "first_or_random",
+                                    "load_balancing_first_offset": 1}
+        started = time.monotonic()
+        assert pool.command(WHO, settings=settings) in ("r1", "r3")  # r2 cut at 0.3 s
+        assert time.monotonic() - started < 3.0
+
+
+def test_a_streamed_read_is_hedged_before_its_first_block(cluster: ClusterBase) -> None:
+    with clickhouse_lb.get_pool(
+        cluster.hosts, load_balancing="in_order", use_hedged_requests=1, receive_data_timeout_ms=100
+    ) as pool:
+        assert pool.command(WHO, settings={"use_hedged_requests": 0}) == "r1"
+        pool.client(cluster.hosts[1]).command("SELECT 1")
+        cluster.set_delay(0, 4)
+        started = time.monotonic()
+        with pool.query_row_block_stream(WHO) as stream:
+            rows = [row for block in stream for row in block]
+        assert time.monotonic() - started < 3.0  # not the slow replica's 4 s
+        assert rows in ([("r2",)], [("r3",)], [["r2"]], [["r3"]])
+        assert pool.replicas[0].slowdowns_count >= 1

@@ -1,0 +1,317 @@
+"""The sync pool's hold on urllib3: exact timeouts on a clickhouse-connect client, and an
+attempt abandoned on a listener that accepts connections but never answers (a hung replica:
+the kernel completes the handshake for a stopped process too)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from urllib3 import Timeout
+
+from clickhouse_lb._drive_sync import SyncDriver
+from clickhouse_lb._transport import AttemptConnections, set_client_timeouts, tracking_pool_manager
+from clickhouse_lb.errors import AttemptAbandonedError
+from clickhouse_lb.race import AttemptSpec, RaceFailure
+from clickhouse_lb.timeouts import Timeouts
+from clickhouse_lb.watch import AttemptWatch, LivenessPolicy
+
+#: Quick liveness checks that never take the machine's own stalls into account (these tests are
+#: about what an abandon does, not about telling a stall from a hang).
+QUICK_CHECKS = LivenessPolicy(check_after=0.1, ping_timeout=0.1, stall_tolerance=60)
+
+
+@pytest.fixture
+def silent_listener() -> Iterator[str]:
+    """127.0.0.1:port that accepts and then never reads or answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for conn in accepted:
+        conn.close()
+    server.close()
+
+
+def test_abandoning_an_attempt_closes_the_connection_its_thread_is_blocked_on(silent_listener: str) -> None:
+    manager = tracking_pool_manager({})
+    assert manager is not None
+    connections = AttemptConnections()
+    outcome: list[BaseException | str] = []
+
+    def blocked_request() -> None:
+        with connections:
+            try:
+                manager.request("GET", f"http://{silent_listener}/", timeout=Timeout(connect=1, read=30), retries=False)
+                outcome.append("answered")
+            except Exception as exc:
+                outcome.append(exc)
+
+    thread = threading.Thread(target=blocked_request)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not connections.connections and time.monotonic() < deadline:
+        time.sleep(0.01)  # wait for the request to be on the wire (polling a condition, bounded)
+    started = time.monotonic()
+    connections.abandon()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    assert time.monotonic() - started < 2.0  # not the 30 s read timeout
+    assert isinstance(outcome[0], Exception)
+
+
+def test_sync_driver_abandons_a_hung_attempt_after_a_failed_ping(silent_listener: str) -> None:
+    manager = tracking_pool_manager({})
+    assert manager is not None
+    driver = SyncDriver()
+    pings: list[float] = []
+
+    def call(index: int, query_id: str | None) -> Any:
+        return manager.request("GET", f"http://{silent_listener}/", timeout=Timeout(connect=1, read=30), retries=False)
+
+    def ping(index: int, timeout: float) -> bool:
+        pings.append(timeout)
+        try:
+            manager.request("GET", f"http://{silent_listener}/ping", timeout=Timeout(total=timeout), retries=False)
+        except Exception:
+            return False
+        return True
+
+    spec = AttemptSpec(
+        first=0,
+        clock=time.monotonic,
+        watch=lambda index, started: AttemptWatch(started, liveness=QUICK_CHECKS),
+        address=lambda index: silent_listener,
+    )
+    started = time.monotonic()
+    with pytest.raises(RaceFailure) as caught:
+        driver.run(spec, call, ping, lambda index, query_id: None)
+    assert time.monotonic() - started < 2.0
+    assert getattr(caught.value.error, "kind", None) == "hung"
+    assert pings == [pytest.approx(0.1)]
+
+
+def test_no_tracking_where_clickhouse_connect_builds_its_own_transport() -> None:
+    assert tracking_pool_manager({"http_proxy": "http://proxy:3128"}) is None
+    assert tracking_pool_manager({"ca_cert": "/etc/ssl/ca.pem"}) is None
+    assert tracking_pool_manager({"verify": False}) is None
+    assert tracking_pool_manager({"compress": True}) is not None
+
+
+class _ClientLike:
+    def __init__(self) -> None:
+        self.timeout = Timeout(connect=1, read=300)
+
+
+def test_exact_timeouts_are_set_where_every_clickhouse_connect_keeps_them() -> None:
+    client = _ClientLike()
+    assert set_client_timeouts(client, Timeouts(connect=0.15, send=0.5, receive=0.5))
+    assert client.timeout.connect_timeout == 0.15
+    assert client.timeout.read_timeout == 0.5
+
+
+def test_a_client_without_a_urllib3_timeout_is_left_alone() -> None:
+    class Other:
+        timeout = 5
+
+    other = Other()
+    assert not set_client_timeouts(other, Timeouts(connect=0.15, send=0.5, receive=0.5))
+    assert other.timeout == 5
+
+
+def test_async_driver_cancels_a_hung_run_and_kills_a_lost_hedge() -> None:
+    import asyncio
+
+    from clickhouse_lb._drive_async import AsyncDriver
+
+    cancelled: list[int] = []
+    killed: list[tuple[int, str]] = []
+
+    async def call(index: int, query_id: str | None) -> str:
+        try:
+            await asyncio.sleep(0.05 if index == 1 else 30)
+        except asyncio.CancelledError:
+            cancelled.append(index)
+            raise
+        return f"rows@{index}"
+
+    async def ping(index: int, timeout: float) -> bool:
+        await asyncio.sleep(timeout)
+        return False
+
+    async def kill(index: int, query_id: str) -> None:
+        killed.append((index, query_id))
+
+    async def main() -> None:
+        driver = AsyncDriver()
+        hung = AttemptSpec(first=0, clock=time.monotonic, watch=lambda index, started: AttemptWatch(started))
+        started = time.monotonic()
+        with pytest.raises(RaceFailure) as caught:
+            await driver.run(hung, call, ping, kill)
+        assert getattr(caught.value.error, "kind", None) == "hung"
+        assert time.monotonic() - started < 2.0
+        await asyncio.sleep(0)
+        assert cancelled == [0]
+        assert killed == []  # a hung replica is not asked to kill anything
+
+        ids = iter(["q-slow", "q-fast"])
+        hedged = AttemptSpec(
+            first=0,
+            clock=time.monotonic,
+            watch=lambda index, started: AttemptWatch(
+                started, hedge_after=0.05, liveness=LivenessPolicy(check_after=None)  # the hedge alone
+            ),
+            hedge_index=lambda running: None if 1 in running else 1,
+            query_id=lambda: next(ids),
+        )
+        assert await driver.run(hedged, call, ping, kill) == (1, "rows@1")
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert cancelled == [0, 0]
+        assert killed == [(0, "q-slow")]
+
+    asyncio.run(main())
+
+
+def test_the_watchdog_abandons_a_hung_call_running_on_the_callers_thread(silent_listener: str) -> None:
+    from clickhouse_lb._watchdog import Watchdog
+
+    manager = tracking_pool_manager({})
+    assert manager is not None
+    pings: list[int] = []
+
+    def ping(index: int, timeout: float) -> bool:
+        pings.append(index)
+        time.sleep(timeout)  # a hung replica: no answer within the timeout
+        return False
+
+    watchdog = Watchdog(ping, lambda index, query_id: None)
+
+    def call(index: int, query_id: str | None) -> Any:
+        return manager.request("GET", f"http://{silent_listener}/", timeout=Timeout(connect=1, read=30), retries=False)
+
+    spec = AttemptSpec(
+        first=0,
+        clock=time.monotonic,
+        watch=lambda index, started: AttemptWatch(started, liveness=QUICK_CHECKS),
+        address=lambda index: silent_listener,
+    )
+    started = time.monotonic()
+    with pytest.raises(AttemptAbandonedError) as caught:
+        watchdog.run(spec, call)
+    assert time.monotonic() - started < 2.0  # not the 30 s read timeout
+    assert caught.value.kind == "hung"
+    assert pings == [0]
+    # A quick call is not disturbed and costs no check.
+    assert watchdog.run(spec, lambda index, query_id: "rows") == (0, "rows")
+    assert pings == [0]
+    watchdog.close()
+
+
+def test_the_watchdog_cuts_a_call_at_the_deadline(silent_listener: str) -> None:
+    from clickhouse_lb._watchdog import Watchdog
+
+    manager = tracking_pool_manager({})
+    assert manager is not None
+    watchdog = Watchdog(lambda index, timeout: True, lambda index, query_id: None)
+    deadline = time.monotonic() + 0.3
+    spec = AttemptSpec(
+        first=0,
+        clock=time.monotonic,
+        watch=lambda index, started: AttemptWatch(started, deadline_at=deadline),
+        address=lambda index: silent_listener,
+    )
+
+    def call(index: int, query_id: str | None) -> Any:
+        return manager.request("GET", f"http://{silent_listener}/", timeout=Timeout(connect=1, read=30), retries=False)
+
+    with pytest.raises(AttemptAbandonedError) as caught:
+        watchdog.run(spec, call)
+    assert caught.value.kind == "deadline"
+    assert time.monotonic() - deadline < 1.0
+    watchdog.close()
+
+
+def test_the_watchdog_plans_an_attempts_first_check_when_it_starts() -> None:
+    """A check is stalled when it runs later than planned; the first one is planned at the
+    attempt's start plus check_after (planned at the start itself, every hung read would be
+    taken for a stall and cost a second ping)."""
+    from clickhouse_lb._watchdog import Watchdog, _Watched
+
+    now = [100.0]
+    watchdog = Watchdog(lambda index, timeout: True, lambda index, query_id: None, clock=lambda: now[0])
+    spec = AttemptSpec(first=0, clock=lambda: now[0], watch=lambda index, started: AttemptWatch(started))
+    entry = _Watched(spec, spec.watch(0, 100.0), None, 100.0)
+    watchdog._add(entry)
+    assert entry.planned == pytest.approx(100.1)
+    watchdog._remove(entry)
+    watchdog.close()
+
+
+def test_an_idle_watchdog_ends_its_thread() -> None:
+    """A pool nobody closes (an engine per request) must not keep a thread per pool."""
+    from clickhouse_lb._watchdog import Watchdog
+
+    watchdog = Watchdog(lambda index, timeout: True, lambda index, query_id: None, idle_exit=0.05)
+    spec = AttemptSpec(first=0, clock=time.monotonic, watch=lambda index, started: AttemptWatch(started))
+    assert watchdog.run(spec, lambda index, query_id: "rows") == (0, "rows")
+    thread = watchdog._thread
+    assert thread is not None
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    assert watchdog.run(spec, lambda index, query_id: "again") == (0, "again")  # a new one starts
+    watchdog.close()
+
+
+def test_a_connect_that_timed_out_is_not_waited_for_twice_in_one_attempt(silent_listener: str) -> None:
+    """urllib3 retries a connect once; the pool fails over instead of waiting the timeout again."""
+    from urllib3.exceptions import ConnectTimeoutError
+
+    from clickhouse_lb._transport import _TrackedHTTPConnection
+
+    host, port = silent_listener.split(":")
+    attempt = AttemptConnections(connect_timeout=0.05)
+    connection = _TrackedHTTPConnection(host, int(port), timeout=30)
+    with attempt:
+        connection.connect()  # the listener accepts: this one connects
+        assert connection.timeout == 0.05  # the attempt's exact connect timeout, not the client's 30 s
+        attempt.connect_timed_out = True
+        started = time.monotonic()
+        with pytest.raises(ConnectTimeoutError):
+            _TrackedHTTPConnection(host, int(port), timeout=30).connect()
+        assert time.monotonic() - started < 0.5
+    connection.close()
+
+
+def test_a_refused_connect_is_not_taken_for_a_timeout() -> None:
+    from urllib3.exceptions import NewConnectionError
+
+    from clickhouse_lb._transport import _TrackedHTTPConnection
+
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there: refused
+    attempt = AttemptConnections(connect_timeout=1.0)
+    with attempt, pytest.raises(NewConnectionError):
+        _TrackedHTTPConnection("127.0.0.1", port).connect()
+    assert not attempt.connect_timed_out  # the error keeps saying "refused"
