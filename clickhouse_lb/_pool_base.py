@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from clickhouse_connect.driver.exceptions import ProgrammingError
 
+from ._discovery_io import ClusterReader
 from ._statements import PreparedCall, prepare_call
 from .balancer import Balancer, ReplicaStatus, new_replica_set_state
 from .classify import classify
@@ -59,6 +60,25 @@ def connect_failure(address: str, exc: Exception) -> ReplicaConnectError | None:
     error = ReplicaConnectError(address, failure.reason, failure.kind)
     error.__cause__ = exc
     return error
+
+
+def discovered_config(config: PoolConfig) -> PoolConfig:
+    """The configuration over the replicas of ``config.discovery.cluster``, read from the
+    seeds (``config.replicas``). Its balancing state is the pool's own: the shared-state key
+    is the ordered replica set, which a discovered pool changes at run time."""
+    reader = discovery_reader(config)
+    try:
+        replicas = reader.replicas(config.replicas)
+    finally:
+        reader.close()
+    return dataclasses.replace(config, replicas=replicas, seeds=tuple(config.replicas), share_state=False)
+
+
+def discovery_reader(config: PoolConfig) -> ClusterReader:
+    return ClusterReader(
+        config.client_options, config.discovery,
+        connect_timeout=config.settings.connect_timeout_with_failover_ms / 1000.0,
+    )
 
 
 def pin_options(session: bool) -> dict[str, Any]:
@@ -130,6 +150,8 @@ class PoolBase:
         listeners: Iterable[Listener] = (),
         balancer: Balancer | None = None,
     ) -> None:
+        if config.discovery.enabled and not config.seeds:
+            config = discovered_config(config)
         self.config = config
         # -- shared balancing state (clickhouse_lb.shared_state) --------------------------------
         # A pool given no balancer shares its counts with the other pools and engines of the

@@ -117,8 +117,8 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         super().__init__(config, listeners=listeners, balancer=balancer)
         self._factory: AsyncClientFactory = client_factory or clickhouse_connect.get_async_client
         # The async client takes a fractional connect timeout natively.
-        self._options = client_options_for(config, whole_seconds=False)
-        self._clients = [_Slot() for _ in config.replicas]
+        self._options = client_options_for(self.config, whole_seconds=False)
+        self._clients = [_Slot() for _ in self.config.replicas]
         self._policy = async_policy()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._hostname_resolved = config.settings.local_hostname is not None
@@ -322,6 +322,10 @@ def get_async_pool(
     health_check_fall: int | None = None,
     max_replica_delay_for_distributed_queries: int | None = None,
     fallback_to_stale_replicas_for_distributed_queries: bool | None = None,
+    cluster: str | None = None,
+    shard: int | None = None,
+    cluster_http_port: int | None = None,
+    cluster_discovery_interval_ms: int | None = None,
     listeners: Iterable[Listener] = (),
     share_state: bool | None = None,
     **client_options: Any,
@@ -332,7 +336,8 @@ def get_async_pool(
     ``password``, ``database``, ``send_receive_timeout``, ``connector_limit_per_host``, ...).
 
     A plain function: building the pool does no I/O (clients connect on first use), so it may
-    be called outside a running loop. Bad names and values raise
+    be called outside a running loop; with ``cluster=`` (discovery) it reads
+    ``system.clusters`` from a seed once, synchronously, before returning. Bad names and values raise
     :class:`~clickhouse_lb.errors.ConfigurationError` here.
 
     >>> pool = get_async_pool(["ch-1:8123", "ch-2:8123"], load_balancing="in_order")

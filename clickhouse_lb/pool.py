@@ -92,8 +92,8 @@ class ReplicaPool(SyncClientAPI, PoolBase):
     ) -> None:
         super().__init__(config, listeners=listeners, balancer=balancer)
         self._factory: ClientFactory = client_factory or clickhouse_connect.get_client
-        self._options = client_options_for(config, whole_seconds=True)
-        self._clients = [_Slot() for _ in config.replicas]
+        self._options = client_options_for(self.config, whole_seconds=True)
+        self._clients = [_Slot() for _ in self.config.replicas]
         self._policy = sync_policy()
         self._prober = (
             ProbeWorker(self._health, self._balancer.addresses, self._options) if self._health else None
@@ -267,6 +267,10 @@ def get_pool(
     health_check_fall: int | None = None,
     max_replica_delay_for_distributed_queries: int | None = None,
     fallback_to_stale_replicas_for_distributed_queries: bool | None = None,
+    cluster: str | None = None,
+    shard: int | None = None,
+    cluster_http_port: int | None = None,
+    cluster_discovery_interval_ms: int | None = None,
     listeners: Iterable[Listener] = (),
     share_state: bool | None = None,
     **client_options: Any,
@@ -289,6 +293,13 @@ def get_pool(
     lag, as the server: ``max_replica_delay_for_distributed_queries=300`` (seconds; 0: not
     checked), ``fallback_to_stale_replicas_for_distributed_queries=True``. A value left as
     ``None`` comes from the DSN, or is the default.
+
+    Discovery: ``cluster="lb_cluster"`` makes ``hosts`` the seeds: the pool reads the
+    cluster's replicas from ``system.clusters`` on the first seed that answers (optionally one
+    ``shard=N``; ``cluster_http_port``: the HTTP port of every replica, else 9000 -> 8123,
+    9440 -> 8443, any other port as listed) and re-reads them every
+    ``cluster_discovery_interval_ms=30000`` (0: once) through the health worker (see
+    :mod:`clickhouse_lb.discovery`). A discovered pool keeps its balancing state to itself.
 
     ``share_state=True`` (the default; ``share_state=0`` in a DSN): the error counts, decay
     clock and round-robin counter are shared with every other pool and engine of the process
