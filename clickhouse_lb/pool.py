@@ -23,7 +23,7 @@ import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 
 from ._client_api import STATEMENT_METHODS, SyncClientAPI
-from ._pool_base import ClientSlot, PinnedBase, PoolBase, client_options_for, pin_options
+from ._pool_base import ClientSlot, PinnedBase, PoolBase, ReplicaSetView, client_options_for, pin_options
 from ._statements import settings_positions
 from .balancer import Balancer
 from .events import Listener, logger
@@ -93,23 +93,29 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         super().__init__(config, listeners=listeners, balancer=balancer)
         self._factory: ClientFactory = client_factory or clickhouse_connect.get_client
         self._options = client_options_for(self.config, whole_seconds=True)
-        self._clients = [_Slot() for _ in self.config.replicas]
+        self._view = self._view._replace(slots=tuple(_Slot() for _ in self.config.replicas))
         self._policy = sync_policy()
         self._prober = (
-            ProbeWorker(self._health, self._balancer.addresses, self._options) if self._health else None
+            ProbeWorker(
+                self._health, self._balancer.addresses, self._options,
+                refresher=weakref.WeakMethod(self._refresh_discovery), refresh_interval=self._refresh_interval(),
+            )
+            if self._health
+            else None
         )
         if self._prober is not None:  # a pool dropped without close() must not leave its worker running
             weakref.finalize(self, self._prober.stop)
 
     # -- clients ---------------------------------------------------------------------------
 
-    def _new_client(self, index: int, **extra: Any) -> Client:
-        client = self._factory(**self._client_arguments(index, self._options, extra))
+    def _new_client(self, index: int, view: ReplicaSetView | None = None, **extra: Any) -> Client:
+        client = self._factory(**self._client_arguments(index, self._options, extra, view))
         set_connect_timeout(client, self.config.connect_timeout_seconds)
         return client
 
-    def _client(self, index: int) -> Client:
-        slot = self._clients[index]
+    def _client(self, index: int, view: ReplicaSetView | None = None) -> Client:
+        view = view or self._view
+        slot: _Slot = view.slots[index]
         client = slot.client
         if client is not None:
             return client
@@ -118,9 +124,11 @@ class ReplicaPool(SyncClientAPI, PoolBase):
             self._check_open()
             if slot.client is not None:
                 return slot.client
+            address = view.balancer.addresses[index]
+            slot.raise_if_retired(address)
             slot.raise_shared_failure(seen)
-            with slot.creating(self._balancer.addresses[index]):
-                client = self._new_client(index, autogenerate_session_id=False)
+            with slot.creating(address):
+                client = self._new_client(index, view, autogenerate_session_id=False)
             if self._closed:  # closed while the client was being created
                 _close_quietly(client)
                 raise self._closed_error()
@@ -136,29 +144,39 @@ class ReplicaPool(SyncClientAPI, PoolBase):
     def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self._check_open()
         call = self._prepare(method, args, kwargs)
-        order = self._fresh_first(self._balancer.plan_indices(call.overrides), call.settings)
-        attempts = self._attempts(method, order, retry_after_send=call.retry_after_send)
+        view = self._view
+        order = self._fresh_first(view.balancer.plan_indices(call.overrides), call.settings, view)
+        attempts = self._attempts(method, order, retry_after_send=call.retry_after_send, view=view)
 
         def attempt(index: int) -> Any:
-            return getattr(self._client(index), method)(*call.args, **call.kwargs)
+            return getattr(self._client(index, view), method)(*call.args, **call.kwargs)
 
-        return run_sync(attempts, attempt, self._policy)
+        self._in_flight.acquire(view)
+        try:
+            return run_sync(attempts, attempt, self._policy)
+        finally:
+            self._in_flight.release(view)
 
     def ping(self, timeout: float | None = None) -> bool:
         """True when some replica answers ``/ping`` (tried in plan order); each replica that
         does not answer gets an error counted, as a failed attempt would."""
         self._started()
-        for index in self._balancer.plan_indices():
-            try:
-                client = self._client(index)
-                answered = client.ping(timeout) if timeout else client.ping()
-            except Exception as exc:
-                if not self._balancer.count_failure(index, exc).replica:
-                    raise
-                continue
-            if self._balancer.ping_answered(index, answered):
-                return True
-        return False
+        view = self._view
+        self._in_flight.acquire(view)
+        try:
+            for index in view.balancer.plan_indices():
+                try:
+                    client = self._client(index, view)
+                    answered = client.ping(timeout) if timeout else client.ping()
+                except Exception as exc:
+                    if not view.balancer.count_failure(index, exc).replica:
+                        raise
+                    continue
+                if view.balancer.ping_answered(index, answered):
+                    return True
+            return False
+        finally:
+            self._in_flight.release(view)
 
     # -- sessions --------------------------------------------------------------------------
 
@@ -168,13 +186,15 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         (temporary tables, SET). Close it when done; :meth:`session` does that for you."""
         self._check_open()
         extra = pin_options(session)
-        attempts = self._attempts("session", self._fresh_first(self._balancer.plan_indices()), retry_after_send=True)
+        view = self._view
+        order = self._fresh_first(view.balancer.plan_indices(), None, view)
+        attempts = self._attempts("session", order, retry_after_send=True, view=view)
 
         def connect(index: int) -> tuple[int, Client]:
-            return index, self._new_client(index, **extra)
+            return index, self._new_client(index, view, **extra)
 
         index, client = run_sync(attempts, connect, self._policy)
-        return PinnedSession(self, index, client)
+        return PinnedSession(self, index, client, view.balancer)
 
     @contextmanager
     def session(self) -> Iterator[PinnedSession]:
@@ -188,6 +208,30 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         finally:
             pinned.close()
 
+    # -- discovery -------------------------------------------------------------------------
+
+    def _new_slot(self) -> _Slot:
+        return _Slot()
+
+    def _close_retired(self, slots: list[ClientSlot[Any]]) -> None:
+        for slot in slots:
+            assert isinstance(slot, _Slot)
+            with slot.lock:
+                client, slot.client = slot.client, None
+            if client is not None:
+                _close_quietly(client)
+
+    def _refresh_interval(self) -> float | None:
+        return self.config.discovery.interval if self.config.seeds else None
+
+    def _refresh_discovery(self) -> None:
+        """Re-read the cluster and apply the change (on the health worker's thread)."""
+        if self._closed:
+            return
+        replicas = self._read_cluster()
+        if replicas is not None:
+            self._apply_discovered(replicas)
+
     # -- lifecycle -------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -198,6 +242,8 @@ class ReplicaPool(SyncClientAPI, PoolBase):
             self._prober.close()
         self._detach_listeners()
         self._release_shared_state()
+        with self._discovery_lock:  # no view replaced from here on
+            pass
         for slot in self._clients:
             with slot.lock:
                 client, slot.client = slot.client, None
