@@ -182,3 +182,18 @@ def test_async_pool_follows_the_set(own_cluster: LocalCluster) -> None:
         asyncio.run(run())
     finally:
         own_cluster.describe()
+
+
+def test_describe_changes_what_system_clusters_lists(own_cluster: LocalCluster) -> None:
+    try:
+        own_cluster.describe([2, 0])
+        assert own_cluster.described == [0, 2]
+        rows = own_cluster.client(1).query(
+            "SELECT host_name, port FROM system.clusters WHERE cluster = 'lb_cluster' ORDER BY replica_num"
+        ).result_rows
+        assert [f"{h}:{p}" for h, p in rows] == [own_cluster.hosts[0], own_cluster.hosts[2]]
+        with pytest.raises(ValueError, match="no replica 3; valid indices 0..2"):
+            own_cluster.describe([3])
+    finally:
+        own_cluster.describe()
+    assert own_cluster.described == [0, 1, 2]
