@@ -33,7 +33,7 @@ from .lag import order_by_freshness, statement_lag_settings
 from .pool_config import PoolConfig, connect_timeout_argument
 from .replicas import Replica
 from .settings import BalancingSettings, split_statement_settings
-from .shared_state import acquire_state
+from .shared_state import SharedReplicaSet, acquire_state
 from .stats import PoolStats, StatsSnapshot
 
 __all__ = ["ClientSlot", "PinnedBase", "PoolBase", "ReplicaSetView", "client_options_for", "connect_failure"]
@@ -180,13 +180,16 @@ class PoolBase:
         # process over the same replica set (unless share_state=False); the hold is given back
         # on close() or when the balancer is garbage-collected.
         self._release_state: Callable[[], object] | None = None
+        #: What this pool shares with the others over its replica set (None: nothing).
+        self._shared: SharedReplicaSet | None = None
         if balancer is None:
             size, settings = len(config.replicas), config.settings
             lease = acquire_state(config, lambda: new_replica_set_state(size, settings)) if config.share_state else None
             balancer = Balancer(
-                config.replicas, settings, listeners=listeners, state=lease.value if lease is not None else None
+                config.replicas, settings, listeners=listeners, state=lease.value.state if lease is not None else None
             )
             if lease is not None:
+                self._shared = lease.value
                 self._release_state = lease.release_with(balancer)
         # -------------------------------------------------------------------------------------
         self._closed = False

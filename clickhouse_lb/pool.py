@@ -24,6 +24,7 @@ from clickhouse_connect.driver.client import Client
 
 from ._client_api import STATEMENT_METHODS, SyncClientAPI
 from ._pool_base import ClientSlot, PinnedBase, PoolBase, ReplicaSetView, client_options_for, pin_options
+from ._shared_probes import Forwarder, SharedProbes
 from ._statements import settings_positions
 from .balancer import Balancer
 from .events import Listener, logger
@@ -32,6 +33,7 @@ from .pool_config import PoolConfig, balancing_arguments, resolve_pool_config, s
 from .probing import ProbeWorker
 from .replicas import Replica
 from .settings import LoadBalancing
+from .shared_state import SharedReplicaSet
 
 __all__ = ["PinnedSession", "ReplicaPool", "get_pool"]
 
@@ -95,16 +97,37 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         self._options = client_options_for(self.config, whole_seconds=True)
         self._view = self._view._replace(slots=tuple(_Slot() for _ in self.config.replicas))
         self._policy = sync_policy()
-        self._prober = (
-            ProbeWorker(
-                self._health, self._balancer.addresses, self._options,
-                refresher=weakref.WeakMethod(self._refresh_discovery), refresh_interval=self._refresh_interval(),
+        #: The worker is the shared replica set's (see clickhouse_lb.shared_state): close() leaves it running.
+        self._prober_shared = False
+        self._detach_forwarder: Callable[[], object] | None = None
+        if self._health is not None and self._shared is not None:
+            self._share_probes(self._shared)
+        else:
+            self._prober = (
+                ProbeWorker(
+                    self._health, self._balancer.addresses, self._options,
+                    refresher=weakref.WeakMethod(self._refresh_discovery), refresh_interval=self._refresh_interval(),
+                )
+                if self._health
+                else None
             )
-            if self._health
-            else None
+            if self._prober is not None:  # a pool dropped without close() must not leave its worker running
+                weakref.finalize(self, self._prober.stop)
+
+    def _share_probes(self, shared: SharedReplicaSet) -> None:
+        """Use the one worker of the shared replica set (made by the first pool over it, with
+        its health settings), and receive its events while this pool is open."""
+        config, state = self.config, self._balancer.state
+        probes = shared.probes(
+            config.health,
+            lambda: SharedProbes(config.replicas, config.settings, config.health, state, self._options),
         )
-        if self._prober is not None:  # a pool dropped without close() must not leave its worker running
-            weakref.finalize(self, self._prober.stop)
+        self._view = self._view._replace(health=probes.monitor)
+        self._prober = probes.worker
+        self._prober_shared = True
+        forwarder = Forwarder(self._balancer.listeners)
+        probes.listeners.add(forwarder)
+        self._detach_forwarder = weakref.finalize(self, probes.listeners.remove, forwarder)
 
     # -- clients ---------------------------------------------------------------------------
 
@@ -238,8 +261,10 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         """Stop the health probes and close every replica client. Statements after this raise
         ProgrammingError."""
         self._closed = True
-        if self._prober is not None:
+        if self._prober is not None and not self._prober_shared:
             self._prober.close()
+        if self._detach_forwarder is not None:
+            self._detach_forwarder()
         self._detach_listeners()
         self._release_shared_state()
         with self._discovery_lock:  # no view replaced from here on
