@@ -28,7 +28,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Generic, TypeVar
 
 from ._redact import redact
-from ._values import as_int
+from ._values import bounded
 from .errors import ConfigurationError
 from .replicas import Replica
 
@@ -101,12 +101,12 @@ def parse_discovery_settings(values: Mapping[str, Any]) -> DiscoverySettings:
     interval = values.get("cluster_discovery_interval_ms")
     return DiscoverySettings(
         cluster=cluster.strip() if cluster is not None else None,
-        shard=None if shard is None else as_int("shard", shard, minimum=1),
-        cluster_http_port=None if http_port is None else as_int("cluster_http_port", http_port, minimum=1),
+        shard=None if shard is None else int(bounded("shard", shard) or 0),
+        cluster_http_port=None if http_port is None else int(bounded("cluster_http_port", http_port) or 0),
         cluster_discovery_interval_ms=(
             DiscoverySettings.cluster_discovery_interval_ms
             if interval is None
-            else as_int("cluster_discovery_interval_ms", interval, minimum=0)
+            else int(bounded("cluster_discovery_interval_ms", interval) or 0)
         ),
     )
 
