@@ -16,17 +16,19 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, NamedTuple, Protocol, TypeVar
 
 from clickhouse_connect.driver.exceptions import ProgrammingError
 
 from ._client_members import ClientChanges, ClientMembers, unknown_attribute_message
+from ._discovery_io import ClusterReader
 from ._statements import PreparedCall, prepare_call
 from .attempt_plan import StatementPlan
 from .balancer import Balancer, ReplicaStatus, new_replica_set_state
 from .classify import classify
+from .discovery import DiscoveryError, InFlight, ReplicaSetChange, diff_replicas
 from .errors import ReplicaConnectError, SessionLostError
-from .events import Listener, ListenerSet, check_listeners
+from .events import Listener, ListenerSet, check_listeners, logger
 from .failover import StatementAttempts
 from .health import HealthMonitor, probe_statuses_off
 from .hedging import LatencyWindow
@@ -34,11 +36,19 @@ from .lag import order_by_freshness, statement_lag_settings
 from .pool_config import PoolConfig
 from .replicas import Replica
 from .settings import BalancingSettings, split_statement_settings
-from .shared_state import acquire_state
+from .shared_state import SharedReplicaSet, acquire_state
 from .stats import PoolStats, StatsSnapshot
 from .timeouts import client_timeout_arguments
 
-__all__ = ["ClientSlot", "PinnedBase", "PoolBase", "client_options_for", "connect_failure", "kill_query_sql"]
+__all__ = [
+    "ClientSlot",
+    "PinnedBase",
+    "PoolBase",
+    "ReplicaSetView",
+    "client_options_for",
+    "connect_failure",
+    "kill_query_sql",
+]
 
 
 def kill_query_sql(query_id: str) -> str:
@@ -75,6 +85,25 @@ def connect_failure(address: str, exc: Exception) -> ReplicaConnectError | None:
     return error
 
 
+def discovered_config(config: PoolConfig) -> PoolConfig:
+    """The configuration over the replicas of ``config.discovery.cluster``, read from the
+    seeds (``config.replicas``). Its balancing state is the pool's own: the shared-state key
+    is the ordered replica set, which a discovered pool changes at run time."""
+    reader = discovery_reader(config)
+    try:
+        replicas = reader.replicas(config.replicas)
+    finally:
+        reader.close()
+    return dataclasses.replace(config, replicas=replicas, seeds=tuple(config.replicas), share_state=False)
+
+
+def discovery_reader(config: PoolConfig) -> ClusterReader:
+    return ClusterReader(
+        config.client_options, config.discovery,
+        connect_timeout=config.settings.connect_timeout_with_failover_ms / 1000.0,
+    )
+
+
 def pin_options(session: bool) -> dict[str, Any]:
     """The client options of a pinned client: its own ClickHouse session, or none."""
     return {"session_id": str(uuid.uuid4())} if session else {"autogenerate_session_id": False}
@@ -84,12 +113,20 @@ class ClientSlot(Generic[C]):
     """A replica's shared client, created on first use, and the outcome of the last creation.
     The lock (a thread's or a task's) is the driver's; the bookkeeping is here."""
 
-    __slots__ = ("client", "creations", "failure")
+    __slots__ = ("client", "creations", "failure", "retired")
 
     def __init__(self) -> None:
         self.client: C | None = None
         self.failure: ReplicaConnectError | None = None
         self.creations = 0
+        #: The replica left the discovered set: no new client is created here.
+        self.retired = False
+
+    def raise_if_retired(self, address: str) -> None:
+        """A statement that started before discovery removed the replica, and fails over to it
+        after its client was closed: a connect failure, so it moves on to the next replica."""
+        if self.retired:
+            raise ReplicaConnectError(address, "removed from the cluster by discovery")
 
     def raise_shared_failure(self, seen: int) -> None:
         """Another caller's creation failed while this one waited for the lock: share its
@@ -127,6 +164,18 @@ class _Prober(Protocol):
 
     def stop(self) -> None: ...
 
+    def retarget(self, monitor: HealthMonitor, addresses: tuple[str, ...]) -> None: ...
+
+
+class ReplicaSetView(NamedTuple):
+    """A pool's replica set with everything indexed by position in it: the balancer (and its
+    counts), the probe schedule, the clients' slots. Replaced whole when discovery changes the
+    set; a statement keeps the view it started with, so positions never mix across sets."""
+
+    balancer: Balancer
+    health: HealthMonitor | None
+    slots: tuple[Any, ...]
+
 
 class PoolBase(ClientMembers):
     """The balancing side of a pool; subclasses add the clients and the statements. The
@@ -146,6 +195,8 @@ class PoolBase(ClientMembers):
         listeners: Iterable[Listener] = (),
         balancer: Balancer | None = None,
     ) -> None:
+        if config.discovery.enabled and not config.seeds:
+            config = discovered_config(config)
         self.config = config
         listeners = check_listeners(listeners)
         # -- shared balancing state (clickhouse_lb.shared_state) --------------------------------
@@ -153,28 +204,34 @@ class PoolBase(ClientMembers):
         # process over the same replica set (unless share_state=False); the hold is given back
         # on close() or when the balancer is garbage-collected.
         self._release_state: Callable[[], object] | None = None
+        #: What this pool shares with the others over its replica set (None: nothing).
+        self._shared: SharedReplicaSet | None = None
         if balancer is None:
             size, settings = len(config.replicas), config.settings
             lease = acquire_state(config, lambda: new_replica_set_state(size, settings)) if config.share_state else None
             balancer = Balancer(
-                config.replicas, settings, listeners=listeners, state=lease.value if lease is not None else None
+                config.replicas, settings, listeners=listeners, state=lease.value.state if lease is not None else None
             )
             if lease is not None:
+                self._shared = lease.value
                 self._release_state = lease.release_with(balancer)
         # -------------------------------------------------------------------------------------
-        self._balancer = balancer
         self._closed = False
         #: Recent read latencies: the adaptive hedge delay (receive_data_timeout_ms="auto").
         self._latencies = LatencyWindow()
         self._hedges = 0
         self._hedges_lock = threading.Lock()
         self._stats = PoolStats()
-        self._balancer.listeners.add(self._stats)
-        #: Decides the background probes (None when health_check_interval_ms=0); the pools
-        #: add the worker that sends them.
-        self._health: HealthMonitor | None = (
-            HealthMonitor(self._balancer, config.health) if config.health.enabled else None
+        balancer.listeners.add(self._stats)
+        #: The health monitor decides the background probes (None when
+        #: health_check_interval_ms=0); the pools add the worker that sends them, and the slots.
+        self._view = ReplicaSetView(
+            balancer, HealthMonitor(balancer, config.health) if config.health.enabled else None, ()
         )
+        #: Statements running per view: the clients of replicas that discovery removed are
+        #: closed once the last statement that may use them is done.
+        self._in_flight: InFlight[ReplicaSetView] = InFlight()
+        self._discovery_lock = threading.Lock()
         own: tuple[Listener, ...] = (self._stats,)
         #: Called by close(), or when the pool is garbage-collected unclosed.
         self._detach_listeners = weakref.finalize(self, _detach, self._balancer.listeners, own)
@@ -182,6 +239,18 @@ class PoolBase(ClientMembers):
         # and which replica's client the server facts are read from.
         self._changes = ClientChanges()
         self._reference = None
+
+    @property
+    def _balancer(self) -> Balancer:
+        return self._view.balancer
+
+    @property
+    def _health(self) -> HealthMonitor | None:
+        return self._view.health
+
+    @property
+    def _clients(self) -> tuple[Any, ...]:
+        return self._view.slots
 
     @property
     def settings(self) -> BalancingSettings:
@@ -202,8 +271,9 @@ class PoolBase(ClientMembers):
         """Per replica: host, port, errors_count, slowdowns_count, estimated_recovery_time,
         last_error, is_up ... (named like ``system.clusters``), and what the health probes
         saw: probe_state, last_probe_time, probe_latency, last_probe_error."""
-        statuses = self._balancer.statuses()
-        probes = self._health.statuses() if self._health else probe_statuses_off(len(statuses))
+        view = self._view
+        statuses = view.balancer.statuses()
+        probes = view.health.statuses() if view.health else probe_statuses_off(len(statuses))
         return [
             dataclasses.replace(status, **probe._asdict()) for status, probe in zip(statuses, probes)
         ]
@@ -263,8 +333,10 @@ class PoolBase(ClientMembers):
         if self._closed:
             raise self._closed_error()
 
-    def _client_arguments(self, index: int, options: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
-        replica = self.config.replicas[index]
+    def _client_arguments(
+        self, index: int, options: Mapping[str, Any], extra: Mapping[str, Any], view: ReplicaSetView | None = None
+    ) -> dict[str, Any]:
+        replica = (view or self._view).balancer.replicas[index]
         return {"host": replica.host, "port": replica.port, **options, **extra}
 
     def _prepare(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> PreparedCall:
@@ -280,11 +352,14 @@ class PoolBase(ClientMembers):
         if self._prober is not None:
             self._prober.ensure_started()
 
-    def _fresh_first(self, order: list[int], statement_settings: Mapping[str, Any] | None = None) -> list[int]:
+    def _fresh_first(
+        self, order: list[int], statement_settings: Mapping[str, Any] | None = None, view: ReplicaSetView | None = None
+    ) -> list[int]:
         """The plan with replicas lagging ``max_replica_delay_for_distributed_queries`` or more
         moved last (or left out), as the server does; the statement's own settings win. Free
         while no replica is known to lag that much."""
-        health = self._health
+        view = view or self._view
+        health = view.health
         if health is None:
             return order
         worst = health.schedule.worst_delay()
@@ -294,15 +369,93 @@ class PoolBase(ClientMembers):
         limit = lag.max_replica_delay_for_distributed_queries
         if not limit or worst < limit:
             return order
-        return order_by_freshness(order, health.schedule.delays(), lag, self._balancer.addresses)
+        return order_by_freshness(order, health.schedule.delays(), lag, view.balancer.addresses)
 
     def _attempts(
-        self, operation: str, order: list[int], *, retry_after_send: bool, write: bool = True
+        self,
+        operation: str,
+        order: list[int],
+        *,
+        retry_after_send: bool,
+        write: bool = True,
+        view: ReplicaSetView | None = None,
     ) -> StatementAttempts:
         self._started()
-        return StatementAttempts(
-            self._balancer, order, operation=operation, retry_after_send=retry_after_send, write=write
+        balancer = (view or self._view).balancer
+        return StatementAttempts(balancer, order, operation=operation, retry_after_send=retry_after_send, write=write)
+
+    # -- discovery -------------------------------------------------------------------------
+
+    def _new_slot(self) -> ClientSlot[Any]:
+        raise NotImplementedError
+
+    def _close_retired(self, slots: list[ClientSlot[Any]]) -> None:
+        """Close the clients of replicas that left the set (their statements are done)."""
+        raise NotImplementedError
+
+    def _discovery_seeds(self) -> list[Replica]:
+        """Who to ask: the seeds, then the replicas discovered last time (so the pool still
+        refreshes when every seed is gone but the cluster lives on)."""
+        seeds = list(self.config.seeds)
+        known = {seed.address.lower() for seed in seeds}
+        return seeds + [r for r in self._view.balancer.replicas if r.address.lower() not in known]
+
+    def _read_cluster(self) -> list[Replica] | None:
+        """The cluster's replicas now (blocking I/O), or None when no one answered: the set
+        is kept as it is, and the next refresh tries again."""
+        reader = discovery_reader(self.config)
+        try:
+            return reader.replicas(self._discovery_seeds())
+        except DiscoveryError as exc:
+            logger.warning("discovery of cluster %r failed; keeping the current replicas: %s",
+                           self.config.discovery.cluster, exc)
+            return None
+        finally:
+            reader.close()
+
+    def _apply_discovered(self, replicas: list[Replica]) -> ReplicaSetChange | None:
+        """Replace the view when the discovered set differs from the current one: kept replicas
+        keep their counts, probe state and client; added ones start clean; removed ones' clients
+        are closed once the statements running on the old view are done."""
+        with self._discovery_lock:
+            if self._closed:
+                return None
+            old = self._view
+            change = diff_replicas(old.balancer.replicas, replicas)
+            if change.unchanged:
+                return None
+            size = len(change.replicas)
+            balancer = Balancer(
+                change.replicas, old.balancer.settings, state=old.balancer.state.carried_over(change.kept, size)
+            )
+            balancer.listeners = old.balancer.listeners
+            health = None
+            if old.health is not None:
+                health = HealthMonitor(balancer, old.health.settings)
+                health.schedule.carry_over(old.health.schedule, change.kept)
+            slots: list[Any] = [None] * size
+            for before, after in change.kept.items():
+                slots[after] = old.slots[before]
+            for index in change.added:
+                slots[index] = self._new_slot()
+            self._view = ReplicaSetView(balancer, health, tuple(slots))
+            config = dataclasses.replace(self.config, replicas=list(change.replicas))
+            # replace() re-derives the attempt settings from client options that the first
+            # derivation took out: keep the pool's own.
+            object.__setattr__(config, "attempts", self.config.attempts)
+            self.config = config
+            if self._prober is not None and health is not None:
+                self._prober.retarget(health, balancer.addresses)
+        removed = [old.slots[i] for i in change.removed]
+        logger.info(
+            "cluster %r: replicas now %s (added %s, removed %s)", self.config.discovery.cluster,
+            ", ".join(balancer.addresses), [balancer.addresses[i] for i in change.added] or "none",
+            [old.balancer.addresses[i] for i in change.removed] or "none",
         )
+        for slot in removed:
+            slot.retired = True
+        self._in_flight.retire(old, lambda: self._close_retired(removed))
+        return change
 
     def _statement_plan(self, attempts: StatementAttempts, call: PreparedCall) -> StatementPlan:
         """How the statement's attempts wait (timeouts, liveness checks, deadline, hedging)."""
@@ -345,11 +498,13 @@ class PinnedBase(Generic[C]):
 
     _settings_position: ClassVar[Mapping[str, int | None]] = {}
 
-    def __init__(self, pool: PoolBase, index: int, client: C) -> None:
-        self._balancer = pool.balancer
+    def __init__(self, pool: PoolBase, index: int, client: C, balancer: Balancer | None = None) -> None:
+        # ``balancer``: the one of the view the session was pinned from (discovery may have
+        # replaced the pool's since).
+        self._balancer = balancer or pool.balancer
         self._index = index
         self.client = client
-        self.address = pool.balancer.addresses[index]
+        self.address = self._balancer.addresses[index]
         get_setting = getattr(client, "get_client_setting", None)
         self.session_id: str | None = get_setting("session_id") if get_setting is not None else None
 

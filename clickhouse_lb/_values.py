@@ -70,6 +70,10 @@ LIMITS: dict[str, Bounds] = {
     "health_check_fall": Bounds("int", 1, 1000, "consecutive probes"),
     "health_check_delay_interval_ms": Bounds("int", 0, 24 * _HOUR_MS, "ms (0: never)"),
     "max_replica_delay_for_distributed_queries": Bounds("int", 0, 10**9, "seconds (0: not checked)"),
+    # discovery from system.clusters (clickhouse_lb.discovery)
+    "shard": Bounds("int", 1, 2**32 - 1, "(a shard_num of system.clusters)"),
+    "cluster_http_port": Bounds("int", 1, 65535, "(a TCP port)"),
+    "cluster_discovery_interval_ms": Bounds("int", 0, 24 * _HOUR_MS, "ms (0: read once)"),
     # clickhouse-connect client options the pool checks before any I/O (clickhouse_lb.pool_config)
     "connect_timeout": Bounds("seconds", 0.001, 3600.0, "seconds"),
     "send_receive_timeout": Bounds("seconds", 0.001, 7 * _DAY, "seconds"),

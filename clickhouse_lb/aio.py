@@ -35,7 +35,15 @@ from ._client_api import STATEMENT_METHODS
 from ._client_members import async_read_statement
 from ._drive_async import AsyncDriver
 from ._driver_logs import handled_by_pool
-from ._pool_base import ClientSlot, PinnedBase, PoolBase, client_options_for, kill_query_sql, pin_options
+from ._pool_base import (
+    ClientSlot,
+    PinnedBase,
+    PoolBase,
+    ReplicaSetView,
+    client_options_for,
+    kill_query_sql,
+    pin_options,
+)
 from ._statements import settings_positions
 from .balancer import Balancer
 from .errors import ConfigurationError
@@ -121,14 +129,21 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         super().__init__(config, listeners=listeners, balancer=balancer)
         self._factory: AsyncClientFactory = client_factory or clickhouse_connect.get_async_client
         # The async client takes fractional timeouts natively.
-        self._options = client_options_for(config, whole_seconds=False)
-        self._clients = [_Slot() for _ in config.replicas]
+        self._options = client_options_for(self.config, whole_seconds=False)
+        self._view = self._view._replace(slots=tuple(_Slot() for _ in self.config.replicas))
         self._policy = async_policy()
         self._driver = AsyncDriver()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._hostname_resolved = config.settings.local_hostname is not None
+        self._closing: set[asyncio.Task[None]] = set()
         self._prober = (
-            AsyncProbeWorker(self._health, self._balancer.addresses, self._options) if self._health else None
+            AsyncProbeWorker(
+                self._health, self._balancer.addresses, self._options,
+                refresher=weakref.WeakMethod(self._refresh_discovery),
+                refresh_interval=self.config.discovery.interval if self.config.seeds else None,
+            )
+            if self._health
+            else None
         )
         if self._prober is not None:  # a pool dropped without close() must not leave its task running
             weakref.finalize(self, self._prober.stop)
@@ -155,16 +170,19 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
             await asyncio.to_thread(getattr, self._balancer, "local_hostname")
             self._hostname_resolved = True
 
-    async def _plan(self, overrides: StatementOverrides = NO_OVERRIDES) -> list[int]:
+    async def _plan(
+        self, overrides: StatementOverrides = NO_OVERRIDES, view: ReplicaSetView | None = None
+    ) -> list[int]:
         """The replica order for one statement (advances ``round_robin``)."""
-        if (overrides.load_balancing or self._balancer.settings.load_balancing).uses_hostnames:
+        balancer = (view or self._view).balancer
+        if (overrides.load_balancing or balancer.settings.load_balancing).uses_hostnames:
             await self._resolve_hostname()
-        return self._balancer.plan_indices(overrides)
+        return balancer.plan_indices(overrides)
 
     # -- clients ---------------------------------------------------------------------------
 
-    async def _new_client(self, index: int, **extra: Any) -> AsyncClient:
-        client = await self._factory(**self._client_arguments(index, self._options, extra))
+    async def _new_client(self, index: int, view: ReplicaSetView | None = None, **extra: Any) -> AsyncClient:
+        client = await self._factory(**self._client_arguments(index, self._options, extra, view))
         try:
             self._changes.replay(client)  # what the user set on the pool since it was made
         except BaseException:
@@ -172,8 +190,9 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
             raise
         return client
 
-    async def _client(self, index: int) -> AsyncClient:
-        slot = self._clients[index]
+    async def _client(self, index: int, view: ReplicaSetView | None = None) -> AsyncClient:
+        view = view or self._view
+        slot: _Slot = view.slots[index]
         client = slot.client
         if client is not None:
             return client
@@ -182,10 +201,12 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
             self._check_open()
             if slot.client is not None:
                 return slot.client
+            address = view.balancer.addresses[index]
+            slot.raise_if_retired(address)
             slot.raise_shared_failure(seen)
             version = self._changes.version
-            with slot.creating(self._balancer.addresses[index]):
-                client = await self._new_client(index, autogenerate_session_id=False)
+            with slot.creating(address):
+                client = await self._new_client(index, view, autogenerate_session_id=False)
             if self._closed:  # closed while the client was being created
                 await _close_quietly(client)
                 raise self._closed_error()
@@ -232,22 +253,27 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
     async def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self._check_open()
         call = self._prepare(method, args, kwargs)
-        order = self._fresh_first(await self._plan(call.overrides), call.settings)
-        attempts = self._attempts(method, order, retry_after_send=call.retry_after_send, write=call.write)
+        view = self._view
+        order = self._fresh_first(await self._plan(call.overrides, view), call.settings, view)
+        attempts = self._attempts(method, order, retry_after_send=call.retry_after_send, write=call.write, view=view)
         plan = self._statement_plan(attempts, call)
 
         async def run(index: int, query_id: str | None) -> Any:
             args, kwargs = call.with_query_id(query_id)
-            client = await self._client(index)
+            client = await self._client(index, view)
             return await getattr(client, method)(*args, **kwargs)
 
         async def attempt(index: int) -> Any:
             winner, result = await self._driver.run(plan.spec(index), run, self._replica_alive, self._kill_query)
             if winner != index:  # a hedge answered first
-                self._balancer.record_success(winner)
+                view.balancer.record_success(winner)
             return result
 
-        return await run_async(attempts, attempt, self._policy)
+        self._in_flight.acquire(view)
+        try:
+            return await run_async(attempts, attempt, self._policy)
+        finally:
+            self._in_flight.release(view)
 
     async def _replica_alive(self, index: int, timeout: float) -> bool:
         """A liveness check: ``/ping`` on a separate connection of the replica's aiohttp
@@ -287,17 +313,22 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         does not answer gets an error counted, as a failed attempt would."""
         self._check_open()
         self._started()
-        for index in await self._plan():
-            try:
-                client = await self._client(index)
-                answered = await (client.ping(timeout) if timeout else client.ping())
-            except Exception as exc:
-                if not self._balancer.count_failure(index, exc).replica:
-                    raise
-                continue
-            if self._balancer.ping_answered(index, answered):
-                return True
-        return False
+        view = self._view
+        self._in_flight.acquire(view)
+        try:
+            for index in await self._plan(view=view):
+                try:
+                    client = await self._client(index, view)
+                    answered = await (client.ping(timeout) if timeout else client.ping())
+                except Exception as exc:
+                    if not view.balancer.count_failure(index, exc).replica:
+                        raise
+                    continue
+                if view.balancer.ping_answered(index, answered):
+                    return True
+            return False
+        finally:
+            self._in_flight.release(view)
 
     # -- sessions --------------------------------------------------------------------------
 
@@ -307,13 +338,15 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         (temporary tables, SET). Close it when done; :meth:`session` does that for you."""
         self._check_open()
         extra = pin_options(session)
-        attempts = self._attempts("session", self._fresh_first(await self._plan()), retry_after_send=True, write=False)
+        view = self._view
+        order = self._fresh_first(await self._plan(view=view), None, view)
+        attempts = self._attempts("session", order, retry_after_send=True, write=False, view=view)
 
         async def connect(index: int) -> tuple[int, AsyncClient]:
-            return index, await self._new_client(index, **extra)
+            return index, await self._new_client(index, view, **extra)
 
         index, client = await run_async(attempts, connect, self._policy)
-        return AsyncPinnedSession(self, index, client)
+        return AsyncPinnedSession(self, index, client, view.balancer)
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[AsyncPinnedSession]:
@@ -326,6 +359,35 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
             yield pinned
         finally:
             await pinned.close()
+
+    # -- discovery -------------------------------------------------------------------------
+
+    def _new_slot(self) -> _Slot:
+        return _Slot()
+
+    def _close_retired(self, slots: list[ClientSlot[Any]]) -> None:
+        """Runs on the loop (a statement's end, or the refresh): the closing is a task."""
+        clients = []
+        for slot in slots:
+            if slot.client is not None:
+                clients.append(slot.client)
+                slot.client = None
+        if clients:
+            task = asyncio.get_running_loop().create_task(self._close_clients(clients))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    @staticmethod
+    async def _close_clients(clients: list[AsyncClient]) -> None:
+        await asyncio.gather(*(_close_quietly(client) for client in clients))
+
+    async def _refresh_discovery(self) -> None:
+        """Re-read the cluster (in a thread: the read blocks) and apply the change on the loop."""
+        if self._closed:
+            return
+        replicas = await asyncio.to_thread(self._read_cluster)
+        if replicas is not None and not self._closed:
+            self._apply_discovered(replicas)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -414,6 +476,10 @@ def get_async_pool(
     liveness_check_after_ms: float | None = None,
     liveness_ping_timeout_ms: float | None = None,
     liveness_check_interval_ms: float | None = None,
+    cluster: str | None = None,
+    shard: int | None = None,
+    cluster_http_port: int | None = None,
+    cluster_discovery_interval_ms: int | None = None,
     listeners: Iterable[Listener] = (),
     share_state: bool | None = None,
     connect_on_create: bool = True,
@@ -425,7 +491,8 @@ def get_async_pool(
     ``password``, ``database``, ``send_receive_timeout``, ``connector_limit_per_host``, ...).
 
     A plain function: building the pool does no I/O (clients connect on first use), so it may
-    be called outside a running loop. Bad names and values raise
+    be called outside a running loop; with ``cluster=`` (discovery) it reads
+    ``system.clusters`` from a seed once, synchronously, before returning. Bad names and values raise
     :class:`~clickhouse_lb.errors.ConfigurationError` here. Awaiting the pool,
     ``pool = await get_async_pool(...)`` (the drop-in for ``await get_async_client(...)``),
     also checks that some replica answers, as ``get_async_client`` does

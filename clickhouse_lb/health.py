@@ -318,6 +318,20 @@ class ProbeSchedule:
                 for r in self._replicas
             ]
 
+    def carry_over(self, other: ProbeSchedule, kept: Mapping[int, int]) -> None:
+        """Take the probe state of replica ``old`` of ``other`` (the set discovery replaced) as
+        that of replica ``kept[old]`` here; a probe in flight there is not in flight here."""
+        with other._lock:
+            taken = {index: other._replicas[old] for old, index in kept.items()}
+        with self._lock:
+            for index, replica in taken.items():
+                copy = _Replica()
+                for name in _Replica.__slots__:
+                    setattr(copy, name, getattr(replica, name))
+                copy.in_flight = copy.delay_in_flight = False
+                self._replicas[index] = copy
+            self._worst_delay = max((r.delay or 0.0 for r in self._replicas), default=0.0)
+
     def abandon_in_flight(self) -> None:
         """Forget probes that will never finish (their worker stopped)."""
         with self._lock:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 __all__ = ["DEFAULT_DECAY_TIME", "LoadSnapshot", "ReplicaLoad", "decayed", "load_scores", "peak_ewma"]
@@ -98,6 +98,20 @@ class ReplicaLoad:
         # decayed scores needs no exp per replica per statement (see order_keys).
         self._keys = [-math.inf] * size
         self._cold = size  # replicas without an average yet
+
+    def carried_over(self, kept: Mapping[int, int], size: int) -> ReplicaLoad:
+        """A load of ``size`` replicas where replica ``old`` of this one is ``kept[old]``: its
+        latency average moves with it; in-flight counts start at zero (the attempts running
+        now end on this load, not the new one)."""
+        new = ReplicaLoad(size, decay_time=self.decay_time, clock=self._clock)
+        with self._lock:
+            for old, index in kept.items():
+                if self._averages[old] is not None:
+                    new._averages[index] = self._averages[old]
+                    new._stamps[index] = self._stamps[old]
+                    new._keys[index] = self._keys[old]
+                    new._cold -= 1
+        return new
 
     def start(self, index: int) -> float:
         """An attempt on replica ``index`` begins; returns its start time (for :meth:`finish`)."""

@@ -28,7 +28,16 @@ from ._client_api import STATEMENT_METHODS, SyncClientAPI
 from ._client_members import read_statement
 from ._drive_sync import SyncDriver
 from ._driver_logs import handled_by_pool
-from ._pool_base import ClientSlot, PinnedBase, PoolBase, client_options_for, kill_query_sql, pin_options
+from ._pool_base import (
+    ClientSlot,
+    PinnedBase,
+    PoolBase,
+    ReplicaSetView,
+    client_options_for,
+    kill_query_sql,
+    pin_options,
+)
+from ._shared_probes import Forwarder, SharedProbes
 from ._statements import settings_positions
 from ._transport import current_attempt, quiet_transport, set_client_timeouts, tracking_pool_manager
 from ._watchdog import Watchdog
@@ -39,6 +48,7 @@ from .pool_config import PoolConfig, balancing_arguments, resolve_pool_config, s
 from .probing import ProbeWorker
 from .replicas import Replica
 from .settings import LoadBalancing
+from .shared_state import SharedReplicaSet
 
 __all__ = ["PinnedSession", "ReplicaPool", "get_pool"]
 
@@ -84,14 +94,14 @@ class ReplicaPool(SyncClientAPI, PoolBase):
     ) -> None:
         super().__init__(config, listeners=listeners, balancer=balancer)
         self._factory: ClientFactory = client_factory or clickhouse_connect.get_client
-        self._options = client_options_for(config, whole_seconds=True)
+        self._options = client_options_for(self.config, whole_seconds=True)
         # Connections an abandoned attempt can be cut off on (where the pool can build the
         # transport clickhouse-connect would; see clickhouse_lb._transport). Not for a client
         # factory of the caller's own: its clients may not take a pool manager.
         self._manager = tracking_pool_manager(self._options) if client_factory is None else None
         if self._manager is not None:
             self._options["pool_mgr"] = self._manager
-        self._clients = [_Slot() for _ in config.replicas]
+        self._view = self._view._replace(slots=tuple(_Slot() for _ in self.config.replicas))
         self._policy = sync_policy()
         self._driver = SyncDriver()
         # Attempts that are not hedged run on the caller's thread under a watchdog where their
@@ -100,17 +110,43 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         # leave behind.
         watched = self._manager is not None or client_factory is not None
         self._watchdog = Watchdog(self._replica_alive, self._kill_query) if watched else None
-        self._prober = (
-            ProbeWorker(self._health, self._balancer.addresses, self._options) if self._health else None
-        )
-        if self._prober is not None:  # a pool dropped without close() must not leave its worker running
-            weakref.finalize(self, self._prober.stop)
+        #: The worker is the shared replica set's (see clickhouse_lb.shared_state): close() leaves it running.
+        self._prober_shared = False
+        self._detach_forwarder: Callable[[], object] | None = None
+        if self._health is not None and self._shared is not None:
+            self._share_probes(self._shared)
+        else:
+            self._prober = (
+                ProbeWorker(
+                    self._health, self._balancer.addresses, self._options,
+                    refresher=weakref.WeakMethod(self._refresh_discovery), refresh_interval=self._refresh_interval(),
+                )
+                if self._health
+                else None
+            )
+            if self._prober is not None:  # a pool dropped without close() must not leave its worker running
+                weakref.finalize(self, self._prober.stop)
         self._sealed = True
+
+    def _share_probes(self, shared: SharedReplicaSet) -> None:
+        """Use the one worker of the shared replica set (made by the first pool over it, with
+        its health settings), and receive its events while this pool is open."""
+        config, state = self.config, self._balancer.state
+        probes = shared.probes(
+            config.health,
+            lambda: SharedProbes(config.replicas, config.settings, config.health, state, self._options),
+        )
+        self._view = self._view._replace(health=probes.monitor)
+        self._prober = probes.worker
+        self._prober_shared = True
+        forwarder = Forwarder(self._balancer.listeners)
+        probes.listeners.add(forwarder)
+        self._detach_forwarder = weakref.finalize(self, probes.listeners.remove, forwarder)
 
     # -- clients ---------------------------------------------------------------------------
 
-    def _new_client(self, index: int, **extra: Any) -> Client:
-        client = self._factory(**self._client_arguments(index, self._options, extra))
+    def _new_client(self, index: int, view: ReplicaSetView | None = None, **extra: Any) -> Client:
+        client = self._factory(**self._client_arguments(index, self._options, extra, view))
         set_client_timeouts(client, self.config.attempts.timeouts)
         try:
             self._changes.replay(client)  # what the user set on the pool since it was made
@@ -119,8 +155,9 @@ class ReplicaPool(SyncClientAPI, PoolBase):
             raise
         return client
 
-    def _client(self, index: int) -> Client:
-        slot = self._clients[index]
+    def _client(self, index: int, view: ReplicaSetView | None = None) -> Client:
+        view = view or self._view
+        slot: _Slot = view.slots[index]
         client = slot.client
         if client is not None:
             return client
@@ -129,11 +166,13 @@ class ReplicaPool(SyncClientAPI, PoolBase):
             self._check_open()
             if slot.client is not None:
                 return slot.client
+            address = view.balancer.addresses[index]
+            slot.raise_if_retired(address)
             slot.raise_shared_failure(seen)
             version = self._changes.version
             try:
-                with slot.creating(self._balancer.addresses[index]):
-                    client = self._new_client(index, autogenerate_session_id=False)
+                with slot.creating(address):
+                    client = self._new_client(index, view, autogenerate_session_id=False)
             except Exception:
                 attempt = current_attempt()
                 if attempt is not None and attempt.abandoned:
@@ -177,13 +216,14 @@ class ReplicaPool(SyncClientAPI, PoolBase):
     def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self._check_open()
         call = self._prepare(method, args, kwargs)
-        order = self._fresh_first(self._balancer.plan_indices(call.overrides), call.settings)
-        attempts = self._attempts(method, order, retry_after_send=call.retry_after_send, write=call.write)
+        view = self._view
+        order = self._fresh_first(view.balancer.plan_indices(call.overrides), call.settings, view)
+        attempts = self._attempts(method, order, retry_after_send=call.retry_after_send, write=call.write, view=view)
         plan = self._statement_plan(attempts, call)
 
         def run(index: int, query_id: str | None) -> Any:
             args, kwargs = call.with_query_id(query_id)
-            return getattr(self._client(index), method)(*args, **kwargs)
+            return getattr(self._client(index, view), method)(*args, **kwargs)
 
         watchdog = self._watchdog if not plan.hedgeable else None
 
@@ -192,10 +232,14 @@ class ReplicaPool(SyncClientAPI, PoolBase):
                 return watchdog.run(plan.spec(index), run)[1]
             winner, result = self._driver.run(plan.spec(index), run, self._replica_alive, self._kill_query)
             if winner != index:  # a hedge answered first
-                self._balancer.record_success(winner)
+                view.balancer.record_success(winner)
             return result
 
-        return run_sync(attempts, attempt, self._policy)
+        self._in_flight.acquire(view)
+        try:
+            return run_sync(attempts, attempt, self._policy)
+        finally:
+            self._in_flight.release(view)
 
     def _replica_alive(self, index: int, timeout: float) -> bool:
         """A liveness check: ``/ping`` on a separate connection, within ``timeout`` seconds."""
@@ -237,17 +281,22 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         """True when some replica answers ``/ping`` (tried in plan order); each replica that
         does not answer gets an error counted, as a failed attempt would."""
         self._started()
-        for index in self._balancer.plan_indices():
-            try:
-                client = self._client(index)
-                answered = client.ping(timeout) if timeout else client.ping()
-            except Exception as exc:
-                if not self._balancer.count_failure(index, exc).replica:
-                    raise
-                continue
-            if self._balancer.ping_answered(index, answered):
-                return True
-        return False
+        view = self._view
+        self._in_flight.acquire(view)
+        try:
+            for index in view.balancer.plan_indices():
+                try:
+                    client = self._client(index, view)
+                    answered = client.ping(timeout) if timeout else client.ping()
+                except Exception as exc:
+                    if not view.balancer.count_failure(index, exc).replica:
+                        raise
+                    continue
+                if view.balancer.ping_answered(index, answered):
+                    return True
+            return False
+        finally:
+            self._in_flight.release(view)
 
     # -- sessions --------------------------------------------------------------------------
 
@@ -257,14 +306,15 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         (temporary tables, SET). Close it when done; :meth:`session` does that for you."""
         self._check_open()
         extra = pin_options(session)
-        order = self._fresh_first(self._balancer.plan_indices())
-        attempts = self._attempts("session", order, retry_after_send=True, write=False)
+        view = self._view
+        order = self._fresh_first(view.balancer.plan_indices(), None, view)
+        attempts = self._attempts("session", order, retry_after_send=True, write=False, view=view)
 
         def connect(index: int) -> tuple[int, Client]:
-            return index, self._new_client(index, **extra)
+            return index, self._new_client(index, view, **extra)
 
         index, client = run_sync(attempts, connect, self._policy)
-        return PinnedSession(self, index, client)
+        return PinnedSession(self, index, client, view.balancer)
 
     @contextmanager
     def session(self) -> Iterator[PinnedSession]:
@@ -278,16 +328,44 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         finally:
             pinned.close()
 
+    # -- discovery -------------------------------------------------------------------------
+
+    def _new_slot(self) -> _Slot:
+        return _Slot()
+
+    def _close_retired(self, slots: list[ClientSlot[Any]]) -> None:
+        for slot in slots:
+            assert isinstance(slot, _Slot)
+            with slot.lock:
+                client, slot.client = slot.client, None
+            if client is not None:
+                _close_quietly(client)
+
+    def _refresh_interval(self) -> float | None:
+        return self.config.discovery.interval if self.config.seeds else None
+
+    def _refresh_discovery(self) -> None:
+        """Re-read the cluster and apply the change (on the health worker's thread)."""
+        if self._closed:
+            return
+        replicas = self._read_cluster()
+        if replicas is not None:
+            self._apply_discovered(replicas)
+
     # -- lifecycle -------------------------------------------------------------------------
 
     def close(self) -> None:
         """Stop the health probes and close every replica client. Statements after this raise
         ProgrammingError."""
         self._closed = True
-        if self._prober is not None:
+        if self._prober is not None and not self._prober_shared:
             self._prober.close()
+        if self._detach_forwarder is not None:
+            self._detach_forwarder()
         self._detach_listeners()
         self._release_shared_state()
+        with self._discovery_lock:  # no view replaced from here on
+            pass
         for slot in self._clients:
             with slot.lock:
                 client, slot.client = slot.client, None
@@ -367,6 +445,10 @@ def get_pool(
     liveness_check_after_ms: float | None = None,
     liveness_ping_timeout_ms: float | None = None,
     liveness_check_interval_ms: float | None = None,
+    cluster: str | None = None,
+    shard: int | None = None,
+    cluster_http_port: int | None = None,
+    cluster_discovery_interval_ms: int | None = None,
     listeners: Iterable[Listener] = (),
     share_state: bool | None = None,
     connect_on_create: bool = True,
@@ -390,6 +472,13 @@ def get_pool(
     lag, as the server: ``max_replica_delay_for_distributed_queries=300`` (seconds; 0: not
     checked), ``fallback_to_stale_replicas_for_distributed_queries=True``. A value left as
     ``None`` comes from the DSN, or is the default.
+
+    Discovery: ``cluster="lb_cluster"`` makes ``hosts`` the seeds: the pool reads the
+    cluster's replicas from ``system.clusters`` on the first seed that answers (optionally one
+    ``shard=N``; ``cluster_http_port``: the HTTP port of every replica, else 9000 -> 8123,
+    9440 -> 8443, any other port as listed) and re-reads them every
+    ``cluster_discovery_interval_ms=30000`` (0: once) through the health worker (see
+    :mod:`clickhouse_lb.discovery`). A discovered pool keeps its balancing state to itself.
 
     ``share_state=True`` (the default; ``share_state=0`` in a DSN): the error counts, decay
     clock and round-robin counter are shared with every other pool and engine of the process

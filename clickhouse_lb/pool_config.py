@@ -18,6 +18,7 @@ from typing import Any
 from ._redact import mask_options, shown
 from ._values import LIMITS, as_bool, bounded
 from .attempt_settings import ATTEMPT_SETTING_NAMES, CLIENT_TIMEOUT_OPTIONS, AttemptSettings, parse_attempt_settings
+from .discovery import DISCOVERY_SETTING_NAMES, NO_DISCOVERY, DiscoverySettings, parse_discovery_settings
 from .errors import ConfigurationError
 from .health import DEFAULT_HEALTH, HEALTH_SETTING_NAMES, HealthSettings, parse_health_settings
 from .lag import DEFAULT_LAG, LAG_SETTING_NAMES, LagSettings, parse_lag_settings
@@ -140,6 +141,11 @@ class PoolConfig:
     #: Share the balancing state with the process's other pools over the same replica set
     #: (clickhouse_lb.shared_state); False: a state of this pool's own.
     share_state: bool = True
+    #: Replicas read from ``system.clusters`` (``cluster=``); ``replicas`` are then the seeds
+    #: until the pool has discovered the set (:mod:`clickhouse_lb.discovery`).
+    discovery: DiscoverySettings = NO_DISCOVERY
+    #: The hosts the user gave, when ``replicas`` were discovered from them.
+    seeds: tuple[Replica, ...] = ()
 
     #: How attempts wait (timeouts, liveness, hedging): derived from the settings and the
     #: timeout options, which are then taken out of ``client_options`` (the pool gives each
@@ -160,13 +166,16 @@ class PoolConfig:
         shown = mask_options(self.client_options)
         return (
             f"PoolConfig(replicas={self.replicas!r}, settings={self.settings!r}, client_options={shown!r}, "
-            f"health={self.health!r}, lag={self.lag!r}, share_state={self.share_state!r}, attempts={self.attempts!r})"
+            f"health={self.health!r}, lag={self.lag!r}, share_state={self.share_state!r}, "
+            f"attempts={self.attempts!r}, discovery={self.discovery!r})"
         )
 
 
 #: Every setting a pool takes by name: balancing, health probes, replica lag.
-POOL_SETTING_NAMES: tuple[str, ...] = (*BALANCING_SETTING_NAMES, *HEALTH_SETTING_NAMES, *LAG_SETTING_NAMES)
-_OWN_SECTIONS = (*HEALTH_SETTING_NAMES, *LAG_SETTING_NAMES)
+POOL_SETTING_NAMES: tuple[str, ...] = (
+    *BALANCING_SETTING_NAMES, *HEALTH_SETTING_NAMES, *LAG_SETTING_NAMES, *DISCOVERY_SETTING_NAMES
+)
+_OWN_SECTIONS = (*HEALTH_SETTING_NAMES, *LAG_SETTING_NAMES, *DISCOVERY_SETTING_NAMES)
 #: ``compress=``: a boolean, or one of these algorithms (clickhouse-connect's).
 COMPRESS_CHOICES = ("lz4", "zstd", "br", "brotli", "gzip", "deflate")
 _BOOL_OPTIONS = frozenset(
@@ -307,5 +316,6 @@ def resolve_pool_config(
     settings = parse_balancing_settings(given)
     health = parse_health_settings({k: v for k, v in own.items() if k in HEALTH_SETTING_NAMES})
     lag = parse_lag_settings({k: v for k, v in own.items() if k in LAG_SETTING_NAMES})
+    discovery = parse_discovery_settings({k: v for k, v in own.items() if k in DISCOVERY_SETTING_NAMES})
     share = True if share_state is None else as_bool(SHARE_STATE, share_state)
-    return PoolConfig(replicas, settings, options, health, lag, share_state=share)
+    return PoolConfig(replicas, settings, options, health, lag, share_state=share, discovery=discovery)

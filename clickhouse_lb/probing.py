@@ -7,6 +7,12 @@ decides everything. Neither ever holds a lock a statement waits on.
 * :class:`AsyncProbeWorker` (async pool): a task on the loop of the statement that started it,
   one short task per ping.
 
+Discovery (``cluster=``): the same worker re-reads the cluster every
+``cluster_discovery_interval_ms`` (through a weak reference to the pool's refresh, so the
+worker never keeps a dropped pool alive); when the set changes, the pool hands the worker the
+new view's monitor and addresses (:meth:`ProbeWorker.retarget`). A probe in flight reports to
+the monitor it was started for.
+
 Fork safety: a child process inherits neither thread nor task (they do not exist there) nor
 the parent's ping connections. ``os.register_at_fork`` forgets them in the child, and a pid
 check at every start covers anything else; the child's first statement starts its own worker.
@@ -17,8 +23,9 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -60,6 +67,43 @@ if hasattr(os, "register_at_fork"):  # not on Windows
     os.register_at_fork(after_in_child=_forget_all_in_child)
 
 
+class _Target:
+    """What the worker probes: a monitor and its replicas' URLs, replaced together."""
+
+    __slots__ = ("delay_urls", "monitor", "urls")
+
+    def __init__(self, monitor: HealthMonitor, addresses: Sequence[str], options: Mapping[str, Any]) -> None:
+        self.monitor = monitor
+        self.urls = [ping_url(address, options) for address in addresses]
+        self.delay_urls = [delay_url(address, options) for address in addresses]
+
+
+class _Refresh:
+    """When the discovery refresh is due (None: never)."""
+
+    def __init__(self, interval: float | None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self._clock = clock
+        self.running = False
+        self.next = clock() + interval if interval else None
+
+    def due(self) -> bool:
+        if self.next is None or self.running or self._clock() < self.next:
+            return False
+        self.running = True
+        return True
+
+    def done(self) -> None:
+        assert self.interval is not None
+        self.next = self._clock() + self.interval
+        self.running = False
+
+    def wait(self, wait: float) -> float:
+        if self.next is None or self.running:
+            return wait
+        return min(wait, self.next - self._clock())
+
+
 class ProbeWorker:
     """Background probes of a sync pool."""
 
@@ -70,10 +114,13 @@ class ProbeWorker:
         options: Mapping[str, Any],
         *,
         pinger_factory: Callable[[], _Pinger] | None = None,
+        refresher: Callable[[], Callable[[], None] | None] | None = None,
+        refresh_interval: float | None = None,
     ) -> None:
-        self.monitor = monitor
-        self._urls = [ping_url(address, options) for address in addresses]
-        self._delay_urls = [delay_url(address, options) for address in addresses]
+        self._options = dict(options)
+        self._target = _Target(monitor, addresses, options)
+        self._refresher = refresher
+        self._refresh = _Refresh(refresh_interval if refresher is not None else None)
         timeout = monitor.settings.timeout
         self._pinger_factory = pinger_factory or (lambda: SyncPinger(options, timeout))
         self._lock = threading.Lock()
@@ -84,6 +131,14 @@ class ProbeWorker:
         self._pid: int | None = None
         self._closed = False
         _WORKERS.add(self)
+
+    @property
+    def monitor(self) -> HealthMonitor:
+        return self._target.monitor
+
+    def retarget(self, monitor: HealthMonitor, addresses: Sequence[str]) -> None:
+        """Probe another replica set from now on (discovery replaced the pool's)."""
+        self._target = _Target(monitor, addresses, self._options)
 
     @property
     def running(self) -> bool:
@@ -103,9 +158,7 @@ class ProbeWorker:
                 return
             self._stop = threading.Event()
             self._pinger = self._pinger_factory()
-            self._helpers = ThreadPoolExecutor(
-                max_workers=min(8, len(self._urls)), thread_name_prefix="clickhouse-lb-probe"
-            )
+            self._helpers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="clickhouse-lb-probe")
             self._thread = threading.Thread(target=self._run, name="clickhouse-lb-health", daemon=True)
             self._pid = os.getpid()
             self._thread.start()
@@ -114,31 +167,48 @@ class ProbeWorker:
         stop, helpers = self._stop, self._helpers
         assert helpers is not None
         while not stop.is_set():
+            target = self._target
             try:
-                for index in self.monitor.due():
-                    helpers.submit(self._probe, index)
-                for index in self.monitor.delay_due():
-                    helpers.submit(self._read_delay, index)
-                wait = self.monitor.next_wakeup()
+                for index in target.monitor.due():
+                    helpers.submit(self._probe, target, index)
+                for index in target.monitor.delay_due():
+                    helpers.submit(self._read_delay, target, index)
+                if self._refresh.due():
+                    helpers.submit(self._rediscover)
+                wait = self._refresh.wait(target.monitor.next_wakeup())
             except RuntimeError:  # the helpers were shut down by close(), or the pool is gone
                 break
             except Exception:  # pragma: no cover - the worker must outlive any surprise
                 logger.exception("clickhouse_lb health worker")
-                wait = self.monitor.settings.interval
+                wait = target.monitor.settings.interval
             stop.wait(max(_MIN_WAIT, wait))
         stop.set()
         helpers.shutdown(wait=False, cancel_futures=True)
 
-    def _probe(self, index: int) -> None:
+    def _rediscover(self) -> None:
+        assert self._refresher is not None
+        try:
+            refresh = self._refresher()
+            if refresh is None:  # the pool is gone
+                self._stop.set()
+                return
+            refresh()
+        except Exception:  # pragma: no cover - the worker must outlive any surprise
+            logger.exception("clickhouse_lb cluster discovery")
+        finally:
+            self._refresh.done()
+
+    def _probe(self, target: _Target, index: int) -> None:
         pinger = self._pinger
         if pinger is None or self._stop.is_set():
             return
         try:
-            self.monitor.finish(index, pinger.ping(self._urls[index]))
+            target.monitor.finish(index, pinger.ping(target.urls[index]))
         except BalancerGone:
-            self._stop.set()
+            if target is self._target:
+                self._stop.set()
         except Exception:  # pragma: no cover
-            logger.exception("clickhouse_lb health probe of %s", self._urls[index])
+            logger.exception("clickhouse_lb health probe of %s", target.urls[index])
 
     def stop(self) -> None:
         """Ask the worker to stop, without waiting (the pool was garbage-collected unclosed)."""
@@ -148,16 +218,17 @@ class ProbeWorker:
         if helpers is not None:
             helpers.shutdown(wait=False, cancel_futures=True)
 
-    def _read_delay(self, index: int) -> None:
+    def _read_delay(self, target: _Target, index: int) -> None:
         pinger = self._pinger
         if pinger is None or self._stop.is_set():
             return
         try:
-            self.monitor.finish_delay(index, *pinger.delay(self._delay_urls[index]))
+            target.monitor.finish_delay(index, *pinger.delay(target.delay_urls[index]))
         except BalancerGone:
-            self._stop.set()
+            if target is self._target:
+                self._stop.set()
         except Exception:  # pragma: no cover
-            logger.exception("clickhouse_lb replication delay of %s", self._urls[index])
+            logger.exception("clickhouse_lb replication delay of %s", target.urls[index])
 
     def close(self) -> None:
         """Stop the worker (waits for it briefly; it never runs statements)."""
@@ -194,16 +265,27 @@ class AsyncProbeWorker:
         options: Mapping[str, Any],
         *,
         pinger_factory: Callable[[], _AsyncPinger] | None = None,
+        refresher: Callable[[], Callable[[], Awaitable[None]] | None] | None = None,
+        refresh_interval: float | None = None,
     ) -> None:
-        self.monitor = monitor
-        self._urls = [ping_url(address, options) for address in addresses]
-        self._delay_urls = [delay_url(address, options) for address in addresses]
+        self._options = dict(options)
+        self._target = _Target(monitor, addresses, options)
+        self._refresher = refresher
+        self._refresh = _Refresh(refresh_interval if refresher is not None else None)
         timeout = monitor.settings.timeout
         self._pinger_factory = pinger_factory or (lambda: AsyncPinger(options, timeout))
         self._task: asyncio.Task[None] | None = None
         self._pid: int | None = None
         self._closed = False
         _WORKERS.add(self)
+
+    @property
+    def monitor(self) -> HealthMonitor:
+        return self._target.monitor
+
+    def retarget(self, monitor: HealthMonitor, addresses: Sequence[str]) -> None:
+        """Probe another replica set from now on (discovery replaced the pool's)."""
+        self._target = _Target(monitor, addresses, self._options)
 
     @property
     def running(self) -> bool:
@@ -231,21 +313,30 @@ class AsyncProbeWorker:
         probes: set[asyncio.Task[None]] = set()
         try:
             while True:
+                target = self._target
                 try:
-                    for index in self.monitor.due():
-                        probe = asyncio.create_task(self._probe(pinger, index), name="clickhouse-lb-probe")
+                    for index in target.monitor.due():
+                        probe = asyncio.create_task(self._probe(pinger, target, index), name="clickhouse-lb-probe")
                         probes.add(probe)
                         probe.add_done_callback(probes.discard)
-                    for index in self.monitor.delay_due():
-                        probe = asyncio.create_task(self._read_delay(pinger, index), name="clickhouse-lb-probe")
+                    for index in target.monitor.delay_due():
+                        probe = asyncio.create_task(
+                            self._read_delay(pinger, target, index), name="clickhouse-lb-probe"
+                        )
                         probes.add(probe)
                         probe.add_done_callback(probes.discard)
-                    wait = self.monitor.next_wakeup()
+                    if self._refresh.due():
+                        probe = asyncio.create_task(self._rediscover(), name="clickhouse-lb-discovery")
+                        probes.add(probe)
+                        probe.add_done_callback(probes.discard)
+                    wait = self._refresh.wait(target.monitor.next_wakeup())
                 except BalancerGone:
-                    return
+                    if target is self._target:
+                        return
+                    wait = _MIN_WAIT
                 except Exception:  # pragma: no cover - the worker must outlive any surprise
                     logger.exception("clickhouse_lb health worker")
-                    wait = self.monitor.settings.interval
+                    wait = target.monitor.settings.interval
                 await asyncio.sleep(max(_MIN_WAIT, wait))
         finally:
             for probe in probes:
@@ -254,15 +345,28 @@ class AsyncProbeWorker:
             await pinger.close()
             self.monitor.schedule.abandon_in_flight()
 
-    async def _probe(self, pinger: _AsyncPinger, index: int) -> None:
+    async def _rediscover(self) -> None:
+        assert self._refresher is not None
         try:
-            self.monitor.finish(index, await pinger.ping(self._urls[index]))
+            refresh = self._refresher()
+            if refresh is not None:
+                await refresh()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # pragma: no cover - the worker must outlive any surprise
+            logger.exception("clickhouse_lb cluster discovery")
+        finally:
+            self._refresh.done()
+
+    async def _probe(self, pinger: _AsyncPinger, target: _Target, index: int) -> None:
+        try:
+            target.monitor.finish(index, await pinger.ping(target.urls[index]))
         except asyncio.CancelledError:
             raise
         except BalancerGone:  # the loop notices too, and ends
             return
         except Exception:  # pragma: no cover
-            logger.exception("clickhouse_lb health probe of %s", self._urls[index])
+            logger.exception("clickhouse_lb health probe of %s", target.urls[index])
 
     def stop(self) -> None:
         """Cancel the task without waiting (the pool was garbage-collected unclosed)."""
@@ -271,15 +375,15 @@ class AsyncProbeWorker:
         if task is not None and not task.done() and self._pid == os.getpid() and not task.get_loop().is_closed():
             task.get_loop().call_soon_threadsafe(task.cancel)
 
-    async def _read_delay(self, pinger: _AsyncPinger, index: int) -> None:
+    async def _read_delay(self, pinger: _AsyncPinger, target: _Target, index: int) -> None:
         try:
-            self.monitor.finish_delay(index, *(await pinger.delay(self._delay_urls[index])))
+            target.monitor.finish_delay(index, *(await pinger.delay(target.delay_urls[index])))
         except asyncio.CancelledError:
             raise
         except BalancerGone:
             return
         except Exception:  # pragma: no cover
-            logger.exception("clickhouse_lb replication delay of %s", self._urls[index])
+            logger.exception("clickhouse_lb replication delay of %s", target.urls[index])
 
     async def close(self) -> None:
         """Stop the task (and wait for it when it runs on this loop)."""

@@ -39,8 +39,14 @@ time (at the registry's next use), and at most :attr:`StateRegistry.max_idle` id
 kept (the oldest go first), so an application that builds pools over ever-new replica sets
 holds a bounded amount of memory. ``idle_ttl = 0`` frees a state as soon as nobody uses it.
 
-Other per-replica-set state meant to be shared the same way (probes, health) can use the same
-registry under its own key, e.g. ``registry.acquire(("probes", state_key(config)), factory)``.
+**One health worker per replica set.** The shared value is a :class:`SharedReplicaSet`: the
+state and, for sync pools with health probes on, one probe worker per set of health settings
+(:meth:`SharedReplicaSet.probes`), started by the first statement of any pool over the set.
+It lives as long as the shared value: closing a pool (say, the engine of one Superset query)
+does not stop it, so the next pool finds replicas marked down and re-admitted meanwhile; when
+the registry drops the value (idle longer than :attr:`StateRegistry.idle_ttl`, or
+:meth:`StateRegistry.clear`), the worker is stopped with it. Async pools keep one worker (a
+task on their loop) each: a task cannot outlive the loop of the pool that started it.
 
 Opting out: ``share_state=False`` (``get_pool``, ``get_async_pool``), ``share_state=0`` in a
 DSN or a ``clickhousedb+lb`` URL: the pool gets a state of its own.
@@ -49,18 +55,20 @@ DSN or a ``clickhousedb+lb`` URL: the pool gets a state of its own.
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
 import time
 import weakref
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from .pool_config import PoolConfig
     from .state import ReplicaSetState
 
 __all__ = [
+    "SharedReplicaSet",
     "StateKey",
     "StateLease",
     "StateRegistry",
@@ -70,6 +78,7 @@ __all__ = [
 ]
 
 V = TypeVar("V")
+P = TypeVar("P", bound="_Stoppable")
 
 DEFAULT_IDLE_TTL = 600.0
 DEFAULT_MAX_IDLE = 256
@@ -118,6 +127,44 @@ def state_key(config: PoolConfig) -> StateKey:
         distributed_replica_max_ignored_errors=settings.distributed_replica_max_ignored_errors,
         least_loaded_decay_time=float(settings.least_loaded_decay_time),
     )
+
+
+class _Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+class SharedReplicaSet:
+    """What the pools over one replica set share: the balancing state, and the probe workers
+    that live as long as it does (see the module documentation)."""
+
+    __slots__ = ("_lock", "_probes", "state")
+
+    def __init__(self, state: ReplicaSetState) -> None:
+        self.state = state
+        self._lock = threading.Lock()
+        self._probes: dict[Hashable, Any] = {}
+
+    def probes(self, key: Hashable, factory: Callable[[], P]) -> P:
+        """The shared probes for ``key`` (the health settings), made by ``factory`` once."""
+        with self._lock:
+            probes = self._probes.get(key)
+            if probes is None:
+                probes = self._probes[key] = factory()
+            return probes
+
+    def stop(self) -> None:
+        """The registry dropped this set: stop its workers (without waiting)."""
+        with self._lock:
+            probes, self._probes = list(self._probes.values()), {}
+        for worker in probes:
+            worker.stop()
+
+
+def _stop(value: object) -> None:
+    stop = getattr(value, "stop", None)
+    if stop is not None:
+        with contextlib.suppress(Exception):  # dropping a value must not fail a pool
+            stop()
 
 
 class _Entry:
@@ -222,7 +269,7 @@ class StateRegistry:
         excess = len(idle) - max(0, self.max_idle)
         for i, (since, key) in enumerate(idle):
             if i < excess or now - since >= self.idle_ttl:
-                del self._entries[key]
+                _stop(self._entries.pop(key).value)
 
     def users(self, key: Hashable) -> int | None:
         """How many pools hold ``key``'s state (0: idle), or None when there is none."""
@@ -241,13 +288,17 @@ class StateRegistry:
     def clear(self) -> None:
         """Forget every state (pools keep theirs; the next pools start fresh)."""
         with self._lock:
+            values = [entry.value for entry in self._entries.values()]
             self._entries.clear()
+        for value in values:
+            _stop(value)
 
 
 #: The process-wide registry used by pools and engines.
 registry = StateRegistry()
 
 
-def acquire_state(config: PoolConfig, factory: Callable[[], ReplicaSetState]) -> StateLease[ReplicaSetState]:
-    """The shared balancing state of ``config``'s replica set (see :func:`state_key`)."""
-    return registry.acquire(state_key(config), factory)
+def acquire_state(config: PoolConfig, factory: Callable[[], ReplicaSetState]) -> StateLease[SharedReplicaSet]:
+    """What the pools over ``config``'s replica set share (see :func:`state_key`): its
+    balancing state (made by ``factory`` for the first) and probe workers."""
+    return registry.acquire(state_key(config), lambda: SharedReplicaSet(factory()))

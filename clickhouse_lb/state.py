@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -255,6 +255,29 @@ class ReplicaSetState:
                     )
                 )
             return result
+
+    def carried_over(self, kept: Mapping[int, int], size: int) -> ReplicaSetState:
+        """The state of a new replica set of ``size`` where replica ``old`` of this one is
+        ``kept[old]`` (discovery refreshed the set): kept replicas keep their counts, last
+        error and epochs, the others start clean; the decay clock and round-robin counter go on."""
+        new = ReplicaSetState(
+            size, half_life=self.half_life, error_cap=self.error_cap, clock=self._clock,
+            round_robin_start=0, load_decay_time=self.replica_load.decay_time,
+        )
+        new.replica_load = self.replica_load.carried_over(kept, size)
+        with self._lock:
+            new._last_decrease = self._last_decrease
+            new._round_robin = self._round_robin
+            for old, index in kept.items():
+                new._errors[index] = self._errors[old]
+                new._slowdowns[index] = self._slowdowns[old]
+                new._last_error[index] = self._last_error[old]
+                new._last_error_time[index] = self._last_error_time[old]
+                new._failed[index] = self._failed[old]
+                new._epochs[index] = self._epochs[old]
+                new._sticky[index] = self._sticky[old]
+            new._slowed = any(new._slowdowns)
+        return new
 
     def load(self, errors: Sequence[int], slowdowns: Sequence[int] | None = None) -> None:
         """Set the counts directly (tests, and restoring a state)."""

@@ -227,3 +227,28 @@ def test_a_lagging_replica_gets_no_reads_while_fresh_ones_exist_and_gets_them_ba
         cluster.query(0, f"SYSTEM SYNC REPLICA {replicated_table}")
         wait_until(lambda: pool.replicas[0].delay == 0, BOUND, "r1's delay to read 0 again")
         assert {str(pool.command(WHO)) for _ in range(10)} == {cluster.names[0]}
+
+
+def test_engine_per_query_pools_share_one_worker_that_outlives_them(cluster: ClusterBase) -> None:
+    """As Superset does it: a new pool per query, closed right after. The probes run on the
+    shared replica set's worker, so a replica that dies and comes back between two queries is
+    marked down and re-admitted with no pool open and no statement paying for it."""
+
+    def short_lived_look() -> Any:
+        with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order") as pool:
+            return pool.replicas[0]
+
+    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order") as first:
+        assert str(first.command(WHO)) == cluster.names[0]  # starts the shared worker
+        wait_until(lambda: all(r.probe_state == "up" for r in first.replicas), BOUND, "a first sweep")
+    cluster.kill(0)  # no pool open from here on, but for the short looks
+    try:
+        wait_until(lambda: short_lived_look().probe_state == "down", BOUND, "r1 marked down by the shared worker")
+        assert short_lived_look().errors_count >= 1
+    finally:
+        cluster.restart(0)
+    wait_until(lambda: short_lived_look().errors_count == 0, BOUND, "r1 re-admitted by the shared worker")
+    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order") as pool:
+        assert (pool.replicas[0].probe_state, pool.replicas[0].is_up) == ("up", True)
+        assert str(pool.command(WHO)) == cluster.names[0]
+        assert pool.stats.failovers == 0

@@ -53,7 +53,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -166,6 +166,7 @@ class LocalCluster(ClusterBase):
         self._ca_path: Path | None = None
         self.startup_timeout = startup_timeout
         self._replicas: list[_Replica] = []
+        self._described: list[int] | None = None  # None: every replica (see describe())
         self._distinct = distinct
         self.cluster_name = cluster_name
         self._shared_port = shared_port or port is not None
@@ -449,11 +450,34 @@ class LocalCluster(ClusterBase):
                 raise ClusterError(f"replica {r.name} did not switch its black hole {state} within {timeout:g}s")
             time.sleep(0.01)
 
+    def describe(self, replicas: Iterable[int] | None = None) -> None:
+        """List only ``replicas`` (indices) in every replica's ``system.clusters`` from now on,
+        as when servers are taken out of (or put back in) ``remote_servers``; the others keep
+        running. ``None``: list them all again. For discovery tests: a replica "added" or
+        "removed" at run time, as a client reading ``system.clusters`` sees it."""
+        with self._lock:
+            self._require_started()
+            if replicas is None:
+                self._described = None
+            else:
+                chosen = sorted(set(replicas))
+                bad = [i for i in chosen if not 0 <= i < len(self._replicas)]
+                if bad:
+                    raise ValueError(f"describe: no replica {bad[0]}; valid indices 0..{len(self._replicas) - 1}")
+                self._described = chosen
+            self._write_cluster_file()
+
+    @property
+    def described(self) -> list[int]:
+        """The indices of the replicas ``system.clusters`` lists (see :meth:`describe`)."""
+        return list(range(len(self._replicas))) if self._described is None else list(self._described)
+
     def _write_cluster_file(self) -> None:
         """Describe the cluster for the replicas' system.clusters."""
+        listed = [self._replicas[i] for i in self.described]
         description = {
             "cluster": self.cluster_name,
-            "replicas": [{"name": r.name, "host": r.host, "port": r.port} for r in self._replicas],
+            "replicas": [{"name": r.name, "host": r.host, "port": r.port} for r in listed],
         }
         path = self.base_dir / "cluster.json"
         tmp = path.with_suffix(".tmp")
