@@ -208,6 +208,11 @@ class Balancer:
             self.listeners.error_recorded(ErrorRecordedEvent(address, count, reason, kind))
         return count
 
+    def announce_outage(self, index: int) -> bool:
+        """Whether this is the first report of the replica's current outage (log it at WARNING;
+        later reports of the same outage go at INFO): one WARNING line per outage."""
+        return self.state.announce_outage(index)
+
     def readmit(self, index: int, reason: str) -> bool:
         """Clear a replica's error count (health probes saw it answer again); False when there
         was nothing to clear."""

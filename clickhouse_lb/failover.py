@@ -148,7 +148,9 @@ class StatementAttempts:
         balancer = self._balancer
         address = balancer.addresses[index]
         next_address = balancer.addresses[self.scheduled(attempt)]
-        logger.warning(
+        # One WARNING per outage (this or the probes' "is down"); the rest of it at INFO.
+        log = logger.warning if balancer.announce_outage(index) else logger.info
+        log(
             "%s failed on replica %s (attempt %d/%d): %s; failing over to %s",
             self.operation,
             address,

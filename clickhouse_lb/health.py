@@ -367,6 +367,9 @@ class HealthTarget(Protocol):
     def readmit(self, index: int, reason: str) -> bool:
         """Clear the replica's error count (keep slowdowns); False when there was nothing to clear."""
 
+    def announce_outage(self, index: int) -> bool:
+        """True for the first report of the replica's current outage (WARNING), else False (INFO)."""
+
 
 class BalancerGone(RuntimeError):
     """The pool (and its balancer) was garbage-collected: its probe worker ends."""
@@ -423,7 +426,8 @@ class HealthMonitor:
             reason = f"probe failed: {outcome.error}" if outcome.error else "probe failed"
             target.record_error(index, reason, kind="probe")
             if not was_down:
-                logger.warning("replica %s is down: %s", address, reason)
+                log = logger.warning if target.announce_outage(index) else logger.info
+                log("replica %s is down: %s", address, reason)
                 listeners.replica_down(ReplicaDownEvent(address, reason))
         elif verdict is Verdict.READMIT:
             target.readmit(index, "probe")

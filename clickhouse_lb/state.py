@@ -76,6 +76,7 @@ class ReplicaSetState:
     """Counts for one set of replicas (one pool), shared by all threads and tasks using it."""
 
     __slots__ = (
+        "_announced",
         "_clock",
         "_epochs",
         "_errors",
@@ -117,6 +118,9 @@ class ReplicaSetState:
         self._last_error: list[str | None] = [None] * size
         self._last_error_time: list[float | None] = [None] * size
         self._failed = [False] * size
+        # Whether the current outage of each replica was already reported at WARNING (by a
+        # failover or by the probes, whichever saw it first): one line per outage.
+        self._announced = [False] * size
         # For the health probes: each replica's number of errors ever counted (a probe that
         # started before the latest one proves nothing about it), and whether its current count
         # holds an error a successful ping cannot disprove (cleared when the count reaches zero).
@@ -204,7 +208,16 @@ class ReplicaSetState:
             self._errors[index] = 0
             self._failed[index] = False
             self._sticky[index] = False
+            self._announced[index] = False
             return had
+
+    def announce_outage(self, index: int) -> bool:
+        """True the first time an outage of replica ``index`` is reported (the caller logs it
+        at WARNING), False until a success or a re-admission ends that outage (INFO then)."""
+        with self._lock:
+            first = not self._announced[index]
+            self._announced[index] = True
+            return first
 
     def health_marks(self) -> tuple[list[int], list[bool]]:
         """Per replica: how many errors were ever counted against it, and whether its count
@@ -221,11 +234,12 @@ class ReplicaSetState:
 
     def record_success(self, index: int) -> bool:
         """Note a successful attempt; returns True when the previous attempt had failed."""
-        if not self._failed[index]:  # the common case reads without the lock
+        if not self._failed[index] and not self._announced[index]:  # the common case reads without the lock
             return False
         with self._lock:
             was_failed = self._failed[index]
             self._failed[index] = False
+            self._announced[index] = False
             return was_failed
 
     # -- reporting -------------------------------------------------------------------------
@@ -276,6 +290,7 @@ class ReplicaSetState:
                 new._failed[index] = self._failed[old]
                 new._epochs[index] = self._epochs[old]
                 new._sticky[index] = self._sticky[old]
+                new._announced[index] = self._announced[old]
             new._slowed = any(new._slowdowns)
         return new
 

@@ -7,7 +7,6 @@ replica 0 first, fails over to replica 1 and succeeds. The stderr lines are the 
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 import textwrap
@@ -49,16 +48,12 @@ engine.dispose()
 
 
 def stderr_lines(cluster: ClusterBase, program: str, logging_setup: str = "") -> list[str]:
-    """The program's stderr lines, less the health probes' one "replica ... is down" WARNING per
-    outage (clickhouse_lb/health.py, on by default): that line is the probes' own report of the
-    outage, not a line of the failover; it is checked to appear at most once."""
+    """The program's stderr lines (the health probes are on, as by default: their "replica ...
+    is down" report and the failover's share one WARNING per outage)."""
     source = f"import logging\n{logging_setup}\nHOSTS = {cluster.hosts!r}\n{textwrap.dedent(program)}"
     done = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=100, check=False)
     assert done.returncode == 0, done.stderr
-    lines = done.stderr.splitlines()
-    probe_lines = [line for line in lines if re.search(r"replica \S+ is down: probe failed", line)]
-    assert len(probe_lines) <= 1, lines
-    return [line for line in lines if line not in probe_lines]
+    return done.stderr.splitlines()
 
 
 @pytest.fixture
@@ -73,8 +68,9 @@ def test_one_failover_prints_one_line_when_logging_is_unconfigured(
 ) -> None:
     lines = stderr_lines(first_replica_down, program)
     assert len(lines) == 1, lines
-    assert "failed on replica" in lines[0]
-    assert f"failing over to {first_replica_down.hosts[1]}" in lines[0]
+    # Whoever saw the outage first reports it: the failover, or the probes.
+    assert first_replica_down.hosts[0] in lines[0], lines
+    assert f"failing over to {first_replica_down.hosts[1]}" in lines[0] or "is down" in lines[0], lines
 
 
 def test_a_sqlalchemy_connection_placed_past_a_dead_replica_prints_at_most_one_line(

@@ -120,3 +120,15 @@ def test_health_marks_count_errors_and_say_which_a_ping_cannot_disprove(clock: F
     state.record_error(1, "stale data")
     assert state.clear_errors(1)
     assert state.health_marks()[1] == [False, False]
+
+
+def test_an_outage_is_announced_once_until_a_success_or_a_readmission_ends_it() -> None:
+    state = ReplicaSetState(2)
+    assert state.announce_outage(0) is True  # the first report: WARNING
+    assert state.announce_outage(0) is False  # the same outage again (probes, other threads): INFO
+    assert state.announce_outage(1) is True  # another replica's outage is its own
+    state.record_error(0, "refused")
+    state.record_success(0)  # the outage is over
+    assert state.announce_outage(0) is True
+    state.clear_errors(0)  # re-admitted by the probes
+    assert state.announce_outage(0) is True
