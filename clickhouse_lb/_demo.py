@@ -8,8 +8,9 @@ ClickHouse engine through chdb) and runs a workload from a few threads through
    statements each replica served.
 2. One replica is killed (SIGKILL) mid-run: no statement fails, its ``errors_count`` rises, the
    traffic moves to the others.
-3. It is restarted: once its errors decay (a short ``distributed_replica_error_half_life``, so
-   that this shows within the minute) it is back in rotation.
+3. It is restarted: the pool's health probes see it answer ``/ping`` again and re-admit it (its
+   errors would otherwise decay: a short ``distributed_replica_error_half_life`` keeps that
+   within the minute too).
 
 On a terminal (and without ``NO_COLOR``) a live table is redrawn in place; otherwise the output
 is plain lines. Ctrl-C (or SIGTERM) stops the workload, closes the pool and the cluster, exit 130.
@@ -285,7 +286,7 @@ class Claims:
                 self.victim_served_while_down == 0 and self.others_served_while_down > 0,
             ),
             (
-                f"{name} back in rotation after decay"
+                f"{name} back in rotation"
                 + (f" ({self.returned_after:.1f} s after the restart)" if self.returned_after is not None else ""),
                 self.returned_after is not None,
             ),
@@ -604,8 +605,8 @@ class Demo:
         name = self.names[victim]
         self.screen.line()
         self.screen.line(self.screen.paint(
-            f"3. {name} restarted: back in rotation once its errors decay "
-            f"(distributed_replica_error_half_life={self.timing.half_life:g} s)", "bold"))
+            f"3. {name} restarted: back in rotation once the health probes see it answer, or its errors "
+            f"decay (distributed_replica_error_half_life={self.timing.half_life:g} s)", "bold"))
         self.event(f"restarting {name} ...")
         tally.next_phase()
         self.cluster.restart(victim)
