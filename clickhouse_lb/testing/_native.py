@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import re
 
+from clickhouse_lb.testing._request import split_top_level
+
 #: Revision from which a Native block starts with its BlockInfo (DBMS_MIN_REVISION_WITH_BLOCK_INFO).
 REVISION_WITH_BLOCK_INFO = 51903
 #: Revision from which DateTime keeps its time zone parameter in Native output.
@@ -91,28 +93,6 @@ def write_varint(value: int) -> bytes:
             return bytes(out)
 
 
-def _split_args(text: str) -> list[str]:
-    parts: list[str] = []
-    depth = 0
-    quote = ""
-    start = 0
-    for i, ch in enumerate(text):
-        if quote:
-            if ch == quote and text[i - 1] != "\\":
-                quote = ""
-        elif ch in "'`":
-            quote = ch
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i].strip())
-            start = i + 1
-    parts.append(text[start:].strip())
-    return parts
-
-
 _NAMED_ELEMENT = re.compile(r"^(?:`[^`]*`|[A-Za-z_][A-Za-z0-9_]*)\s+(?=[A-Z])")
 
 
@@ -121,7 +101,7 @@ def _parse(type_name: str) -> tuple[str, list[str]]:
     base, paren, rest = type_name.partition("(")
     if not paren:
         return type_name.strip(), []
-    return base.strip(), _split_args(rest[: rest.rfind(")")])
+    return base.strip(), split_top_level(rest[: rest.rfind(")")])
 
 
 def _decimal_size(args: list[str]) -> int:
