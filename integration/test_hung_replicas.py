@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError
-from hang_faults import pause
 
 import clickhouse_lb
 from clickhouse_lb import AllReplicasUnavailableError
@@ -81,7 +80,7 @@ def test_a_paused_replica_costs_readers_well_under_a_second_with_default_setting
         with ThreadPoolExecutor(4) as executor:
             futures = [executor.submit(reader, n) for n in range(4)]
             running.wait()
-            pause(cluster, 1)
+            cluster.pause(1)
             time.sleep(10)  # the scenario: 10 s of hang under load
             cluster.resume(1)
             stop.set()
@@ -145,7 +144,7 @@ def test_failover_timeout_holds_on_hung_replicas(cluster: ClusterBase) -> None:
     ) as pool:
         assert pool.command(WHO) == "r1"
         for i in range(3):
-            pause(cluster, i)
+            cluster.pause(i)
         started = time.monotonic()
         with pytest.raises(StatementTimeoutError) as caught:
             pool.command(WHO)
@@ -170,7 +169,7 @@ def test_failover_timeout_cuts_the_backoff(cluster: ClusterBase) -> None:
 def test_a_write_on_a_hung_replica_says_it_may_have_been_applied(cluster: ClusterBase, table: str) -> None:
     with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", failover_timeout=5) as pool:
         assert pool.command(WHO) == "r1"
-        pause(cluster, 0)
+        cluster.pause(0)
         started = time.monotonic()
         with pytest.raises(WriteOutcomeUnknownError) as caught:
             pool.command(f"INSERT INTO {table} VALUES (1)")  # no deduplication token: not retryable
@@ -188,7 +187,7 @@ def test_an_idempotent_write_fails_over_from_a_hung_replica_like_a_read(cluster:
     with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", failover_timeout=5) as pool:
         assert pool.command(WHO) == "r1"
         pool.client(cluster.hosts[1]).command("SELECT 1")
-        pause(cluster, 0)
+        cluster.pause(0)
         started = time.monotonic()
         pool.command(f"INSERT INTO {table} VALUES (3)", settings={"idempotent": True})
         assert time.monotonic() - started < 2.5  # one failed liveness check, not three, not the deadline
@@ -199,7 +198,7 @@ def test_an_idempotent_write_fails_over_from_a_hung_replica_like_a_read(cluster:
 def test_a_write_bounded_by_the_deadline_raises_a_statement_timeout(cluster: ClusterBase, table: str) -> None:
     with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", failover_timeout=0.5) as pool:
         assert pool.command(WHO) == "r1"
-        pause(cluster, 0)
+        cluster.pause(0)
         started = time.monotonic()
         with pytest.raises(StatementTimeoutError) as caught:
             pool.command(f"INSERT INTO {table} VALUES (1)")
@@ -212,7 +211,7 @@ def test_an_insert_with_a_token_fails_over_from_a_hung_replica(cluster: ClusterB
     with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order") as pool:
         pool.insert(table, [[1]], column_names=["id"])
         pool.client(cluster.hosts[1]).command("SELECT 1")
-        pause(cluster, 0)
+        cluster.pause(0)
         started = time.monotonic()
         pool.insert(table, [[2]], column_names=["id"])  # the pool's insert_deduplication_token
         assert time.monotonic() - started < 2.5  # not a 300 s socket timeout

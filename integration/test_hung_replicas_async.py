@@ -7,7 +7,6 @@ import asyncio
 import time
 
 import pytest
-from hang_faults import pause
 
 import clickhouse_lb
 from clickhouse_lb.errors import StatementTimeoutError
@@ -31,7 +30,7 @@ async def test_failover_timeout_holds_on_hung_replicas_async(cluster: ClusterBas
     async with pool:
         assert await pool.command(WHO) == "r1"
         for i in range(3):
-            pause(cluster, i)
+            cluster.pause(i)
         started = time.monotonic()
         with pytest.raises(StatementTimeoutError):
             await pool.command(WHO)
@@ -43,7 +42,7 @@ async def test_a_paused_replica_is_left_without_waiting_for_a_socket_timeout_asy
         assert await pool.command(WHO) == "r1"
         for address in cluster.hosts[1:]:  # the measured time is the hang's, not client creation's
             await (await pool.client(address)).command("SELECT 1")
-        pause(cluster, 0)
+        cluster.pause(0)
         started = time.monotonic()
         assert await pool.command(WHO) in ("r2", "r3")
         assert time.monotonic() - started < 2.5  # liveness: about 0.35 s (BENCHMARKS.md), not 300 s
