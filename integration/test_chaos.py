@@ -7,8 +7,11 @@ exactly once when the cluster replicates (ReplicatedMergeTree), else at least on
 replica (without replication a retried insert may land on two replicas; with it, the
 deduplication token makes the retry a no-op).
 
-Bounded: ``CLICKHOUSE_LB_CHAOS_SECONDS`` of chaos (CI: the default, 20 s; 60 s for a long
-run), behind the ``chaos`` marker (``pytest -m "not chaos"`` leaves it out).
+Bounded: ``CLICKHOUSE_LB_CHAOS_SECONDS`` of chaos (default 20 s; 60 s for a long run), behind
+the ``chaos`` marker, which the default run leaves out (pyproject's addopts): run it with
+``pytest -m chaos integration/test_chaos.py``. It is out of the default run because it fails
+intermittently: one run in several ends with one acknowledged row present on one replica only
+(an open defect of the local cluster's replication under chaos, or of the pool; not yet found).
 """
 
 from __future__ import annotations
