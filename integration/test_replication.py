@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from clickhouse_connect.driver.exceptions import DatabaseError
+from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 
 from clickhouse_lb.classify import error_code
 from clickhouse_lb.testing import ClusterBase, ClusterError, LocalCluster
@@ -228,6 +228,45 @@ def test_acknowledged_insert_survives_sigkill_right_after_the_answer(cluster: Cl
     local.restart(0)
     local.query(0, f"SYSTEM SYNC REPLICA {table}")
     assert local.query(0, f"SELECT count() FROM {table}").strip() == "1"
+
+
+def _write_row(client: Any, table: str, how: str, row: int) -> None:
+    if how == "command":
+        client.command(f"INSERT INTO {table} VALUES ({row}, {row})")
+    else:
+        settings = {"insert_deduplication_token": f"crash-{row}"} if how == "insert with a token" else {}
+        client.insert(table, [[row, row]], column_names=["batch", "x"], settings=settings)
+
+
+@pytest.mark.parametrize("how", ["insert", "insert with a token", "command"])
+def test_a_write_crashed_before_it_was_logged_reaches_every_replica_at_restart(
+    cluster: ClusterBase, table: str, how: str
+) -> None:
+    # SIGKILL after the write ran on replica 0's engine and before it is in the log: without
+    # the roll-forward at restart, the row stays on replica 0 only (the chaos test's defect).
+    local = _local_only(cluster)
+    local.crash_before_logging(0)
+    with pytest.raises(OperationalError):  # the connection dies with the replica: no answer
+        _write_row(local.client(0), table, how, 7)
+    local.restart(0)
+    sync_all(local, table)
+    assert counts(local, f"SELECT count(), sum(x) FROM {table} FORMAT CSV") == ["1,7"] * len(local)
+    assert local.replication_state(0)["crash_before_logging"] is False  # a fault for one write
+
+
+def test_a_write_retried_elsewhere_after_a_crash_before_logging_is_not_doubled(
+    cluster: ClusterBase, table: str
+) -> None:
+    # The client retries on replica 1 with the same token before replica 0 is back: the write
+    # replica 0 rolls forward at restart is then a duplicate and must not be applied twice.
+    local = _local_only(cluster)
+    local.crash_before_logging(0)
+    with pytest.raises(OperationalError):
+        _write_row(local.client(0), table, "insert with a token", 8)
+    _write_row(local.client(1), table, "insert with a token", 8)
+    local.restart(0)
+    sync_all(local, table)
+    assert counts(local, f"SELECT count(), sum(x) FROM {table} FORMAT CSV") == ["1,8"] * len(local)
 
 
 def test_killed_and_paused_replicas_catch_up(cluster: ClusterBase, table: str) -> None:
@@ -518,7 +557,11 @@ def test_batches_retried_with_their_token_after_sigkills_mid_insert_are_exactly_
     batches = 60
     failovers = _Failovers()
     pool = clickhouse_lb.get_pool(
-        local.hosts, load_balancing="random", send_receive_timeout=5, listeners=[failovers], share_state=False,
+        local.hosts,
+        load_balancing="random",
+        send_receive_timeout=5,
+        listeners=[failovers],
+        share_state=False,
         health_check_interval_ms=0,  # the kills must meet inserts: background probes would route them away
     )
     thread = threading.Thread(target=chaos, daemon=True)

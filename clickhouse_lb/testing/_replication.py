@@ -45,6 +45,7 @@ import json
 import logging
 import os
 import re
+import signal
 import threading
 import time
 import uuid as uuid_module
@@ -133,6 +134,8 @@ class Replication:
         self._states_dir.mkdir(parents=True, exist_ok=True)
         self._state_file = self._states_dir / f"{name}.json"
         self._catalog_file = data_dir / "replicated_tables.json"
+        self._intent_file = data_dir / "write_in_progress.json"
+        self._intent_payload_file = data_dir / "write_in_progress.bin"
         self.catalog: dict[tuple[str, str], TableInfo] = {}
         if self._catalog_file.exists():
             for item in json.loads(self._catalog_file.read_text()):
@@ -146,6 +149,7 @@ class Replication:
         self._paths: dict[str, _PathView] = {}
         self.delay = 0.0
         self.stopped = False
+        self.crash_before_logging = False
         self.last_exception = ""
         self.last_queue_update = 0.0
         self._apply_lock = threading.RLock()
@@ -171,6 +175,7 @@ class Replication:
         self._thread = threading.Thread(target=self._run, name="replication-applier", daemon=True)
 
     def start(self) -> None:
+        self._finish_interrupted_write()
         self._save_state()
         self._thread.start()
 
@@ -190,11 +195,14 @@ class Replication:
                 self.delay = max(0.0, float(str(change["delay"])))
             if "stopped" in change:
                 self.stopped = bool(change["stopped"])
+            if "crash_before_logging" in change:
+                self.crash_before_logging = bool(change["crash_before_logging"])
             self._wake.set()
         self.log.refresh()
         return {
             "delay": self.delay,
             "stopped": self.stopped,
+            "crash_before_logging": self.crash_before_logging,
             "applied": self._pos,
             "log_end": self.log.last_seq,
             "queue": len(self._unapplied()),
@@ -355,6 +363,7 @@ class Replication:
             "settings": {k: v for k, v in settings.items() if not k.startswith("insert_dedup")},
             "origin": self.name,
             "ts": time.time(),
+            "write": uuid_module.uuid4().hex,
         }
         payload = b""
         if st.kind == "insert":
@@ -362,14 +371,67 @@ class Replication:
             if block_id is not None and self._is_duplicate(view, block_id):
                 log.info("insert into %s.%s deduplicated (block id %s)", info.database, info.table, block_id)
                 return Result(b"")
-            token = block_id if block_id is not None else f"clickhouse-lb-seq-{self.log.last_seq + 1}"
+            token = block_id if block_id is not None else f"clickhouse-lb-{header['write']}"
             header.update(block_id=block_id, token=token)
             payload = run.data
             header["format"] = run.format
             conn.apply_settings({**settings, "insert_deduplicate": "1", "insert_deduplication_token": token})
-        result = run(sql)
+        self._record_intent(header, payload)
+        try:
+            result = run(sql)
+        except BaseException:
+            self._clear_intent()
+            raise
+        if self.crash_before_logging:  # a fault for tests: the window a real crash can hit
+            os.kill(os.getpid(), signal.SIGKILL)
         self._append(header, payload)
+        self._clear_intent()
         return result
+
+    # -- a write killed between running here and being logged -------------------------------
+    # ClickHouse commits an inserted part to Keeper or not at all: a part written on a server
+    # killed before the commit is never seen. Here the write runs on the engine first and is
+    # logged after, so a SIGKILL in between would leave it on this replica only. The write is
+    # recorded as "in progress" before it runs; a replica restarted with such a record logs it
+    # then (rolls it forward), so either every replica gets the write or, if this one is never
+    # restarted, none does.
+    def _record_intent(self, header: dict[str, Any], payload: bytes) -> None:
+        self._intent_payload_file.write_bytes(payload)
+        tmp = self._intent_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(header))
+        os.replace(tmp, self._intent_file)  # the header last: its presence means the record is whole
+
+    def _clear_intent(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._intent_file.unlink()
+
+    def _finish_interrupted_write(self) -> None:
+        """Log the write this replica was killed in the middle of, if it is not logged yet.
+
+        An insert is applied here like any other entry, with its deduplication token: a no-op
+        if its first run had committed. Another write (ALTER, DELETE, ...) is taken as run here:
+        running it twice is not harmless in general (the one case where this replica may miss
+        a write: killed while running it, before it committed).
+        """
+        if not self._intent_file.exists():
+            return
+        header = json.loads(self._intent_file.read_text())
+        payload = self._intent_payload_file.read_bytes() if self._intent_payload_file.exists() else b""
+        with self.log.locked():
+            self._observe_new()
+            logged = any(e.header.get("write") == header["write"] for e in reversed(self.log.entries))
+            view = self._paths.get(str(header["path"]))
+            block_id = header.get("block_id")
+            duplicate = view is not None and block_id is not None and self._is_duplicate(view, str(block_id))
+            if not logged and not duplicate:
+                header["ts"] = time.time()
+                with self._apply_lock:
+                    entry = self.log.append(header, payload)
+                    self._observe_new()
+                    if entry.kind != "insert":
+                        self._mark_applied(entry.seq)
+                log.warning("write %s, interrupted by this replica's end, logged at restart", header["write"])
+        self._clear_intent()
 
     def _block_id(
         self, conn: EngineConn, st: _sql.Statement, sql: str, settings: dict[str, str], run: RunStatement

@@ -385,8 +385,16 @@ class LocalCluster(ClusterBase):
         """Undo :meth:`stop_replication`: replica ``i`` catches up with the log."""
         self._replication(i, {"stopped": False})
 
+    def crash_before_logging(self, i: int) -> None:
+        """Replica ``i`` SIGKILLs itself during its next replicated write, after the write ran on
+        its engine and before it is in the replication log: the moment a real crash can leave a
+        write on one replica only. The restarted replica logs it then, so every replica gets it
+        (see :mod:`clickhouse_lb.testing._replication`). Cleared by the crash."""
+        self._replication(i, {"crash_before_logging": True})
+
     def replication_state(self, i: int) -> dict[str, object]:
-        """Replica ``i``'s replication: ``delay``, ``stopped``, ``applied``, ``log_end``, ``queue``."""
+        """Replica ``i``'s replication: ``delay``, ``stopped``, ``crash_before_logging``,
+        ``applied``, ``log_end``, ``queue``."""
         return self._replication(i, None)
 
     def _replication(self, i: int, change: dict[str, object] | None) -> dict[str, object]:

@@ -217,7 +217,7 @@ def _drop_quietly(conn: EngineConn, name: str) -> None:
 
 
 def _unquote(ident: str) -> str:
-    if ident[:1] in "`\"" and ident[-1:] == ident[:1]:
+    if ident[:1] in '`"' and ident[-1:] == ident[:1]:
         return re.sub(r"\\(.)", r"\1", ident[1:-1])
     return ident
 
