@@ -50,6 +50,11 @@ REPLICA_ERROR_CODES: dict[int, str] = {
     203: "NO_FREE_CONNECTION",
     209: "SOCKET_TIMEOUT",
     210: "NETWORK_ERROR",
+    # The replica is still running a query with this id: typically an earlier try of this very
+    # statement that the client gave up on (a hung replica resumed, a driver's own resend of a
+    # request whose connection was cut). Another replica can take the statement; a write that
+    # was sent before stays "may have been applied".
+    216: "QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING",
     225: "NO_ZOOKEEPER",
     242: "TABLE_IS_READ_ONLY",
     279: "ALL_CONNECTION_TRIES_FAILED",

@@ -114,8 +114,13 @@ def test_killed_replica_gets_errors_and_is_avoided(cluster: ClusterBase) -> None
 
 def test_paused_replica_times_out_and_is_avoided(cluster: ClusterBase) -> None:
     # Liveness checks off: the socket timeout alone (integration/test_hung_replicas.py has them on).
-    with make_pool(cluster, load_balancing="in_order", send_receive_timeout=1, health_check_interval_ms=0,
-                   liveness_check_after_ms=0) as pool:
+    with make_pool(
+        cluster,
+        load_balancing="in_order",
+        send_receive_timeout=1,
+        health_check_interval_ms=0,
+        liveness_check_after_ms=0,
+    ) as pool:
         cluster.pause(0)
         assert who(pool, 5) == {"r2": 5}
         assert pool.replicas[0].errors_count == 1
@@ -208,6 +213,35 @@ def test_server_side_replica_errors_fail_over(cluster: ClusterBase) -> None:
         assert who(pool, 1) == {"r2": 1}
         assert pool.replicas[0].errors_count == 1
         assert "NETWORK_ERROR" in (pool.replicas[0].last_error or "")
+
+
+def test_a_replica_still_running_the_query_id_hands_the_statement_to_another(cluster: ClusterBase) -> None:
+    # QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING (216): an earlier try of the statement still runs
+    # there (a hung replica resumed, a driver's resend). Another replica can take it; raising
+    # the 216 as a query failure made a retryable insert fail without saying whether it applied.
+    query_id = f"still-running-{time.monotonic_ns()}"
+    bare = cluster.client(0)
+    running = threading.Thread(
+        target=bare.command, args=("SELECT sleep(3)",), kwargs={"settings": {"query_id": query_id}}
+    )
+    running.start()
+    try:
+        probe = cluster.client(0)
+
+        def refused_as_running() -> bool:
+            try:
+                probe.command("SELECT 1", settings={"query_id": query_id})
+            except DatabaseError as exc:
+                return error_code(exc) == 216
+            return False
+
+        wait_for(refused_as_running, 10, "replica r1 to run the query id")
+        with make_pool(cluster, load_balancing="in_order", health_check_delay_interval_ms=0) as pool:
+            assert who(pool, 1, query_id=query_id) == {"r2": 1}
+            assert pool.replicas[0].errors_count == 1
+            assert "QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING" in (pool.replicas[0].last_error or "")
+    finally:
+        running.join()
 
 
 def test_sessions_stay_on_one_replica_and_report_loss(cluster: ClusterBase) -> None:

@@ -39,6 +39,8 @@ CASES: list[tuple[str, Callable[[], BaseException], bool, bool]] = [
     ("NETWORK_ERROR", lambda: server_error(210, "NETWORK_ERROR"), True, True),
     ("UNKNOWN_STATUS_OF_INSERT", lambda: server_error(319, "UNKNOWN_STATUS_OF_INSERT"), True, True),
     ("TABLE_IS_READ_ONLY", lambda: server_error(242, "TABLE_IS_READ_ONLY"), True, True),
+    ("QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING", lambda: server_error(216, "QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING"),
+     True, True),
     ("UNKNOWN_TABLE", lambda: server_error(60, "UNKNOWN_TABLE"), False, True),
     ("SYNTAX_ERROR", lambda: server_error(62, "SYNTAX_ERROR"), False, True),
     ("throwIf", lambda: server_error(395, "FUNCTION_THROW_IF_VALUE_IS_NON_ZERO"), False, True),
