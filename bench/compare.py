@@ -1,8 +1,8 @@
 """Head to head: bare clickhouse-connect clients, the clickhouse-lb pool and HAProxy, on one
 local 3-replica cluster, in one run (see BENCHMARKS.md, "Head to head").
 
-    python bench/compare.py --quick          # about 2 minutes on 2 cores
-    python bench/compare.py                  # about 10 minutes
+    python bench/compare.py --quick          # about 3 minutes on 2 shared cores
+    python bench/compare.py                  # about 10-13 minutes
     python bench/compare.py --only latency,kill_restart --out /tmp/h2h
     python bench/compare.py --out /tmp/h2h --markdown /tmp/h2h/benchmarks.md --note "idle machine"
 
@@ -87,7 +87,7 @@ def write_outputs(data: dict[str, Any], out: Path, log: Callable[[str], None],
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer rounds, shorter windows (about 2 minutes)")
+    parser.add_argument("--quick", action="store_true", help="fewer rounds, shorter windows (about 3 minutes)")
     parser.add_argument("--only", default="", help=f"comma-separated scenarios: {', '.join(s.name for s in SCENARIOS)}")
     parser.add_argument("--out", default="compare-results", help="output directory (default: ./compare-results)")
     parser.add_argument("--no-haproxy", action="store_true", help="do not start HAProxy even when it is installed")

@@ -108,10 +108,12 @@ def test_readmit_delay_counts_only_statements_sent_after_the_replica_is_back() -
     assert analysis.readmit_delay(outcomes[:2], "r1", back_at=5.0) is None
 
 
-def test_sent_during_finds_statements_stuck_on_a_hung_replica() -> None:
+def test_waiting_at_finds_statements_stuck_on_a_hung_replica() -> None:
     outcomes = [Outcome(0, 1.5, 3.1, "r1"), Outcome(1, 1.6, 1.7, "r2"), Outcome(2, 0.5, 0.6, "r1"),
-                Outcome(3, 2.9, 3.2, "r1"), Outcome(3, 3.3, 3.4, "r1")]
-    assert analysis.sent_during(outcomes, "r1", 1.0, 3.0) == [outcomes[0], outcomes[3]]
+                Outcome(3, 2.9, 3.2, "r1"), Outcome(3, 3.3, 3.4, "r1"), Outcome(2, 0.9, 3.0, "r1"),
+                Outcome(1, 1.8, 3.5, "r2")]
+    # sent before the resume at 3.0, answered by r1 at or after it (sent at 0.9: while being stopped)
+    assert analysis.waiting_at(outcomes, "r1", 3.0) == [outcomes[0], outcomes[3], outcomes[5]]
 
 
 def test_timeline_summary_tells_a_stopped_replica_the_balancer_kept_using_from_a_killed_one() -> None:
@@ -124,6 +126,14 @@ def test_timeline_summary_tells_a_stopped_replica_the_balancer_kept_using_from_a
     assert summary["worst_gap"] == pytest.approx(3.6)  # thread 1: from the start of the load to 3.6
     # a killed replica answers a statement sent while its restart is under way: not "stuck"
     killed = [Outcome(0, 0.5, 0.6, "r1"), Outcome(0, 3.2, 3.3, "r1"), Outcome(1, 1.5, 1.6, "r2")]
+    # every thread stuck on r1 from the start: nothing could be sent later, it never left either
+    blackout = [Outcome(0, 0.99, 3.55, "r1"), Outcome(1, 1.05, 3.55, "r1"), Outcome(1, 3.6, 3.7, "r1")]
+    summary = analysis.summarize_timeline(blackout, {**events, "recover": 3.5}, "pause", "r1")
+    assert (summary["stuck"], summary["never_left"]) == (2, True)
+    # stuck early, then routed away for the rest of the stop: it left rotation
+    left = [*blackout[:1], Outcome(1, 1.0, 1.3, "r2"), Outcome(1, 2.5, 2.6, "r3"), Outcome(1, 3.6, 3.7, "r1")]
+    summary = analysis.summarize_timeline(left, {**events, "recover": 3.5}, "pause", "r1")
+    assert (summary["stuck"], summary["never_left"], summary["readmit"]) == (1, False, pytest.approx(0.1))
     summary = analysis.summarize_timeline(killed, events, "kill", "r1")
     assert (summary["stuck"], summary["never_left"], summary["readmit"]) == (0, False, None)
     assert summary["window_after_back"] == pytest.approx(2.5)
@@ -256,7 +266,7 @@ def test_markdown_report_shows_every_scenario_the_stamp_and_what_was_not_run() -
     assert "random 15 us (1.5% of a bare SELECT 1 here)" in text
     assert "random 40 us (3.0% of a bare SELECT 1 once the floor is taken off)" in text
     assert "(its floor): 10 us." in text
-    assert "| pool_random | 380 | 3 (OperationalError: 3) | 0.21 s | not within 2 s |" in text
+    assert "| pool_random | 380 | 3 (OperationalError: 3) | 0.21 s | 0 | not within 2 s |" in text
     assert "| pool_random | 380 | 3 (OperationalError: 3) | 0.21 s | 5 | never left rotation |" in text
     assert "| pool_in_order | 100 | 0 | 20.00 ms | 0% | 50% | 50% |" in text
     assert "| pool_random | 50 | 4.00 ms | 20.00 ms | 0 | 0% | 50% | 50% |" in text

@@ -186,25 +186,28 @@ def _timeline(scenario: Mapping[str, Any]) -> list[str]:
     lines = [
         f"{scenario['threads']} threads of `SELECT getMacro('replica')` back to back; r1 "
         + ("SIGSTOPped (hung), then resumed" if hung else "SIGKILLed, then restarted")
-        + ". Worst gap: the longest time a thread waited for a statement to succeed. Back in rotation: from "
-        "the moment r1 answers again to the first statement sent to it after that. "
-        + ("Stuck: statements sent to r1 while it was stopped (answered when it resumed); "
-           "\"never left rotation\": some were sent in the second half of the stop. " if hung else "")
-        + "Several runs are separated by `/`.",
+        + ". Worst gap: the longest time a thread waited for a statement to succeed. Stuck: statements "
+        "held on r1 until it answered again ("
+        + ("sent to the stopped replica, answered once it resumed" if hung
+           else "a balancer retrying the dead replica until its restart")
+        + "). Back in rotation: from the moment r1 answers again to the first statement sent to it after "
+        "that; \"never left rotation\": r1 was never taken out (a stuck statement was sent in the second half of "
+        "the fault, or every thread was waiting on r1). Several runs are separated by `/`.",
         "",
-        "| contender | statements ok | failed | worst per-thread gap | "
-        + ("stuck on r1 | " if hung else "") + "r1 back in rotation after it answers |",
-        "|---|---:|---:|---:|" + ("---:|" if hung else "") + "---:|",
+        "| contender | statements ok | failed | worst per-thread gap | stuck on r1 "
+        "| r1 back in rotation after it answers |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for name, runs in scenario["runs"].items():
         summaries = [r["summary"] for r in runs]
-        gaps = " / ".join(f"{s['worst_gap']:.2f} s" for s in summaries)
-        stuck = (" / ".join(str(s.get("stuck", 0)) for s in summaries) + " | ") if hung else ""
-        lines.append(
-            f"| {name} | {' / '.join(str(s['statements']) for s in summaries)} | "
-            f"{' / '.join(failed_text(s) for s in summaries)} | {gaps} | {stuck}"
-            f"{' / '.join(readmit_text(s) for s in summaries)} |"
-        )
+        columns = [
+            [str(s["statements"]) for s in summaries],
+            [failed_text(s) for s in summaries],
+            [f"{s['worst_gap']:.2f} s" for s in summaries],
+            [str(s.get("stuck", 0)) for s in summaries],
+            [readmit_text(s) for s in summaries],
+        ]
+        lines.append(f"| {name} | " + " | ".join(" / ".join(column) for column in columns) + " |")
     return lines
 
 

@@ -30,6 +30,7 @@ from .analysis import (
 )
 from .contenders import BARE, Contender, Target, available, by_name, open_target, pool_arguments
 from .load import Outcome, run_count, run_until
+from .report import readmit_text
 
 __all__ = ["SCENARIOS", "Bench", "Scenario", "Sizes"]
 
@@ -75,7 +76,8 @@ SCENARIOS: tuple[Scenario, ...] = (
 
 @dataclass(frozen=True)
 class Sizes:
-    """How long and how much: ``quick`` is about 2 minutes on 2 cores, ``full`` about 10."""
+    """How long and how much: ``quick`` is about 3 minutes on 2 shared cores, ``full`` about 10-13
+    (most of it the latency rounds; a failover run lasts fault_at + the fault + observe)."""
 
     rounds: int
     per_cell: dict[tuple[str, int], int]  # (query, threads) -> statements per round
@@ -98,7 +100,7 @@ class Sizes:
     @staticmethod
     def full() -> Sizes:
         return Sizes(rounds=16, per_cell={("select1", 1): 60, ("mid", 1): 16, ("select1", 8): 200, ("mid", 8): 64},
-                     fault_at=2.0, kill_for=3.0, pause_for=5.0, observe=8.0, timeline_threads=4, repeats=2,
+                     fault_at=2.0, kill_for=3.0, pause_for=5.0, observe=6.0, timeline_threads=4, repeats=2,
                      own_time_statements=2000, spread_seconds=4.0, slow_seconds=5.0)
 
 
@@ -228,8 +230,8 @@ class Bench:
         summary = summarize_timeline(outcomes, events, scenario.fault or "", self.replicas[0])
         self.log(f"   {c.name}: {summary['statements']} ok, {summary['failed']} failed, worst gap "
                  f"{summary['worst_gap']:.2f}s, back in rotation "
-                 + (f"{summary['readmit']:.2f}s" if summary["readmit"] is not None else "not within the window")
-                 + (f", {summary['stuck']} stuck on r1" if summary["stuck"] and scenario.fault == "pause" else ""))
+                 + readmit_text(summary)
+                 + (f", {summary['stuck']} stuck on r1" if summary["stuck"] else ""))
         return {"events": events, "outcomes": [_pack(o) for o in outcomes], "summary": summary}
 
     # -- spread with one replica down ----------------------------------------------------------
