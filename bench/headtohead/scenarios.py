@@ -228,9 +228,11 @@ class Bench:
             target.close()
             cluster.heal()
         summary = summarize_timeline(outcomes, events, scenario.fault or "", self.replicas[0])
+        rotation = readmit_text(summary)
+        if not summary["never_left"]:
+            rotation = f"back in rotation {rotation}"
         self.log(f"   {c.name}: {summary['statements']} ok, {summary['failed']} failed, worst gap "
-                 f"{summary['worst_gap']:.2f}s, back in rotation "
-                 + readmit_text(summary)
+                 f"{summary['worst_gap']:.2f}s, r1 {rotation}"
                  + (f", {summary['stuck']} stuck on r1" if summary["stuck"] else ""))
         return {"events": events, "outcomes": [_pack(o) for o in outcomes], "summary": summary}
 
