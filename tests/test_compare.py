@@ -108,10 +108,12 @@ def test_readmit_delay_counts_only_statements_sent_after_the_replica_is_back() -
     assert analysis.readmit_delay(outcomes[:2], "r1", back_at=5.0) is None
 
 
-def test_sent_during_finds_statements_stuck_on_a_hung_replica() -> None:
+def test_waiting_at_finds_statements_stuck_on_a_hung_replica() -> None:
     outcomes = [Outcome(0, 1.5, 3.1, "r1"), Outcome(1, 1.6, 1.7, "r2"), Outcome(2, 0.5, 0.6, "r1"),
-                Outcome(3, 2.9, 3.2, "r1"), Outcome(3, 3.3, 3.4, "r1")]
-    assert analysis.sent_during(outcomes, "r1", 1.0, 3.0) == [outcomes[0], outcomes[3]]
+                Outcome(3, 2.9, 3.2, "r1"), Outcome(3, 3.3, 3.4, "r1"), Outcome(2, 0.9, 3.0, "r1"),
+                Outcome(1, 1.8, 3.5, "r2")]
+    # sent before the resume at 3.0, answered by r1 at or after it (sent at 0.9: while being stopped)
+    assert analysis.waiting_at(outcomes, "r1", 3.0) == [outcomes[0], outcomes[3], outcomes[5]]
 
 
 def test_timeline_summary_tells_a_stopped_replica_the_balancer_kept_using_from_a_killed_one() -> None:
@@ -124,6 +126,14 @@ def test_timeline_summary_tells_a_stopped_replica_the_balancer_kept_using_from_a
     assert summary["worst_gap"] == pytest.approx(3.6)  # thread 1: from the start of the load to 3.6
     # a killed replica answers a statement sent while its restart is under way: not "stuck"
     killed = [Outcome(0, 0.5, 0.6, "r1"), Outcome(0, 3.2, 3.3, "r1"), Outcome(1, 1.5, 1.6, "r2")]
+    # every thread stuck on r1 from the start: nothing could be sent later, it never left either
+    blackout = [Outcome(0, 0.99, 3.55, "r1"), Outcome(1, 1.05, 3.55, "r1"), Outcome(1, 3.6, 3.7, "r1")]
+    summary = analysis.summarize_timeline(blackout, {**events, "recover": 3.5}, "pause", "r1")
+    assert (summary["stuck"], summary["never_left"]) == (2, True)
+    # stuck early, then routed away for the rest of the stop: it left rotation
+    left = [*blackout[:1], Outcome(1, 1.0, 1.3, "r2"), Outcome(1, 2.5, 2.6, "r3"), Outcome(1, 3.6, 3.7, "r1")]
+    summary = analysis.summarize_timeline(left, {**events, "recover": 3.5}, "pause", "r1")
+    assert (summary["stuck"], summary["never_left"], summary["readmit"]) == (1, False, pytest.approx(0.1))
     summary = analysis.summarize_timeline(killed, events, "kill", "r1")
     assert (summary["stuck"], summary["never_left"], summary["readmit"]) == (0, False, None)
     assert summary["window_after_back"] == pytest.approx(2.5)
@@ -136,25 +146,59 @@ def test_replica_shares_ignore_failures() -> None:
     assert analysis.percentile([3.0, 1.0, 2.0, 4.0], 99) == 4.0
 
 
-def test_a_contender_that_cannot_run_here_says_why() -> None:
+def test_an_haproxy_contender_without_haproxy_says_why() -> None:
     haproxy_contender = contenders.by_name("haproxy_tuned")
     assert "haproxy not on PATH" in str(contenders.available(haproxy_contender, haproxy_present=False))
     assert contenders.available(haproxy_contender, haproxy_present=True) is None
-    future = contenders.Contender("x", "pool", "x", "random", options={"no_such_setting_xyz": 1})
-    assert "no_such_setting_xyz" in str(contenders.available(future, haproxy_present=True))
-    assert contenders.available(contenders.Contender("y", "pool", "y", "no_such_strategy"), True) is not None
-    assert contenders.pool_accepts(failover_timeout=2.0)
+    assert contenders.available(contenders.by_name("pool_hedged"), haproxy_present=False) is None
     with pytest.raises(KeyError, match="unknown contender"):
         contenders.by_name("nope")
 
 
-def test_every_scenario_names_known_contenders() -> None:
-    from headtohead.scenarios import contender
+def _pool_of(name: str) -> Any:
+    import clickhouse_lb
 
+    c = contenders.by_name(name)
+    assert c.kind == "pool"
+    assert c.strategy is not None
+    return clickhouse_lb.get_pool(["127.0.0.1:9", "127.0.0.1:10"], connect_on_create=False,
+                                  **contenders.pool_arguments(c.strategy, c.options))
+
+
+def test_every_pool_contender_builds_with_its_own_state() -> None:
+    """A misspelt keyword fails here, not minutes into a run; and no pool shares its balancing
+    state (nor a probe worker outliving close()) with the contender before it."""
+    for c in contenders.CONTENDERS:
+        if c.kind == "pool":
+            pool = _pool_of(c.name)
+            try:
+                assert pool.config.share_state is False, c.name
+            finally:
+                pool.close()
+
+
+def test_the_failover_control_is_the_pool_without_probes_or_liveness_checks() -> None:
+    plain, default, hedged = (_pool_of(n) for n in ("pool_random_no_checks", "pool_random", "pool_hedged"))
+    try:
+        assert not plain.config.health.enabled
+        assert plain.config.attempts.liveness.check_after is None
+        assert default.config.health.enabled
+        assert default.config.attempts.liveness.check_after is not None
+        assert not default.config.attempts.hedging.enabled
+        assert hedged.config.attempts.hedging.enabled
+    finally:
+        for pool in (plain, default, hedged):
+            pool.close()
+    for scenario in SCENARIOS:
+        if scenario.kind == "timeline":
+            assert {"pool_random", "pool_random_no_checks"} <= set(scenario.contenders), scenario.name
+
+
+def test_every_scenario_names_known_contenders() -> None:
     for scenario in SCENARIOS:
         assert isinstance(scenario, Scenario)
         for name in scenario.contenders:
-            assert contender(name).name == name
+            assert contenders.by_name(name).name == name
 
 
 def _outcomes(replicas: list[str], end: float, fail_between: tuple[float, float]) -> list[list[Any]]:
@@ -191,7 +235,7 @@ def synthetic_results() -> dict[str, Any]:
         "profiles": {p.name: p.description for p in haproxy.PROFILES},
         "scenarios": [
             {"name": "latency", "kind": "latency", "title": "Per-statement cost", "fault": None,
-             "not_run": {"pool_least_loaded": "this clickhouse-lb has no load_balancing='least_loaded'"},
+             "not_run": {"haproxy_default": "no HAProxy in this run: haproxy not on PATH, or --no-haproxy"},
              "cells": cells, "values": values,
              "controls": {"bare": None, "bare_random": None, "pool_random": "bare_random",
                           "haproxy_tuned": "bare_random"},
@@ -222,11 +266,27 @@ def test_markdown_report_shows_every_scenario_the_stamp_and_what_was_not_run() -
     assert "random 15 us (1.5% of a bare SELECT 1 here)" in text
     assert "random 40 us (3.0% of a bare SELECT 1 once the floor is taken off)" in text
     assert "(its floor): 10 us." in text
-    assert "| pool_random | 380 | 3 (OperationalError: 3) | 0.21 s | not within 2 s |" in text
+    assert "| pool_random | 380 | 3 (OperationalError: 3) | 0.21 s | 0 | not within 2 s |" in text
     assert "| pool_random | 380 | 3 (OperationalError: 3) | 0.21 s | 5 | never left rotation |" in text
     assert "| pool_in_order | 100 | 0 | 20.00 ms | 0% | 50% | 50% |" in text
     assert "| pool_random | 50 | 4.00 ms | 20.00 ms | 0 | 0% | 50% | 50% |" in text
-    assert "Not run: `pool_least_loaded` (this clickhouse-lb has no load_balancing='least_loaded')." in text
+    assert "Not run: `haproxy_default` (no HAProxy in this run: haproxy not on PATH, or --no-haproxy)." in text
+
+
+def test_markdown_for_benchmarks_links_each_chart_once_under_deeper_headings() -> None:
+    text = report.markdown(synthetic_results(), heading="####", images="docs/img/")
+    assert "#### r1 killed (`kill_restart`)" in text
+    assert "\n### " not in text
+    links = [line for line in text.splitlines() if line.startswith("![")]
+    assert links == [
+        "![Time per statement relative to bare clients](docs/img/compare-latency.png)",
+        "![Replica killed and restarted under load](docs/img/compare-kill-restart.png)",
+        "![Replica stopped and resumed under load](docs/img/compare-pause-resume.png)",
+        "![Load shares with a replica down, and with one slow replica](docs/img/compare-shares.png)",
+    ]
+    # the shares chart follows the last scenario it draws
+    assert text.rstrip().endswith(links[-1])
+    assert "![" not in report.markdown(synthetic_results())
 
 
 def test_charts_render_every_figure_as_png(tmp_path: Path) -> None:
@@ -248,8 +308,10 @@ def test_compare_renders_a_saved_run_without_measuring(tmp_path: Path) -> None:
 
     saved = tmp_path / "saved.json"
     saved.write_text(json.dumps(synthetic_results()))
-    assert compare.main(["--render", str(saved), "--out", str(tmp_path / "out")]) == 0
+    block = tmp_path / "benchmarks.md"
+    assert compare.main(["--render", str(saved), "--out", str(tmp_path / "out"), "--markdown", str(block)]) == 0
     text = (tmp_path / "out" / "results.md").read_text()
+    assert "#### r1 paused (`pause_resume`)" in block.read_text()
     assert "### r1 paused (`pause_resume`)" in text
     # the summaries are recomputed from the outcomes: 4 s of statements, r1 never answered after 2.5 s
     data = json.loads((tmp_path / "out" / "results.json").read_text())

@@ -112,10 +112,11 @@ def readmit_delay(outcomes: Iterable[Outcome], replica: str, back_at: float) -> 
     return min(starts) - back_at if starts else None
 
 
-def sent_during(outcomes: Iterable[Outcome], replica: str, start: float, end: float) -> list[Outcome]:
-    """Statements sent in ``[start, end)`` that ``replica`` answered (for a hung replica: the
-    ones stuck on it until it came back)."""
-    return [o for o in outcomes if o.ok and o.replica == replica and start <= o.start < end]
+def waiting_at(outcomes: Iterable[Outcome], replica: str, at: float) -> list[Outcome]:
+    """Statements ``replica`` answered that were sent before ``at`` and still waiting then (for
+    a stopped replica resumed at ``at``: the ones stuck on it, including any sent while it was
+    being stopped, before the fault's recorded time)."""
+    return [o for o in outcomes if o.ok and o.replica == replica and o.start < at <= o.end]
 
 
 def replica_shares(outcomes: Iterable[Outcome], replicas: Sequence[str]) -> dict[str, float]:
@@ -138,16 +139,19 @@ def summarize_timeline(outcomes: Sequence[Outcome], events: Mapping[str, float],
     """A failover run in figures. ``events``: ``fault``, ``recover`` (restart or resume begins),
     ``back`` (``replica`` answers again), ``end``; ``fault``: ``kill`` or ``pause``.
 
-    ``stuck``: statements sent while the replica was stopped that it answered once resumed (a
-    killed replica answers nothing until its restart begins); ``never_left``: some were sent in
-    the second half of the fault, so the balancer never noticed it."""
+    ``stuck``: statements waiting on the stopped replica until it answered again (a killed
+    replica answers nothing in flight); ``never_left``: the balancer kept the replica in
+    rotation for the whole fault: a stuck statement was sent in its second half, or nothing at
+    all was (every thread was waiting on the replica). Then ``readmit`` means nothing: the
+    first statement after the resume finds the replica it never left."""
     down_until = events["recover"] if fault == "kill" else events["back"]
-    stuck = sent_during(outcomes, replica, events["fault"], down_until)
+    stuck = waiting_at(outcomes, replica, down_until)
     late = (events["fault"] + down_until) / 2
+    sent_late = any(late <= o.start < down_until for o in outcomes)
     return {
         "statements": sum(1 for o in outcomes if o.ok),
         "stuck": len(stuck),
-        "never_left": any(o.start >= late for o in stuck),
+        "never_left": bool(stuck) and (not sent_late or any(o.start >= late for o in stuck)),
         "failed": failed_count(outcomes),
         "errors": error_kinds(outcomes),
         "worst_gap": worst_gap(outcomes),

@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from .analysis import throughput_bins
-from .report import CELL_TITLES, latency_ratios, readmit_text, reference_for, stamp
+from .report import CELL_TITLES, SHARES_CHART, chart_file, latency_ratios, readmit_text, reference_for, stamp
 from .scenarios import unpack
 
 __all__ = ["latency_chart", "render_all", "shares_chart", "timeline_chart"]
@@ -158,11 +158,11 @@ def render_all(data: Mapping[str, Any], out: Path) -> list[Path]:
     share_scenarios = []
     for scenario in data["scenarios"]:
         if scenario["kind"] == "latency":
-            save(latency_chart(scenario, env), "compare-latency.png")
+            save(latency_chart(scenario, env), chart_file(scenario))
         elif scenario["kind"] == "timeline" and scenario["runs"]:
-            save(timeline_chart(scenario, env), f"compare-{scenario['name'].replace('_', '-')}.png")
+            save(timeline_chart(scenario, env), chart_file(scenario))
         elif scenario["kind"] in ("spread", "slow") and scenario["results"]:
             share_scenarios.append(scenario)
     if share_scenarios:
-        save(shares_chart(share_scenarios, env), "compare-shares.png")
+        save(shares_chart(share_scenarios, env), SHARES_CHART)
     return paths

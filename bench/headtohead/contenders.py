@@ -18,18 +18,17 @@ from typing import Any, Protocol
 import clickhouse_connect
 
 import clickhouse_lb
-from clickhouse_lb.errors import ConfigurationError
-from clickhouse_lb.settings import LoadBalancing
 
 __all__ = [
     "BARE",
     "CONTENDERS",
+    "NO_CHECKS",
     "Contender",
     "Target",
+    "available",
     "by_name",
     "open_target",
-    "pool_accepts",
-    "strategy_available",
+    "pool_arguments",
 ]
 
 #: What every bare client and every HAProxy client is given (the pool gives its own the same).
@@ -54,26 +53,28 @@ class Contender:
 
 
 BARE = "bare"
+#: What the pool did before hung-replica handling and health probes (issues 9 and 10): no
+#: background ``/ping`` probes, no liveness-checked waits. The failover scenarios run it next to
+#: ``pool_random`` (the defaults) to show what the two buy.
+NO_CHECKS: Mapping[str, Any] = {"health_check_interval_ms": 0, "liveness_check_after_ms": 0}
 CONTENDERS: tuple[Contender, ...] = (
     Contender(BARE, "bare", "one bare clickhouse-connect client to replica r1"),
     Contender("bare_random", "bare_pick", "3 bare clients, one picked at random per statement", "random"),
     Contender("bare_round_robin", "bare_pick", "3 bare clients, picked in turn", "round_robin"),
     Contender("pool_in_order", "pool", "clickhouse-lb, load_balancing=in_order", "in_order", control=BARE),
-    Contender("pool_random", "pool", "clickhouse-lb, load_balancing=random (the default)", "random",
-              control="bare_random"),
+    Contender("pool_random", "pool",
+              "clickhouse-lb, load_balancing=random, every other setting at its default (health probes and "
+              "liveness-checked waits on)", "random", control="bare_random"),
+    Contender("pool_random_no_checks", "pool",
+              "clickhouse-lb random with health_check_interval_ms=0, liveness_check_after_ms=0: no health probes, "
+              "no liveness checks (what the pool did before issues 9 and 10)", "random",
+              options=NO_CHECKS, control="bare_random"),
+    Contender("pool_hedged", "pool", "clickhouse-lb random with use_hedged_requests=1 (hedged reads)", "random",
+              options={"use_hedged_requests": 1}, control="bare_random"),
     Contender("pool_round_robin", "pool", "clickhouse-lb, load_balancing=round_robin", "round_robin",
               control="bare_round_robin"),
     Contender("pool_first_or_random", "pool", "clickhouse-lb, load_balancing=first_or_random", "first_or_random",
               control=BARE),
-    Contender(
-        "pool_random_tuned", "pool",
-        "clickhouse-lb random, send_receive_timeout=1, connect_timeout_with_failover_ms=200, "
-        "distributed_replica_error_half_life=1",
-        "random",
-        options={"send_receive_timeout": 1, "connect_timeout_with_failover_ms": 200,
-                 "distributed_replica_error_half_life": 1},
-        control="bare_random",
-    ),
     Contender("pool_least_loaded", "pool", "clickhouse-lb, load_balancing=least_loaded", "least_loaded",
               control="bare_random"),
     Contender("haproxy_default", "haproxy", "HAProxy, default profile (roundrobin)", profile="haproxy_default",
@@ -140,9 +141,18 @@ class _Picked:
             client.close()
 
 
+def pool_arguments(strategy: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``get_pool`` keywords of a pool contender. ``share_state=False``: by default pools over
+    the same replicas and balancing settings share their error counts and one health-probe
+    worker that outlives ``close()`` (health and liveness settings are not part of that key), so
+    a contender would inherit the errors of the one before it, and ``pool_random_no_checks``
+    would be healed by the probes ``pool_random`` left running. Each run starts afresh."""
+    return {"load_balancing": strategy, "share_state": False, **options}
+
+
 class _Pool:
     def __init__(self, addresses: Sequence[str], strategy: str, options: Mapping[str, Any]) -> None:
-        self._pool = clickhouse_lb.get_pool(list(addresses), load_balancing=strategy, **options)
+        self._pool = clickhouse_lb.get_pool(list(addresses), **pool_arguments(strategy, options))
 
     def query(self, sql: str) -> Sequence[Sequence[Any]]:
         return self._pool.query(sql).result_rows
@@ -169,33 +179,9 @@ def open_target(contender: Contender, addresses: Sequence[str], haproxy: Any | N
     raise ValueError(f"unknown contender kind {contender.kind!r}")
 
 
-# -- feature detection: what this clickhouse-lb can do ------------------------------------------
-
-
-def pool_accepts(**options: Any) -> bool:
-    """Whether ``get_pool`` takes these keywords (no I/O: building a pool connects nowhere)."""
-    try:
-        clickhouse_lb.get_pool(["127.0.0.1:9"], connect_on_create=False, **options).close()
-    except (ConfigurationError, TypeError, ValueError):
-        return False
-    return True
-
-
-def strategy_available(name: str) -> bool:
-    try:
-        LoadBalancing.parse(name)
-    except ConfigurationError:
-        return False
-    return True
-
-
 def available(contender: Contender, haproxy_present: bool) -> str | None:
-    """None when the contender can run here, else why not."""
+    """None when the contender can run here, else why not (an HAProxy contender without
+    HAProxy)."""
     if contender.kind == "haproxy" and not haproxy_present:
         return "no HAProxy in this run: haproxy not on PATH, or --no-haproxy"
-    if contender.kind == "pool":
-        if contender.strategy and not strategy_available(contender.strategy):
-            return f"this clickhouse-lb has no load_balancing={contender.strategy!r}"
-        if contender.options and not pool_accepts(**contender.options):
-            return f"this clickhouse-lb's get_pool does not accept {sorted(contender.options)}"
     return None

@@ -7,7 +7,7 @@ from typing import Any
 
 from .analysis import RatioSummary, ratio_summary
 
-__all__ = ["CELL_TITLES", "latency_ratios", "markdown", "reference_for", "stamp"]
+__all__ = ["CELL_TITLES", "SHARES_CHART", "chart_file", "latency_ratios", "markdown", "reference_for", "stamp"]
 
 CELL_TITLES = {
     "select1/1": "SELECT 1, 1 thread",
@@ -15,6 +15,30 @@ CELL_TITLES = {
     "select1/8": "SELECT 1, 8 threads",
     "mid/8": "20k rows, 8 threads",
 }
+
+
+#: The one chart of every ``spread`` and ``slow`` scenario of a run.
+SHARES_CHART = "compare-shares.png"
+_CHART_ALT = {
+    "latency": "Time per statement relative to bare clients",
+    "kill": "Replica killed and restarted under load",
+    "pause": "Replica stopped and resumed under load",
+    "shares": "Load shares with a replica down, and with one slow replica",
+}
+
+
+def chart_file(scenario: Mapping[str, Any]) -> str:
+    """The PNG a scenario is drawn in (:func:`headtohead.charts.render_all` writes it)."""
+    if scenario["kind"] == "latency":
+        return "compare-latency.png"
+    if scenario["kind"] == "timeline":
+        return f"compare-{scenario['name'].replace('_', '-')}.png"
+    return SHARES_CHART
+
+
+def _chart_link(scenario: Mapping[str, Any], images: str) -> str:
+    key = "shares" if scenario["kind"] in ("spread", "slow") else scenario.get("fault") or scenario["kind"]
+    return f"![{_CHART_ALT.get(key, scenario['title'])}]({images.rstrip('/')}/{chart_file(scenario)})"
 
 
 def reference_for(cell: str) -> str:
@@ -162,25 +186,28 @@ def _timeline(scenario: Mapping[str, Any]) -> list[str]:
     lines = [
         f"{scenario['threads']} threads of `SELECT getMacro('replica')` back to back; r1 "
         + ("SIGSTOPped (hung), then resumed" if hung else "SIGKILLed, then restarted")
-        + ". Worst gap: the longest time a thread waited for a statement to succeed. Back in rotation: from "
-        "the moment r1 answers again to the first statement sent to it after that. "
-        + ("Stuck: statements sent to r1 while it was stopped (answered when it resumed); "
-           "\"never left rotation\": some were sent in the second half of the stop. " if hung else "")
-        + "Several runs are separated by `/`.",
+        + ". Worst gap: the longest time a thread waited for a statement to succeed. Stuck: statements "
+        "held on r1 until it answered again ("
+        + ("sent to the stopped replica, answered once it resumed" if hung
+           else "a balancer retrying the dead replica until its restart")
+        + "). Back in rotation: from the moment r1 answers again to the first statement sent to it after "
+        "that; \"never left rotation\": r1 was never taken out (a stuck statement was sent in the second half of "
+        "the fault, or every thread was waiting on r1). Several runs are separated by `/`.",
         "",
-        "| contender | statements ok | failed | worst per-thread gap | "
-        + ("stuck on r1 | " if hung else "") + "r1 back in rotation after it answers |",
-        "|---|---:|---:|---:|" + ("---:|" if hung else "") + "---:|",
+        "| contender | statements ok | failed | worst per-thread gap | stuck on r1 "
+        "| r1 back in rotation after it answers |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for name, runs in scenario["runs"].items():
         summaries = [r["summary"] for r in runs]
-        gaps = " / ".join(f"{s['worst_gap']:.2f} s" for s in summaries)
-        stuck = (" / ".join(str(s.get("stuck", 0)) for s in summaries) + " | ") if hung else ""
-        lines.append(
-            f"| {name} | {' / '.join(str(s['statements']) for s in summaries)} | "
-            f"{' / '.join(failed_text(s) for s in summaries)} | {gaps} | {stuck}"
-            f"{' / '.join(readmit_text(s) for s in summaries)} |"
-        )
+        columns = [
+            [str(s["statements"]) for s in summaries],
+            [failed_text(s) for s in summaries],
+            [f"{s['worst_gap']:.2f} s" for s in summaries],
+            [str(s.get("stuck", 0)) for s in summaries],
+            [readmit_text(s) for s in summaries],
+        ]
+        lines.append(f"| {name} | " + " | ".join(" / ".join(column) for column in columns) + " |")
     return lines
 
 
@@ -221,7 +248,10 @@ def resummarize(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def markdown(data: Mapping[str, Any]) -> str:
+def markdown(data: Mapping[str, Any], *, heading: str = "###", images: str | None = None) -> str:
+    """The report. ``heading``: the Markdown level of each scenario's title; ``images``: when
+    given, a link to each scenario's chart under that directory follows its table (the shares
+    chart once, after the last scenario it draws), as in BENCHMARKS.md."""
     env = data["environment"]
     lines = [
         f"Run: {stamp(env)}; Python {env.get('python')}, clickhouse-connect {env.get('clickhouse_connect')}, "
@@ -231,8 +261,11 @@ def markdown(data: Mapping[str, Any]) -> str:
     if env.get("haproxy"):
         lines += ["", "HAProxy profiles:", ""]
         lines += [f"- `{name}`: {text}" for name, text in data.get("profiles", {}).items()]
-    for scenario in data["scenarios"]:
-        lines += ["", f"### {scenario['title']} (`{scenario['name']}`)", ""]
+    scenarios = data["scenarios"]
+    last_shares = max((i for i, s in enumerate(scenarios) if s["kind"] in ("spread", "slow") and s["results"]),
+                      default=None)
+    for i, scenario in enumerate(scenarios):
+        lines += ["", f"{heading} {scenario['title']} (`{scenario['name']}`)", ""]
         kind = scenario["kind"]
         if kind == "latency":
             lines += _latency(scenario)
@@ -242,4 +275,7 @@ def markdown(data: Mapping[str, Any]) -> str:
             lines += _shares(scenario, slow=kind == "slow")
         if scenario.get("not_run"):
             lines += ["", "Not run: " + "; ".join(f"`{k}` ({v})" for k, v in scenario["not_run"].items()) + "."]
+        drawn = scenario.get("runs") if kind == "timeline" else scenario.get("results", True)
+        if images is not None and drawn and (kind not in ("spread", "slow") or i == last_shares):
+            lines += ["", _chart_link(scenario, images)]
     return "\n".join(lines) + "\n"

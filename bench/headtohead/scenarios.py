@@ -1,9 +1,13 @@
 """What is measured, as data (:data:`SCENARIOS`), and how each kind of scenario runs.
 
 A scenario names its kind (``latency``, ``timeline``, ``spread``, ``slow``), its contenders
-and its parameters. A contender this clickhouse-lb cannot run yet (a strategy or a keyword
-``get_pool`` does not accept: hedged reads, health probes, ``least_loaded``), or an HAProxy
-contender without haproxy, is listed as not run, with the reason, never faked.
+and its parameters. An HAProxy contender in a run without haproxy is listed as not run, with
+the reason, never faked.
+
+The failover scenarios run the pool with its defaults (health probes re-admit a revived
+replica, liveness-checked waits leave a hung one) next to ``pool_random_no_checks``, the same
+pool with both turned off (what it did before them), so that the timelines show what each buys;
+the hung-replica scenario also runs hedged reads.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ from .analysis import (
     replica_shares,
     summarize_timeline,
 )
-from .contenders import BARE, Contender, Target, available, by_name, open_target
+from .contenders import BARE, Contender, Target, available, by_name, open_target, pool_arguments
 from .load import Outcome, run_count, run_until
+from .report import readmit_text
 
 __all__ = ["SCENARIOS", "Bench", "Scenario", "Sizes"]
 
@@ -37,8 +42,11 @@ WHO = "SELECT getMacro('replica')"
 
 LATENCY_CONTENDERS = ("bare", "bare_random", "bare_round_robin", "pool_in_order", "pool_random",
                       "pool_round_robin", "pool_least_loaded", "haproxy_default", "haproxy_tuned")
-FAILOVER_CONTENDERS = ("pool_random", "pool_random_tuned", "pool_hedged", "pool_probes",
-                       "haproxy_default", "haproxy_tuned")
+#: A killed replica: refused connections fail over at once whatever the settings, so what differs
+#: is the re-admission after the restart (probes against the error decay) and HAProxy's checks.
+KILL_CONTENDERS = ("pool_random", "pool_random_no_checks", "haproxy_default", "haproxy_tuned")
+#: A hung replica: liveness-checked waits and hedged reads against a wait for the socket timeout.
+PAUSE_CONTENDERS = ("pool_random", "pool_random_no_checks", "pool_hedged", "haproxy_default", "haproxy_tuned")
 
 
 @dataclass(frozen=True)
@@ -55,9 +63,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("latency", "latency", "Per-statement cost: SELECT 1 and a 20,000-row query, 1 and 8 threads",
              LATENCY_CONTENDERS),
     Scenario("kill_restart", "timeline", "Replica r1 SIGKILLed under 4 threads of reads, then restarted",
-             FAILOVER_CONTENDERS, fault="kill"),
+             KILL_CONTENDERS, fault="kill"),
     Scenario("pause_resume", "timeline", "Replica r1 SIGSTOPped (hung) under 4 threads of reads, then resumed",
-             FAILOVER_CONTENDERS, fault="pause"),
+             PAUSE_CONTENDERS, fault="pause"),
     Scenario("spread_one_down", "spread", "Load spread with replica r1 down (4 threads)",
              ("pool_in_order", "pool_first_or_random", "pool_random", "pool_round_robin", "haproxy_tuned")),
     Scenario("one_slow_replica", "slow", "One slow replica: r1 answers 50 ms late (8 threads)",
@@ -66,27 +74,10 @@ SCENARIOS: tuple[Scenario, ...] = (
              params={"delay": 0.05}),
 )
 
-#: Contenders of features being built (issues 9, 10 and 18): they run as soon as get_pool takes
-#: these keywords; until then they are listed as not run. Adjust the keyword here if the
-#: feature lands under another name.
-FUTURE_CONTENDERS: tuple[Contender, ...] = (
-    Contender("pool_hedged", "pool", "clickhouse-lb random with use_hedged_requests=1 (issue 9)", "random",
-              options={"use_hedged_requests": 1}, control="bare_random"),
-    Contender("pool_probes", "pool", "clickhouse-lb random with background health probes (issue 10)", "random",
-              options={"health_check_interval_ms": 200}, control="bare_random"),
-)
-
-
-def contender(name: str) -> Contender:
-    for c in FUTURE_CONTENDERS:
-        if c.name == name:
-            return c
-    return by_name(name)
-
-
 @dataclass(frozen=True)
 class Sizes:
-    """How long and how much: ``quick`` is about 2 minutes on 2 cores, ``full`` about 10."""
+    """How long and how much: ``quick`` is about 3 minutes on 2 shared cores, ``full`` about 10-13
+    (most of it the latency rounds; a failover run lasts fault_at + the fault + observe)."""
 
     rounds: int
     per_cell: dict[tuple[str, int], int]  # (query, threads) -> statements per round
@@ -109,7 +100,7 @@ class Sizes:
     @staticmethod
     def full() -> Sizes:
         return Sizes(rounds=16, per_cell={("select1", 1): 60, ("mid", 1): 16, ("select1", 8): 200, ("mid", 8): 64},
-                     fault_at=2.0, kill_for=3.0, pause_for=5.0, observe=8.0, timeline_threads=4, repeats=2,
+                     fault_at=2.0, kill_for=3.0, pause_for=5.0, observe=6.0, timeline_threads=4, repeats=2,
                      own_time_statements=2000, spread_seconds=4.0, slow_seconds=5.0)
 
 
@@ -131,7 +122,7 @@ class Bench:
     def runnable(self, names: Sequence[str]) -> tuple[list[Contender], dict[str, str]]:
         run, skipped = [], {}
         for name in names:
-            c = contender(name)
+            c = by_name(name)
             why = available(c, self.haproxy is not None)
             if why is None:
                 run.append(c)
@@ -237,10 +228,12 @@ class Bench:
             target.close()
             cluster.heal()
         summary = summarize_timeline(outcomes, events, scenario.fault or "", self.replicas[0])
+        rotation = readmit_text(summary)
+        if not summary["never_left"]:
+            rotation = f"back in rotation {rotation}"
         self.log(f"   {c.name}: {summary['statements']} ok, {summary['failed']} failed, worst gap "
-                 f"{summary['worst_gap']:.2f}s, back in rotation "
-                 + (f"{summary['readmit']:.2f}s" if summary["readmit"] is not None else "not within the window")
-                 + (f", {summary['stuck']} stuck on r1" if summary["stuck"] and scenario.fault == "pause" else ""))
+                 f"{summary['worst_gap']:.2f}s, r1 {rotation}"
+                 + (f", {summary['stuck']} stuck on r1" if summary["stuck"] else ""))
         return {"events": events, "outcomes": [_pack(o) for o in outcomes], "summary": summary}
 
     # -- spread with one replica down ----------------------------------------------------------
@@ -343,7 +336,7 @@ def pool_own_time_us(addresses: Sequence[str], strategies: Sequence[str], scramb
 
     for strategy in strategies:
         inside: list[float] = []
-        config = get_pool(list(addresses), load_balancing=strategy, connect_on_create=False).config
+        config = get_pool(list(addresses), connect_on_create=False, **pool_arguments(strategy, {})).config
 
         def timed_factory(inside: list[float] = inside, **options: Any) -> Any:
             return _TimedClient(clickhouse_connect.get_client(**options), inside)
