@@ -98,6 +98,7 @@ from urllib.parse import parse_qsl, urlsplit
 from xml.sax.saxutils import escape as xml_escape
 
 from clickhouse_lb.testing import _encoding, _native
+from clickhouse_lb.testing._dedup_repair import drop_uncommitted_records
 from clickhouse_lb.testing._engine import (
     ERROR_NAMES,
     ClickHouseError,
@@ -426,6 +427,9 @@ class ReplicaServer:
             "</clickhouse>\n"
         )
         self._path = f"{self.data_dir / 'db'}?config-file={config}"
+        # Before the engine reads them: a SIGKILL inside an insert's commit can leave a block id
+        # without its part, which the engine would take for a duplicate (see _dedup_repair).
+        drop_uncommitted_records(self.data_dir / "db")
         self._anchor = EngineConn(self._path)  # keeps the engine up; used for server-level queries
         self.version = self._anchor.scalar("SELECT version()")
         self.timezone = self._anchor.scalar("SELECT timezone()")
