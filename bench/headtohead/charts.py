@@ -66,9 +66,9 @@ def timeline_chart(scenario: Mapping[str, Any], env: Mapping[str, Any], bin_widt
     axes[0, 0].legend(fontsize=7, loc="upper right", ncol=4)
     axes[-1, 0].set_xlabel(f"seconds (shaded: r1 {fault} until {back})", fontsize=8)
     fig.suptitle(f"{scenario['title']}: throughput per replica per {bin_width * 1000:.0f} ms", fontsize=11)
-    _footer(fig, env, "The first run of each contender. Between two runs on this loaded machine, gaps and "
-                      "re-admission times moved by up to 0.6 s (1.4 s for a 5-6.5 s stall): differences of seconds "
-                      "(timeouts, check intervals) are what this shows, not tenths.")
+    _footer(fig, env, "The first run of each contender. On a loaded 2-core machine, gaps and re-admission times "
+                      "moved by up to 0.6 s between two runs: differences of seconds (timeouts, check intervals) "
+                      "are what this shows, not tenths (the tables give every run).")
     fig.tight_layout(rect=(0, 0.06, 1, 0.97))
     return fig
 
