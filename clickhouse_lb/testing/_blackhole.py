@@ -61,20 +61,55 @@ class BlackHole:
 
 
 class _Control:
+    """What the signal handlers ask for. A handler runs on the main thread between two bytecodes,
+    so it takes no lock and starts no thread (a lock held by the code it interrupted, such as an
+    Event's or the one ``Thread.start`` takes, would deadlock it): it sets a flag and writes a
+    byte to a pipe. A control thread reads the pipe and does the rest: it stops the HTTP server
+    (the main thread then opens the black hole) and wakes the main thread's wait in the hole."""
+
     def __init__(self, server: ReplicaServer) -> None:
         self.server = server
         self.want_hole = False
         self.stopping = False
         self.changed = threading.Event()
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_write, False)
+        self._shutdown_asked = False
+        threading.Thread(target=self._run, name="blackhole-control", daemon=True).start()
 
+    # -- signal handlers: flags and a byte, nothing else -------------------------------------
     def enter(self, _signum: int = 0, _frame: object = None) -> None:
-        if not self.want_hole:
-            self.want_hole = True
-            threading.Thread(target=self.server.http.shutdown, daemon=True).start()
+        self.want_hole = True
+        self._wake()
 
     def leave(self, _signum: int = 0, _frame: object = None) -> None:
         self.want_hole = False
-        self.changed.set()
+        self._wake()
+
+    def stop(self, _signum: int = 0, _frame: object = None) -> None:
+        self.stopping = True
+        self._wake()
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # a full pipe wakes the reader anyway
+            os.write(self._wake_write, b"!")
+
+    # -- the control thread ----------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            os.read(self._wake_read, 512)
+            if (self.want_hole or self.stopping) and not self._shutdown_asked:
+                self._shutdown_asked = True
+                # serve_forever returns; shutdown() waits for that (on its own thread: it never
+                # returns if the server is not serving at that moment).
+                threading.Thread(target=self.server.http.shutdown, daemon=True).start()
+            self.changed.set()
+
+    def served_again(self) -> None:
+        """The main thread serves again (after a black hole): the next hole needs a shutdown."""
+        self._shutdown_asked = False
+        if self.want_hole or self.stopping:  # asked again while the server was being rebuilt
+            self._wake()
 
     def is_stopping(self) -> bool:
         return self.stopping
@@ -82,11 +117,6 @@ class _Control:
     def holding(self) -> bool:
         """Whether the black hole is to stay."""
         return self.want_hole and not self.stopping
-
-    def stop(self) -> None:
-        self.stopping = True
-        self.changed.set()
-        threading.Thread(target=self.server.http.shutdown, daemon=True).start()
 
 
 def _write_state(data_dir: Path, state: str) -> None:
@@ -124,4 +154,5 @@ def serve_forever(control: _Control, host: str, data_dir: Path) -> None:
             return
         server.http = HttpServer((host, port), server.handle)
         server.set_blackholed(False)
+        control.served_again()
         _write_state(data_dir, "off")

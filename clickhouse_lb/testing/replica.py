@@ -115,12 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     control = _blackhole.serve(server, args.host, data_dir)
 
-    def _stop(signum: int, _frame: object) -> None:
-        log.info("signal %s: stopping", signum)
-        control.stop()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    # The handler only sets a flag (logging from a signal handler can deadlock on the logging
+    # lock held by the code it interrupted); the stop is logged below, when serving ends.
+    signal.signal(signal.SIGTERM, control.stop)
+    signal.signal(signal.SIGINT, control.stop)
     log.info("replica %s (engine %s) listening on %s:%s", args.name, server.version, args.host, server.port)
     if args.https_port_file and server.https is not None:  # before the port file: that one says "ready"
         tmp = Path(args.https_port_file + ".tmp")
