@@ -231,6 +231,8 @@ class PoolBase(ClientMembers):
         #: Statements running per view: the clients of replicas that discovery removed are
         #: closed once the last statement that may use them is done.
         self._in_flight: InFlight[ReplicaSetView] = InFlight()
+        #: Only discovery replaces the view: without it, statements need not be counted in flight.
+        self._track_views = config.discovery.enabled
         self._discovery_lock = threading.Lock()
         own: tuple[Listener, ...] = (self._stats,)
         #: Called by close(), or when the pool is garbage-collected unclosed.
@@ -376,13 +378,18 @@ class PoolBase(ClientMembers):
         operation: str,
         order: list[int],
         *,
-        retry_after_send: bool,
+        retry_after_send: bool = True,
         write: bool = True,
         view: ReplicaSetView | None = None,
+        statement: PreparedCall | None = None,
     ) -> StatementAttempts:
+        """The attempts of one statement (counted as started). ``statement``: its ``write``
+        and ``retry_after_send`` are decided from it when a failure asks."""
         self._started()
         balancer = (view or self._view).balancer
-        return StatementAttempts(balancer, order, operation=operation, retry_after_send=retry_after_send, write=write)
+        return StatementAttempts(
+            balancer, order, operation=operation, retry_after_send=retry_after_send, write=write, statement=statement
+        )
 
     # -- discovery -------------------------------------------------------------------------
 
@@ -459,16 +466,12 @@ class PoolBase(ClientMembers):
 
     def _statement_plan(self, attempts: StatementAttempts, call: PreparedCall) -> StatementPlan:
         """How the statement's attempts wait (timeouts, liveness checks, deadline, hedging)."""
-        settings = call.attempt_settings.apply(self.config.attempts)
         balancer = self._balancer
         return StatementPlan(
-            settings=settings,
+            settings=call.attempt_settings.apply(self.config.attempts),
             deadline=attempts.deadline,
             addresses=balancer.addresses,
-            hedgeable=call.read_only and settings.hedging.enabled,
-            retry_safe=call.retry_after_send,
-            # A write's request that was sent may have been applied, repeatable or not.
-            write=call.write,
+            statement=call,
             window=self._latencies,
             # A run that failed while the other of a hedged race went on uses up its place in
             # the schedule, as a failed attempt does.
