@@ -108,7 +108,10 @@ class Watchdog:
         self._kill = kill
         self._clock = clock
         self._watched: set[_Watched] = set()
-        self._cond = threading.Condition()
+        # The condition's own lock, taken directly on the per-attempt path (cheaper than the
+        # condition's Python-level context manager).
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._closed = False
         self._thread: threading.Thread | None = None
         self._wakes_at = float("inf")  # when the watchdog thread means to wake up next
@@ -150,14 +153,15 @@ class Watchdog:
                 raise
         finally:
             if watched:
-                self._remove(entry)
+                with self._lock:
+                    self._watched.discard(entry)
         raise verdict  # outside the handler: not chained to the broken connection's error
 
     # -- the watchdog thread -----------------------------------------------------------------
 
     def _add(self, entry: _Watched) -> None:
         first = entry.first
-        with self._cond:
+        with self._lock:
             self._watched.add(entry)
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(target=self._loop, name="clickhouse-lb-watchdog", daemon=True)
@@ -169,7 +173,7 @@ class Watchdog:
                 self._cond.notify()
 
     def _remove(self, entry: _Watched) -> None:
-        with self._cond:
+        with self._lock:
             self._watched.discard(entry)
 
     def _loop(self) -> None:

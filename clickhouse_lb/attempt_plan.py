@@ -131,7 +131,9 @@ class StatementPlan:
 
     def connect_timeout(self) -> float | None:
         """A run's exact connect timeout, cut to the statement's deadline."""
-        return self.deadline.cut(self.settings.timeouts.connect)
+        deadline = self.deadline
+        timeout = self.settings.timeouts.connect
+        return timeout if deadline.at is None else deadline.cut(timeout)
 
     def spec(self, first: int) -> AttemptSpec:
         """The spec of an attempt starting on replica ``first``."""
