@@ -385,7 +385,9 @@ class PoolBase(ClientMembers):
     ) -> StatementAttempts:
         """The attempts of one statement (counted as started). ``statement``: its ``write``
         and ``retry_after_send`` are decided from it when a failure asks."""
-        self._started()
+        self._stats.count_statement()  # self._started(), inlined: this runs for every statement
+        if self._prober is not None:
+            self._prober.ensure_started()
         balancer = (view or self._view).balancer
         return StatementAttempts(
             balancer, order, operation=operation, retry_after_send=retry_after_send, write=write, statement=statement

@@ -32,12 +32,12 @@ __all__ = ["Watchdog"]
 T = TypeVar("T")
 
 
-class _Watched:
-    """One attempt under watch. Its :class:`~clickhouse_lb.watch.AttemptWatch` is built by the
+class _Watched(AttemptConnections):
+    """One attempt under watch, and the connections it uses (one object per attempt: this runs
+    for every statement). Its :class:`~clickhouse_lb.watch.AttemptWatch` is built by the
     watchdog thread when it first looks at the attempt (most attempts end before that)."""
 
-    __slots__ = ("_source", "_watch", "checking", "connections", "first", "index", "planned", "query_id", "started",
-                 "verdict")
+    __slots__ = ("_source", "_watch", "checking", "first", "index", "planned", "query_id", "started", "verdict")
 
     def __init__(
         self, source: AttemptSpec | StatementPlan, index: int, query_id: str | None, started: float, *,
@@ -50,7 +50,7 @@ class _Watched:
         self.started = started
         #: When its first wake-up is due.
         self.first = first
-        self.connections = AttemptConnections(connect_timeout)
+        super().__init__(connect_timeout)
         self.verdict: AttemptAbandonedError | None = None
         self.checking = False
         self.planned = first  # when its next wake-up is due (a check then late means a stall)
@@ -145,7 +145,7 @@ class Watchdog:
         if watched:
             self._add(entry)
         try:
-            with entry.connections:
+            with entry:
                 return call(entry.index, entry.query_id)  # even when abandoned a moment too late: the answer is whole
         except Exception:
             verdict = entry.verdict
@@ -258,7 +258,7 @@ class Watchdog:
         if entry.verdict is not None:
             return  # already abandoned (the deadline came while its ping was out)
         entry.verdict = AttemptAbandonedError(entry.address, kind, detail, write=entry.write)
-        entry.connections.abandon()
+        entry.abandon()
         if kill and entry.query_id:
             self._checks.submit(self._kill_quietly, entry.index, entry.query_id)
 

@@ -25,6 +25,7 @@ full jitter (``failover_backoff_ms``).
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -127,7 +128,8 @@ class StatementAttempts:
         """The replica index for the next attempt (every earlier attempt failed)."""
         number = len(self.failures)
         index = self.order[number % self.size]
-        logger.debug("%s: attempt %d on %s", self.operation, number + 1, self._balancer.addresses[index])
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("%s: attempt %d on %s", self.operation, number + 1, self._balancer.addresses[index])
         # The attempt is in flight from here until succeeded()/failed() (one at a time).
         self._attempt_started = self._load.start(index)
         return index
