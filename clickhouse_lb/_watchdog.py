@@ -131,11 +131,13 @@ class Watchdog:
     def run_planned(self, plan: StatementPlan, index: int, call: Callable[[int, str | None], T]) -> T:
         """:meth:`run` for an attempt of a statement's plan (not hedged) on replica ``index``,
         without building its :class:`~clickhouse_lb.race.AttemptSpec`: the per-statement path."""
-        query_id = plan.run_query_id(None)()
+        if plan.deadline.at is None:  # the usual statement: no query id of the pool's, nothing to cut
+            query_id, connect_timeout = plan.query_id, plan.settings.timeouts.connect
+        else:
+            query_id, connect_timeout = plan.run_query_id(None)(), plan.connect_timeout()
         started = self._clock()
-        entry = _Watched(
-            plan, index, query_id, started, first=plan.first_wake(started), connect_timeout=plan.connect_timeout()
-        )
+        first = plan.first_wake(started)
+        entry = _Watched(plan, index, query_id, started, first=first, connect_timeout=connect_timeout)
         return self._watched_call(entry, call)
 
     def _watched_call(self, entry: _Watched, call: Callable[[int, str | None], T]) -> T:
