@@ -24,6 +24,7 @@ from ._client_members import ClientChanges, ClientMembers, unknown_attribute_mes
 from ._discovery_io import ClusterReader
 from ._statements import PreparedCall, prepare_call
 from .attempt_plan import StatementPlan
+from .attempt_settings import NO_STATEMENT_SETTINGS
 from .balancer import Balancer, ReplicaStatus, new_replica_set_state
 from .classify import classify
 from .discovery import DiscoveryError, InFlight, ReplicaSetChange, diff_replicas
@@ -469,8 +470,9 @@ class PoolBase(ClientMembers):
     def _statement_plan(self, attempts: StatementAttempts, call: PreparedCall) -> StatementPlan:
         """How the statement's attempts wait (timeouts, liveness checks, deadline, hedging)."""
         balancer = self._balancer
+        own = call.attempt_settings
         return StatementPlan(
-            settings=call.attempt_settings.apply(self.config.attempts),
+            settings=self.config.attempts if own is NO_STATEMENT_SETTINGS else own.apply(self.config.attempts),
             deadline=attempts.deadline,
             addresses=balancer.addresses,
             statement=call,

@@ -225,8 +225,9 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         plan = self._statement_plan(attempts, call)
 
         def run(index: int, query_id: str | None) -> Any:
-            args, kwargs = call.with_query_id(query_id)
-            return getattr(self._client(index, view), method)(*args, **kwargs)
+            args, kwargs = call.with_query_id(query_id) if query_id is not None else (call.args, call.kwargs)
+            client = view.slots[index].client  # made already (the usual case), else made now
+            return getattr(client if client is not None else self._client(index, view), method)(*args, **kwargs)
 
         watchdog = self._watchdog if not plan.hedgeable else None
 
