@@ -46,11 +46,11 @@ _IN_POOL_ATTEMPT: ContextVar[bool] = ContextVar("clickhouse_lb_in_pool_attempt",
 @contextlib.contextmanager
 def handled_by_pool() -> Iterator[None]:
     """Mark the attempts run inside the block as the pool's (their transport failures are its)."""
-    token = _IN_POOL_ATTEMPT.set(True)
+    token = enter_pool()
     try:
         yield
     finally:
-        _IN_POOL_ATTEMPT.reset(token)
+        leave_pool(token)
 
 
 def enter_pool() -> Token[bool]:
