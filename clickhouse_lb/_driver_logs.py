@@ -27,9 +27,9 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 
-__all__ = ["DRIVER_LOGGERS", "handled_by_pool", "install"]
+__all__ = ["DRIVER_LOGGERS", "enter_pool", "handled_by_pool", "install", "leave_pool"]
 
 #: The loggers that report transport failures per attempt: clickhouse-connect 1.x sync and
 #: async backends, and 0.x's HTTP client (the Superset line).
@@ -46,11 +46,21 @@ _IN_POOL_ATTEMPT: ContextVar[bool] = ContextVar("clickhouse_lb_in_pool_attempt",
 @contextlib.contextmanager
 def handled_by_pool() -> Iterator[None]:
     """Mark the attempts run inside the block as the pool's (their transport failures are its)."""
-    token = _IN_POOL_ATTEMPT.set(True)
+    token = enter_pool()
     try:
         yield
     finally:
-        _IN_POOL_ATTEMPT.reset(token)
+        leave_pool(token)
+
+
+def enter_pool() -> Token[bool]:
+    """:func:`handled_by_pool` without the context manager, for the per-statement path: the
+    attempts from here on are the pool's, until :func:`leave_pool` with the returned token."""
+    return _IN_POOL_ATTEMPT.set(True)
+
+
+def leave_pool(token: Token[bool]) -> None:
+    _IN_POOL_ATTEMPT.reset(token)
 
 
 def configured_by_application(name: str) -> bool:

@@ -24,6 +24,7 @@ from ._client_members import ClientChanges, ClientMembers, unknown_attribute_mes
 from ._discovery_io import ClusterReader
 from ._statements import PreparedCall, prepare_call
 from .attempt_plan import StatementPlan
+from .attempt_settings import NO_STATEMENT_SETTINGS
 from .balancer import Balancer, ReplicaStatus, new_replica_set_state
 from .classify import classify
 from .discovery import DiscoveryError, InFlight, ReplicaSetChange, diff_replicas
@@ -231,6 +232,8 @@ class PoolBase(ClientMembers):
         #: Statements running per view: the clients of replicas that discovery removed are
         #: closed once the last statement that may use them is done.
         self._in_flight: InFlight[ReplicaSetView] = InFlight()
+        #: Only discovery replaces the view: without it, statements need not be counted in flight.
+        self._track_views = config.discovery.enabled
         self._discovery_lock = threading.Lock()
         own: tuple[Listener, ...] = (self._stats,)
         #: Called by close(), or when the pool is garbage-collected unclosed.
@@ -376,13 +379,20 @@ class PoolBase(ClientMembers):
         operation: str,
         order: list[int],
         *,
-        retry_after_send: bool,
+        retry_after_send: bool = True,
         write: bool = True,
         view: ReplicaSetView | None = None,
+        statement: PreparedCall | None = None,
     ) -> StatementAttempts:
-        self._started()
+        """The attempts of one statement (counted as started). ``statement``: its ``write``
+        and ``retry_after_send`` are decided from it when a failure asks."""
+        self._stats.count_statement()  # self._started(), inlined: this runs for every statement
+        if self._prober is not None:
+            self._prober.ensure_started()
         balancer = (view or self._view).balancer
-        return StatementAttempts(balancer, order, operation=operation, retry_after_send=retry_after_send, write=write)
+        return StatementAttempts(
+            balancer, order, operation=operation, retry_after_send=retry_after_send, write=write, statement=statement
+        )
 
     # -- discovery -------------------------------------------------------------------------
 
@@ -459,16 +469,13 @@ class PoolBase(ClientMembers):
 
     def _statement_plan(self, attempts: StatementAttempts, call: PreparedCall) -> StatementPlan:
         """How the statement's attempts wait (timeouts, liveness checks, deadline, hedging)."""
-        settings = call.attempt_settings.apply(self.config.attempts)
         balancer = self._balancer
+        own = call.attempt_settings
         return StatementPlan(
-            settings=settings,
+            settings=self.config.attempts if own is NO_STATEMENT_SETTINGS else own.apply(self.config.attempts),
             deadline=attempts.deadline,
             addresses=balancer.addresses,
-            hedgeable=call.read_only and settings.hedging.enabled,
-            retry_safe=call.retry_after_send,
-            # A write's request that was sent may have been applied, repeatable or not.
-            write=call.write,
+            statement=call,
             window=self._latencies,
             # A run that failed while the other of a hedged race went on uses up its place in
             # the schedule, as a failed attempt does.

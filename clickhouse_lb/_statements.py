@@ -12,7 +12,6 @@ import inspect
 import re
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from ._values import as_bool
@@ -59,22 +58,65 @@ def settings_positions(client_class: type, methods: list[str]) -> dict[str, int 
     return positions
 
 
-@dataclass(frozen=True)
 class PreparedCall:
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    overrides: StatementOverrides
-    retry_after_send: bool
-    #: The statement's settings as they go to the server (balancing ones taken out).
-    settings: Mapping[str, Any] | None = None
-    #: Whether the statement may change data (not a read): its failure says whether it may
-    #: have been applied. A statement that is not a write only reads (it may be hedged).
-    write: bool = True
-    #: Its own timeouts / hedging, from its ``settings=``.
-    attempt_settings: StatementAttemptSettings = NO_STATEMENT_SETTINGS
-    #: The ``query_id`` it gave in its settings, if any.
-    query_id: str | None = None
-    settings_position: int | None = None
+    """One statement as the pool runs it: its arguments (balancing settings taken out) and
+    what its failure would mean. Whether it writes (``write``, and so ``retry_after_send``) is
+    decided on first use: on the common path, where its first attempt succeeds, nothing asks."""
+
+    __slots__ = (
+        "_safe", "_text", "_write", "args", "attempt_settings", "kwargs", "overrides", "query_id", "settings",
+        "settings_position",
+    )
+
+    def __init__(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        overrides: StatementOverrides,
+        *,
+        settings: Mapping[str, Any] | None = None,
+        write: bool | None = None,
+        text: Any = None,
+        safe: bool = False,
+        attempt_settings: StatementAttemptSettings = NO_STATEMENT_SETTINGS,
+        query_id: str | None = None,
+        settings_position: int | None = None,
+    ) -> None:
+        self.args = args
+        self.kwargs = kwargs
+        self.overrides = overrides
+        #: The statement's settings as they go to the server (balancing ones taken out).
+        self.settings = settings
+        #: Its own timeouts / hedging, from its ``settings=``.
+        self.attempt_settings = attempt_settings
+        #: The ``query_id`` it gave in its settings, if any.
+        self.query_id = query_id
+        self.settings_position = settings_position
+        # ``write`` None: decided from ``text`` (the statement's SQL) when first asked.
+        self._write = write
+        self._text = text
+        # Repeatable after its request was sent whatever it is (a deduplication token, idempotent).
+        self._safe = safe
+
+    @property
+    def write(self) -> bool:
+        """Whether the statement may change data (not a read): its failure says whether it may
+        have been applied. A statement that is not a write only reads (it may be hedged)."""
+        write = self._write
+        if write is None:
+            write = self._write = not is_read_only(self._text)
+        return write
+
+    @property
+    def read_only(self) -> bool:
+        """The statement only reads (the opposite of :attr:`write`): it may be hedged."""
+        return not self.write
+
+    @property
+    def retry_after_send(self) -> bool:
+        """Whether a failed attempt may be repeated after its request was sent: a read, or a
+        write made repeatable (a deduplication token, ``idempotent``)."""
+        return self._safe or not self.write
 
     def with_query_id(self, query_id: str | None) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The call's arguments with ``query_id`` among its settings (None: unchanged)."""
@@ -87,11 +129,6 @@ class PreparedCall:
             return (*args[:position], settings, *args[position + 1 :]), kwargs
         return args, {**kwargs, "settings": {**(kwargs.get("settings") or {}), "query_id": query_id}}
 
-    @property
-    def read_only(self) -> bool:
-        """The statement only reads (the opposite of :attr:`write`): it may be hedged."""
-        return not self.write
-
 
 def _statement_text(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
     if args and isinstance(args[0], (str, bytes)):
@@ -101,6 +138,14 @@ def _statement_text(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
             return kwargs[key]
     context = kwargs.get("context")
     return getattr(context, "query", None)
+
+
+def _write_now(text: Any) -> bool | None:
+    """Whether a statement of this text writes, when that must be decided at once (text that
+    is not SQL fails here, as it always did); None: plain SQL, decided when first asked."""
+    if text is None or isinstance(text, (str, bytes)):
+        return None
+    return not is_read_only(text)
 
 
 def prepare_call(
@@ -118,26 +163,34 @@ def prepare_call(
     if at is None or len(args) <= at or in_kwargs:
         at = None
     settings = kwargs["settings"] if in_kwargs else args[at] if at is not None else None
+    if settings is None and method not in INSERT_METHODS:
+        # The common case: a statement without settings; nothing to take out or add.
+        text = _statement_text(args, kwargs)
+        return PreparedCall(
+            args, kwargs, NO_OVERRIDES, write=_write_now(text), text=text, settings_position=settings_position
+        )
     overrides, rest = split_statement_settings(settings) if settings else (NO_OVERRIDES, settings)
     attempt_settings, rest = split_statement_attempt_settings(rest) if rest else (NO_STATEMENT_SETTINGS, rest)
     idempotent = False
     if rest and IDEMPOTENT in rest:
         idempotent = as_bool(IDEMPOTENT, rest[IDEMPOTENT])
         rest = {k: v for k, v in rest.items() if k != IDEMPOTENT}
+    write: bool | None = None
+    text = None
     if method in INSERT_METHODS:
         context = kwargs.get("context") or (args[0] if method == "data_insert" and args else None)
         if context is not None and not isinstance(context, (str, bytes)):
             context_settings = getattr(context, "settings", None) or {}
-            retry_after_send = _TOKEN in context_settings
+            safe = _TOKEN in context_settings
         else:
             if auto_token and not (rest and _TOKEN in rest):
                 rest = {**(rest or {}), _TOKEN: new_token()}
-            retry_after_send = bool(rest and _TOKEN in rest)
+            safe = bool(rest and _TOKEN in rest)
         write = True
     else:
-        write = not is_read_only(_statement_text(args, kwargs))
-        retry_after_send = not write or bool(rest and _TOKEN in rest)
-    retry_after_send = retry_after_send or idempotent
+        text = _statement_text(args, kwargs)  # read or write: decided when it matters
+        write = _write_now(text)
+        safe = bool(rest and _TOKEN in rest)
     if rest is not settings:
         if at is not None:
             args = (*args[:at], rest, *args[at + 1 :])
@@ -145,7 +198,7 @@ def prepare_call(
             kwargs = {**kwargs, "settings": rest}
     query_id = rest.get("query_id") if rest else None
     return PreparedCall(
-        args, kwargs, overrides, retry_after_send, rest,
-        write=write, attempt_settings=attempt_settings,
+        args, kwargs, overrides, settings=rest, write=write, text=text, safe=safe or idempotent,
+        attempt_settings=attempt_settings,
         query_id=str(query_id) if query_id is not None else None, settings_position=settings_position,
     )

@@ -46,28 +46,30 @@ class AttemptConnections:
     statement's deadline. Once a connect of the attempt timed out, urllib3's own retry of it
     fails at once: failing over is the pool's job, not a second wait on the same replica."""
 
-    __slots__ = ("_lock", "abandoned", "connect_timed_out", "connect_timeout", "connections")
+    __slots__ = ("abandoned", "connect_timed_out", "connect_timeout", "connections")
 
     def __init__(self, connect_timeout: float | None = None) -> None:
         self.connections: list[HTTPConnection] = []
         self.abandoned = False
         self.connect_timeout = connect_timeout
         self.connect_timed_out = False
-        self._lock = threading.Lock()
+
+    # No lock: an append, a flag and a copy of the list are each atomic, and their order makes
+    # every connection shut down by one side or the other: add() appends, then reads the flag;
+    # abandon() sets the flag, then copies the list. A connection added after the copy sees the
+    # flag; one added before it is in the copy (shutting a socket down twice is harmless).
 
     def add(self, connection: HTTPConnection) -> None:
-        with self._lock:
-            self.connections.append(connection)
-            abandoned = self.abandoned
-        if abandoned:
+        connections = self.connections
+        if not connections or connections[-1] is not connection:  # request(), then getresponse()
+            connections.append(connection)
+        if self.abandoned:
             _shutdown(connection)
 
     def abandon(self) -> None:
         """Shut down every socket of the attempt (the worker's blocked read or write fails at once)."""
-        with self._lock:
-            self.abandoned = True
-            connections = list(self.connections)
-        for connection in connections:
+        self.abandoned = True
+        for connection in list(self.connections):
             _shutdown(connection)
 
     def __enter__(self) -> AttemptConnections:

@@ -13,6 +13,7 @@ whose connections cannot be shut down from outside (no abandonable transport).
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from typing import TypeVar
 
 from ._threads import check_executor
 from ._transport import AttemptConnections, quiet_transport
+from .attempt_plan import StatementPlan
 from .errors import AttemptAbandonedError
 from .events import logger
 from .race import AttemptSpec
@@ -30,21 +32,64 @@ __all__ = ["Watchdog"]
 T = TypeVar("T")
 
 
-class _Watched:
-    __slots__ = ("address", "checking", "connections", "index", "planned", "query_id", "started", "verdict", "watch",
-                 "write")
+class _Watched(AttemptConnections):
+    """One attempt under watch, and the connections it uses (one object per attempt: this runs
+    for every statement). Its :class:`~clickhouse_lb.watch.AttemptWatch` is built by the
+    watchdog thread when it first looks at the attempt (most attempts end before that)."""
 
-    def __init__(self, spec: AttemptSpec, watch: AttemptWatch, query_id: str | None, started: float) -> None:
-        self.index = spec.first
-        self.address = spec.address(spec.first)
-        self.write = spec.write
-        self.watch = watch
+    __slots__ = ("_source", "_watch", "checking", "first", "index", "planned", "query_id", "started", "verdict")
+
+    def __init__(
+        self, source: AttemptSpec | StatementPlan, index: int, query_id: str | None, started: float, *,
+        first: float, connect_timeout: float | None,
+    ) -> None:
+        self._source = source
+        self._watch: AttemptWatch | None = None
+        self.index = index
         self.query_id = query_id
         self.started = started
-        self.connections = AttemptConnections(spec.connect_timeout)
+        #: When its first wake-up is due.
+        self.first = first
+        super().__init__(connect_timeout)
         self.verdict: AttemptAbandonedError | None = None
         self.checking = False
-        self.planned = started
+        self.planned = first  # when its next wake-up is due (a check then late means a stall)
+
+    @classmethod
+    def of_spec(cls, spec: AttemptSpec, query_id: str | None, started: float) -> _Watched:
+        """The entry of an attempt run from its spec, starting at ``started``."""
+        watch = spec.watch(spec.first, started)
+        entry = cls(spec, spec.first, query_id, started, first=watch.next_wake(started)[1] + started,
+                    connect_timeout=spec.connect_timeout)
+        entry._watch = watch
+        return entry
+
+    @property
+    def watch(self) -> AttemptWatch:
+        watch = self._watch
+        if watch is None:
+            source = self._source
+            if isinstance(source, AttemptSpec):
+                watch = source.watch(self.index, self.started)
+            else:
+                watch = source.watch(self.started)
+            self._watch = watch
+        return watch
+
+    @property
+    def untouched(self) -> bool:
+        """Its watch is not built yet: nothing happened to it since it started (its first
+        wake-up is ``first``)."""
+        return self._watch is None
+
+    @property
+    def address(self) -> str:
+        source = self._source
+        return source.address(self.index) if isinstance(source, AttemptSpec) else source.addresses[self.index]
+
+    @property
+    def write(self) -> bool:
+        return self._source.write
 
 
 class Watchdog:
@@ -63,7 +108,10 @@ class Watchdog:
         self._kill = kill
         self._clock = clock
         self._watched: set[_Watched] = set()
-        self._cond = threading.Condition()
+        # The condition's own lock, taken directly on the per-attempt path (cheaper than the
+        # condition's Python-level context manager).
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._closed = False
         self._thread: threading.Thread | None = None
         self._wakes_at = float("inf")  # when the watchdog thread means to wake up next
@@ -75,28 +123,47 @@ class Watchdog:
         abandoned the attempt, the call's own error otherwise."""
         query_id = spec.query_id()
         started = self._clock()
-        entry = _Watched(spec, spec.watch(spec.first, started), query_id, started)
-        self._add(entry)
+        entry = _Watched.of_spec(spec, query_id, started)
+        result = self._watched_call(entry, call)
+        spec.on_latency(self._clock() - started)
+        return spec.first, result
+
+    def run_planned(self, plan: StatementPlan, index: int, call: Callable[[int, str | None], T]) -> T:
+        """:meth:`run` for an attempt of a statement's plan (not hedged) on replica ``index``,
+        without building its :class:`~clickhouse_lb.race.AttemptSpec`: the per-statement path."""
+        if plan.deadline.at is None:  # the usual statement: no query id of the pool's, nothing to cut
+            query_id, connect_timeout = plan.query_id, plan.settings.timeouts.connect
+        else:
+            query_id, connect_timeout = plan.run_query_id(None)(), plan.connect_timeout()
+        started = self._clock()
+        first = plan.first_wake(started)
+        entry = _Watched(plan, index, query_id, started, first=first, connect_timeout=connect_timeout)
+        return self._watched_call(entry, call)
+
+    def _watched_call(self, entry: _Watched, call: Callable[[int, str | None], T]) -> T:
+        # An attempt with nothing to wait for (no liveness check, timeout or deadline) is not
+        # registered: the watchdog would never act on it.
+        watched = entry.first != math.inf
+        if watched:
+            self._add(entry)
         try:
-            with entry.connections:
-                result = call(spec.first, query_id)
+            with entry:
+                return call(entry.index, entry.query_id)  # even when abandoned a moment too late: the answer is whole
         except Exception:
             verdict = entry.verdict
             if verdict is None:
                 raise
-        else:
-            spec.on_latency(self._clock() - started)
-            return spec.first, result  # even when abandoned a moment too late: the answer is whole
         finally:
-            self._remove(entry)
+            if watched:
+                with self._lock:
+                    self._watched.discard(entry)
         raise verdict  # outside the handler: not chained to the broken connection's error
 
     # -- the watchdog thread -----------------------------------------------------------------
 
     def _add(self, entry: _Watched) -> None:
-        first = entry.watch.next_wake(entry.started)[1] + entry.started
-        entry.planned = first  # when its first wake-up is due (a check then late means a stall)
-        with self._cond:
+        first = entry.first
+        with self._lock:
             self._watched.add(entry)
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(target=self._loop, name="clickhouse-lb-watchdog", daemon=True)
@@ -108,7 +175,7 @@ class Watchdog:
                 self._cond.notify()
 
     def _remove(self, entry: _Watched) -> None:
-        with self._cond:
+        with self._lock:
             self._watched.discard(entry)
 
     def _loop(self) -> None:
@@ -130,11 +197,14 @@ class Watchdog:
                             elif sleep is None or deadline - now < sleep:
                                 sleep = deadline - now
                         continue
-                    wake, delay = entry.watch.next_wake(now)
-                    if delay <= 0:
-                        due.append((entry, wake))
-                        continue
-                    entry.planned = now + delay  # to tell, when it is due, whether this thread ran late
+                    if entry.untouched and entry.first > now:
+                        delay = entry.first - now  # not due yet: its watch is built when it is
+                    else:
+                        wake, delay = entry.watch.next_wake(now)
+                        if delay <= 0:
+                            due.append((entry, wake))
+                            continue
+                        entry.planned = now + delay  # to tell, when it is due, whether this thread ran late
                     if sleep is None or delay < sleep:
                         sleep = delay
                 if not due:
@@ -190,7 +260,7 @@ class Watchdog:
         if entry.verdict is not None:
             return  # already abandoned (the deadline came while its ping was out)
         entry.verdict = AttemptAbandonedError(entry.address, kind, detail, write=entry.write)
-        entry.connections.abandon()
+        entry.abandon()
         if kill and entry.query_id:
             self._checks.submit(self._kill_quietly, entry.index, entry.query_id)
 

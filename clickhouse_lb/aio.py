@@ -251,11 +251,14 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
     # -- statements ------------------------------------------------------------------------
 
     async def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        self._check_open()
+        if self._closed:
+            raise self._closed_error()
         call = self._prepare(method, args, kwargs)
         view = self._view
-        order = self._fresh_first(await self._plan(call.overrides, view), call.settings, view)
-        attempts = self._attempts(method, order, retry_after_send=call.retry_after_send, write=call.write, view=view)
+        order = await self._plan(call.overrides, view)
+        if view.health is not None:
+            order = self._fresh_first(order, call.settings, view)
+        attempts = self._attempts(method, order, view=view, statement=call)
         plan = self._statement_plan(attempts, call)
 
         async def run(index: int, query_id: str | None) -> Any:
@@ -269,6 +272,8 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
                 view.balancer.record_success(winner)
             return result
 
+        if not self._track_views:
+            return await run_async(attempts, attempt, self._policy)
         self._in_flight.acquire(view)
         try:
             return await run_async(attempts, attempt, self._policy)
@@ -314,7 +319,8 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         self._check_open()
         self._started()
         view = self._view
-        self._in_flight.acquire(view)
+        if self._track_views:
+            self._in_flight.acquire(view)
         try:
             for index in await self._plan(view=view):
                 try:
@@ -328,7 +334,8 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
                     return True
             return False
         finally:
-            self._in_flight.release(view)
+            if self._track_views:
+                self._in_flight.release(view)
 
     # -- sessions --------------------------------------------------------------------------
 

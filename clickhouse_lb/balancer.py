@@ -26,6 +26,10 @@ from .strategies import default_local_hostname, hostname_scores, strategy_priori
 
 __all__ = ["Balancer", "ReplicaStatus", "new_replica_set_state"]
 
+# Looked up once per statement: module constants are cheaper than enum members.
+_ROUND_ROBIN = LoadBalancing.ROUND_ROBIN
+_LEAST_LOADED = LoadBalancing.LEAST_LOADED
+
 
 @dataclass(frozen=True)
 class ReplicaStatus:
@@ -149,13 +153,13 @@ class Balancer:
             strategy = settings.load_balancing
             first_offset = settings.load_balancing_first_offset
             max_ignored = settings.distributed_replica_max_ignored_errors
-        round_robin = strategy is LoadBalancing.ROUND_ROBIN
+        round_robin = strategy is _ROUND_ROBIN
         snapshot = self.state.select(advance_round_robin=advance and round_robin)
         if snapshot.recovered:
             self._recovered(snapshot.recovered, "decayed")
         if round_robin:
             return round_robin_order(snapshot.errors, self._priority_ranks, max_ignored, snapshot.round_robin)
-        if strategy is LoadBalancing.LEAST_LOADED:
+        if strategy is _LEAST_LOADED:
             scores = self.state.replica_load.order_keys()
             return least_loaded_order(snapshot.errors, self._priority_ranks, max_ignored, scores, self._random)
         ranks = self._default_ranks if strategy is settings.load_balancing else None

@@ -25,14 +25,15 @@ full jitter (``failover_backoff_ms``).
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, RetryError, Retrying
 
-from ._driver_logs import handled_by_pool
+from ._driver_logs import enter_pool, leave_pool
 from .balancer import Balancer
 from .classify import Failure
 from .deadline import Deadline
@@ -46,6 +47,19 @@ T = TypeVar("T")
 
 _MAX_BACKOFF_SECONDS = 10.0
 
+#: The deadline of every statement without a ``failover_timeout`` (it holds no state).
+_NO_DEADLINE = Deadline(None)
+
+
+class _Statement(Protocol):
+    """What a statement's attempts ask of it, once one failed."""
+
+    @property
+    def write(self) -> bool: ...
+
+    @property
+    def retry_after_send(self) -> bool: ...
+
 
 class StatementAttempts:
     """The failover state of one statement: its schedule, its failures, its decisions."""
@@ -54,15 +68,16 @@ class StatementAttempts:
         "_attempt_started",
         "_balancer",
         "_load",
+        "_retry_after_send",
+        "_statement",
+        "_write",
         "deadline",
         "failures",
         "operation",
         "order",
-        "retry_after_send",
         "size",
         "started",
         "total",
-        "write",
     )
 
     def __init__(
@@ -71,9 +86,12 @@ class StatementAttempts:
         order: Sequence[int],
         *,
         operation: str,
-        retry_after_send: bool,
+        retry_after_send: bool = True,
         write: bool = True,
+        statement: _Statement | None = None,
     ) -> None:
+        """``statement``: where ``write`` and ``retry_after_send`` come from instead (a
+        :class:`~clickhouse_lb._statements.PreparedCall`: decided only when a failure asks)."""
         self._balancer = balancer
         self._load = balancer.state.replica_load
         self._attempt_started = 0.0
@@ -84,11 +102,23 @@ class StatementAttempts:
         self.order = order
         self.total = self.size * tries
         self.operation = operation
-        self.retry_after_send = retry_after_send
-        self.write = write
+        self._retry_after_send = retry_after_send
+        self._write = write
+        self._statement = statement
         self.failures: list[tuple[int, Failure]] = []
         self.started = time.monotonic()
-        self.deadline = Deadline(balancer.settings.failover_timeout)
+        timeout = balancer.settings.failover_timeout
+        self.deadline = _NO_DEADLINE if timeout is None else Deadline(timeout)
+
+    @property
+    def write(self) -> bool:
+        """The statement may change data: a failure after sending may have applied it."""
+        return self._write if self._statement is None else self._statement.write
+
+    @property
+    def retry_after_send(self) -> bool:
+        """The statement may be repeated after its request was sent."""
+        return self._retry_after_send if self._statement is None else self._statement.retry_after_send
 
     def scheduled(self, number: int) -> int:
         """The replica index of attempt ``number`` (0-based): the plan, pass after pass."""
@@ -97,8 +127,9 @@ class StatementAttempts:
     def begin(self) -> int:
         """The replica index for the next attempt (every earlier attempt failed)."""
         number = len(self.failures)
-        index = self.scheduled(number)
-        logger.debug("%s: attempt %d on %s", self.operation, number + 1, self._balancer.addresses[index])
+        index = self.order[number % self.size]
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("%s: attempt %d on %s", self.operation, number + 1, self._balancer.addresses[index])
         # The attempt is in flight from here until succeeded()/failed() (one at a time).
         self._attempt_started = self._load.start(index)
         return index
@@ -324,8 +355,11 @@ def run_sync(attempts: StatementAttempts, call: Callable[[int], T], policy: Retr
     ``policy`` (:func:`sync_policy`) drives the remaining attempts. clickhouse-connect's
     per-attempt transport warnings are the pool's to report meanwhile
     (:mod:`clickhouse_lb._driver_logs`)."""
-    with handled_by_pool():
+    token = enter_pool()
+    try:
         return _run_sync(attempts, call, policy)
+    finally:
+        leave_pool(token)
 
 
 def _run_sync(attempts: StatementAttempts, call: Callable[[int], T], policy: Retrying) -> T:
@@ -354,8 +388,11 @@ async def run_async(
 ) -> T:
     """The asyncio twin of :func:`run_sync` (tenacity's AsyncRetrying). A cancelled attempt
     is not a replica failure: it counts nothing and cancels the statement."""
-    with handled_by_pool():
+    token = enter_pool()
+    try:
         return await _run_async(attempts, call, policy)
+    finally:
+        leave_pool(token)
 
 
 async def _run_async(attempts: StatementAttempts, call: Callable[[int], Awaitable[T]], policy: AsyncRetrying) -> T:

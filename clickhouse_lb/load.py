@@ -26,7 +26,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 __all__ = ["DEFAULT_DECAY_TIME", "LoadSnapshot", "ReplicaLoad", "decayed", "load_scores", "peak_ewma"]
 
@@ -95,8 +95,9 @@ class ReplicaLoad:
         self._stamps = [0.0] * size  # clock time of each average's last sample
         # ln(average) + stamp / decay_time: the log of the average decayed to any time t, plus
         # t / decay_time, which is the same for every replica at one t. So the order of the
-        # decayed scores needs no exp per replica per statement (see order_keys).
-        self._keys = [-math.inf] * size
+        # decayed scores needs no exp per replica per statement (see order_keys). None: not
+        # computed since the last sample (only least_loaded's plans read them).
+        self._keys: list[float | None] = [-math.inf] * size
         self._cold = size  # replicas without an average yet
 
     def carried_over(self, kept: Mapping[int, int], size: int) -> ReplicaLoad:
@@ -140,7 +141,7 @@ class ReplicaLoad:
                 average = sample if sample >= average else average * weight + sample * (1.0 - weight)
             self._averages[index] = average
             self._stamps[index] = now
-            self._keys[index] = (math.log(average) if average > 0 else -math.inf) + now / self.decay_time
+            self._keys[index] = None
 
     def _decayed(self, averages: list[float | None], stamps: list[float], now: float) -> list[float | None]:
         decay_time = self.decay_time
@@ -166,10 +167,18 @@ class ReplicaLoad:
         with self._lock:
             if self._cold:
                 return self._scores_locked(self._clock())
-            keys = self._keys[:]
+            keys = self._keys
+            if None in keys:
+                decay_time = self.decay_time
+                for i, key in enumerate(keys):
+                    if key is None:
+                        average = self._averages[i]
+                        assert average is not None  # not cold: every replica has one
+                        keys[i] = (math.log(average) if average > 0 else -math.inf) + self._stamps[i] / decay_time
+            known = cast("list[float]", keys[:])
             in_flight = self._in_flight[:]
         log = math.log
-        return [key if k == 0 else key + log(k + 1) for key, k in zip(keys, in_flight)]
+        return [key if k == 0 else key + log(k + 1) for key, k in zip(known, in_flight)]
 
     def snapshot(self) -> list[LoadSnapshot]:
         """Every replica's in-flight count and decayed average now (a read: changes nothing)."""

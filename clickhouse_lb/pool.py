@@ -214,27 +214,33 @@ class ReplicaPool(SyncClientAPI, PoolBase):
     # -- statements ------------------------------------------------------------------------
 
     def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        self._check_open()
+        if self._closed:
+            raise self._closed_error()
         call = self._prepare(method, args, kwargs)
         view = self._view
-        order = self._fresh_first(view.balancer.plan_indices(call.overrides), call.settings, view)
-        attempts = self._attempts(method, order, retry_after_send=call.retry_after_send, write=call.write, view=view)
+        order = view.balancer.plan_indices(call.overrides)
+        if view.health is not None:
+            order = self._fresh_first(order, call.settings, view)
+        attempts = self._attempts(method, order, view=view, statement=call)
         plan = self._statement_plan(attempts, call)
 
         def run(index: int, query_id: str | None) -> Any:
-            args, kwargs = call.with_query_id(query_id)
-            return getattr(self._client(index, view), method)(*args, **kwargs)
+            args, kwargs = call.with_query_id(query_id) if query_id is not None else (call.args, call.kwargs)
+            client = view.slots[index].client  # made already (the usual case), else made now
+            return getattr(client if client is not None else self._client(index, view), method)(*args, **kwargs)
 
         watchdog = self._watchdog if not plan.hedgeable else None
 
         def attempt(index: int) -> Any:
             if watchdog is not None:
-                return watchdog.run(plan.spec(index), run)[1]
+                return watchdog.run_planned(plan, index, run)
             winner, result = self._driver.run(plan.spec(index), run, self._replica_alive, self._kill_query)
             if winner != index:  # a hedge answered first
                 view.balancer.record_success(winner)
             return result
 
+        if not self._track_views:
+            return run_sync(attempts, attempt, self._policy)
         self._in_flight.acquire(view)
         try:
             return run_sync(attempts, attempt, self._policy)
@@ -282,7 +288,8 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         does not answer gets an error counted, as a failed attempt would."""
         self._started()
         view = self._view
-        self._in_flight.acquire(view)
+        if self._track_views:
+            self._in_flight.acquire(view)
         try:
             for index in view.balancer.plan_indices():
                 try:
@@ -296,7 +303,8 @@ class ReplicaPool(SyncClientAPI, PoolBase):
                     return True
             return False
         finally:
-            self._in_flight.release(view)
+            if self._track_views:
+                self._in_flight.release(view)
 
     # -- sessions --------------------------------------------------------------------------
 

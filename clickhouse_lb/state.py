@@ -47,6 +47,9 @@ def estimated_recovery_time(errors: int, slowdowns: int, half_life: float, since
     return max(0.0, periods * half_life - since_decrease)
 
 
+_new_tuple = tuple.__new__
+
+
 class Selection(NamedTuple):
     """A snapshot of the counts for ordering one statement (after decay)."""
 
@@ -173,7 +176,8 @@ class ReplicaSetState:
             slowed = self._slowed
             if slowed and not any(self._slowdowns):
                 slowed = self._slowed = False
-            return Selection(self._errors[:], self._slowdowns[:], slowed, counter, recovered)
+            # tuple.__new__: a Selection without the Python-level __new__ NamedTuple gives it.
+            return _new_tuple(Selection, (self._errors[:], self._slowdowns[:], slowed, counter, recovered))
 
     # -- outcomes --------------------------------------------------------------------------
 

@@ -227,6 +227,39 @@ def test_the_watchdog_abandons_a_hung_call_running_on_the_callers_thread(silent_
     watchdog.close()
 
 
+def test_the_watchdog_abandons_a_planned_attempt_on_a_hung_replica(silent_listener: str) -> None:
+    """The pool's path (an attempt of a statement's plan, its watch built by the watchdog
+    thread when it first looks) keeps the liveness checks of :meth:`Watchdog.run`."""
+    from clickhouse_lb._statements import prepare_call
+    from clickhouse_lb._watchdog import Watchdog
+    from clickhouse_lb.attempt_plan import StatementPlan
+    from clickhouse_lb.attempt_settings import AttemptSettings
+    from clickhouse_lb.deadline import Deadline
+    from clickhouse_lb.hedging import HedgePolicy, LatencyWindow
+
+    manager = tracking_pool_manager({})
+    assert manager is not None
+    watchdog = Watchdog(lambda index, timeout: False, lambda index, query_id: None)
+    plan = StatementPlan(
+        settings=AttemptSettings(Timeouts(connect=1.0), QUICK_CHECKS, HedgePolicy()), deadline=Deadline(None),
+        addresses=(silent_listener,), statement=prepare_call("command", ("DROP TABLE t",), {}, 1, auto_token=True),
+        window=LatencyWindow(), count_failure=lambda index, exc: None, count_slowdown=lambda index: None,
+        hedge_candidate=lambda running: None,
+    )
+
+    def call(index: int, query_id: str | None) -> Any:
+        return manager.request("GET", f"http://{silent_listener}/", timeout=Timeout(connect=1, read=30), retries=False)
+
+    started = time.monotonic()
+    with pytest.raises(AttemptAbandonedError) as caught:
+        watchdog.run_planned(plan, 0, call)
+    assert time.monotonic() - started < 10.0  # not the 30 s read timeout (a write waits for 3 failed checks)
+    assert caught.value.kind == "hung"
+    assert caught.value.address == silent_listener
+    assert caught.value.write  # decided from the statement when the verdict was given
+    watchdog.close()
+
+
 def test_the_watchdog_cuts_a_call_at_the_deadline(silent_listener: str) -> None:
     from clickhouse_lb._watchdog import Watchdog
 
@@ -260,7 +293,7 @@ def test_the_watchdog_plans_an_attempts_first_check_when_it_starts() -> None:
     now = [100.0]
     watchdog = Watchdog(lambda index, timeout: True, lambda index, query_id: None, clock=lambda: now[0])
     spec = AttemptSpec(first=0, clock=lambda: now[0], watch=lambda index, started: AttemptWatch(started))
-    entry = _Watched(spec, spec.watch(0, 100.0), None, 100.0)
+    entry = _Watched.of_spec(spec, None, 100.0)
     watchdog._add(entry)
     assert entry.planned == pytest.approx(100.1)
     watchdog._remove(entry)
