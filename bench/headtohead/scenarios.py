@@ -28,7 +28,7 @@ from .analysis import (
     replica_shares,
     summarize_timeline,
 )
-from .contenders import BARE, Contender, Target, available, by_name, open_target, pool_arguments
+from .contenders import Contender, Target, available, by_name, open_scrambler, open_target, pool_arguments
 from .load import Outcome, run_count, run_until
 from .report import readmit_text
 
@@ -153,8 +153,8 @@ class Bench:
     def _latency(self, scenario: Scenario, run: list[Contender]) -> dict[str, Any]:
         targets = {c.name: self.open(c, warm=30, sql=SELECT_1) for c in run}
         # One bare client per replica, to run an unmeasured SELECT 1 on a random replica before
-        # each measured 1-thread statement (see _interleaved_medians).
-        scramblers = [open_target(by_name(BARE), [address], None) for address in self.addresses]
+        # each measured 1-thread statement (see _interleaved_medians); on connections of their own.
+        scramblers = [open_scrambler(address) for address in self.addresses]
         cells = list(self.sizes.per_cell)
         # seconds per statement: the median latency with 1 thread, wall time / statements with more
         values: dict[str, dict[str, list[float]]] = {f"{q}/{t}": {c.name: [] for c in run} for q, t in cells}
