@@ -399,6 +399,19 @@ class PoolBase(ClientMembers):
     def _new_slot(self) -> ClientSlot[Any]:
         raise NotImplementedError
 
+    @contextmanager
+    def _view_in_use(self, view: ReplicaSetView) -> Iterator[None]:
+        """Count a statement or ping on ``view`` in flight while it runs (only under discovery,
+        the one thing that replaces a view; the statement path tests ``_track_views`` itself)."""
+        if not self._track_views:
+            yield
+            return
+        self._in_flight.acquire(view)
+        try:
+            yield
+        finally:
+            self._in_flight.release(view)
+
     def _close_retired(self, slots: list[ClientSlot[Any]]) -> None:
         """Close the clients of replicas that left the set (their statements are done)."""
         raise NotImplementedError

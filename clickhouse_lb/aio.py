@@ -319,9 +319,7 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         self._check_open()
         self._started()
         view = self._view
-        if self._track_views:
-            self._in_flight.acquire(view)
-        try:
+        with self._view_in_use(view):
             for index in await self._plan(view=view):
                 try:
                     client = await self._client(index, view)
@@ -333,9 +331,6 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
                 if view.balancer.ping_answered(index, answered):
                     return True
             return False
-        finally:
-            if self._track_views:
-                self._in_flight.release(view)
 
     # -- sessions --------------------------------------------------------------------------
 

@@ -288,9 +288,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         does not answer gets an error counted, as a failed attempt would."""
         self._started()
         view = self._view
-        if self._track_views:
-            self._in_flight.acquire(view)
-        try:
+        with self._view_in_use(view):
             for index in view.balancer.plan_indices():
                 try:
                     client = self._client(index, view)
@@ -302,9 +300,6 @@ class ReplicaPool(SyncClientAPI, PoolBase):
                 if view.balancer.ping_answered(index, answered):
                     return True
             return False
-        finally:
-            if self._track_views:
-                self._in_flight.release(view)
 
     # -- sessions --------------------------------------------------------------------------
 
