@@ -425,11 +425,12 @@ class Replication:
             duplicate = view is not None and block_id is not None and self._is_duplicate(view, str(block_id))
             if not logged and not duplicate:
                 header["ts"] = time.time()
-                with self._apply_lock:
-                    entry = self.log.append(header, payload)
-                    self._observe_new()
-                    if entry.kind != "insert":
-                        self._mark_applied(entry.seq)
+                if header["kind"] == "insert":  # applied here by the applier, with its token
+                    with self._apply_lock:
+                        self.log.append(header, payload)
+                        self._observe_new()
+                else:
+                    self._append(header, payload)  # taken as applied here
                 log.warning("write %s, interrupted by this replica's end, logged at restart", header["write"])
         self._clear_intent()
 
