@@ -11,7 +11,7 @@ import clickhouse_connect
 import clickhouse_connect.driver
 
 import clickhouse_lb
-from clickhouse_lb.pool_config import sync_client_option_names
+from clickhouse_lb.config.pool_config import sync_client_option_names
 
 HOSTS = os.environ["CLICKHOUSE_LB_SUITE_HOSTS"].split(",")
 ORIGINAL = clickhouse_connect.driver.create_client

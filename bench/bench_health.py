@@ -29,8 +29,8 @@ import urllib3
 
 import clickhouse_lb
 from clickhouse_lb import ReplicaPool
-from clickhouse_lb.events import ReplicaDownEvent, ReplicaRecoveredEvent
-from clickhouse_lb.health import HealthSettings
+from clickhouse_lb.config.health import HealthSettings
+from clickhouse_lb.core.events import ReplicaDownEvent, ReplicaRecoveredEvent
 from clickhouse_lb.testing import LocalCluster
 
 WHO = "SELECT getMacro('replica')"

@@ -11,9 +11,9 @@ from __future__ import annotations
 import sys
 import timeit
 
-from clickhouse_lb.balancer import Balancer
-from clickhouse_lb.replicas import Replica
-from clickhouse_lb.settings import parse_balancing_settings
+from clickhouse_lb.config.replicas import Replica
+from clickhouse_lb.config.settings import parse_balancing_settings
+from clickhouse_lb.core.balancer import Balancer
 
 STRATEGIES = [
     "random", "in_order", "nearest_hostname", "hostname_levenshtein_distance", "round_robin", "least_loaded",

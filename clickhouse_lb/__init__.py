@@ -10,13 +10,22 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._version import __version__
+from clickhouse_lb._version import __version__
 
 if TYPE_CHECKING:
-    from . import errors
-    from .aio import AsyncReplicaPool, get_async_pool
-    from .balancer import ReplicaStatus
-    from .errors import (
+    from clickhouse_lb import errors
+    from clickhouse_lb.config.replicas import Replica
+    from clickhouse_lb.config.settings import BalancingSettings, LoadBalancing
+    from clickhouse_lb.core.balancer import ReplicaStatus
+    from clickhouse_lb.core.events import (
+        ErrorRecordedEvent,
+        FailoverEvent,
+        PoolListener,
+        ProbeEvent,
+        ReplicaDownEvent,
+        ReplicaRecoveredEvent,
+    )
+    from clickhouse_lb.errors import (
         AllReplicasStaleError,
         AllReplicasUnavailableError,
         AttemptAbandonedError,
@@ -25,17 +34,8 @@ if TYPE_CHECKING:
         StatementTimeoutError,
         WriteOutcomeUnknownError,
     )
-    from .events import (
-        ErrorRecordedEvent,
-        FailoverEvent,
-        PoolListener,
-        ProbeEvent,
-        ReplicaDownEvent,
-        ReplicaRecoveredEvent,
-    )
-    from .pool import PinnedSession, ReplicaPool, get_pool
-    from .replicas import Replica
-    from .settings import BalancingSettings, LoadBalancing
+    from clickhouse_lb.pools.aio import AsyncReplicaPool, get_async_pool
+    from clickhouse_lb.pools.pool import PinnedSession, ReplicaPool, get_pool
 
 __all__ = [
     "AllReplicasStaleError",
@@ -73,36 +73,36 @@ version = __version__
 # often), does not load clickhouse-connect and the pool; and the async pool, which imports
 # aiohttp, only when asked for.
 _EXPORTS = {
-    "AllReplicasStaleError": ".errors",
-    "AllReplicasUnavailableError": ".errors",
-    "AsyncReplicaPool": ".aio",
-    "AttemptAbandonedError": ".errors",
-    "BalancingSettings": ".settings",
-    "ConfigurationError": ".errors",
-    "ErrorRecordedEvent": ".events",
-    "FailoverEvent": ".events",
-    "LoadBalancing": ".settings",
-    "PinnedSession": ".pool",
-    "PoolListener": ".events",
-    "ProbeEvent": ".events",
-    "Replica": ".replicas",
-    "ReplicaDownEvent": ".events",
-    "ReplicaPool": ".pool",
-    "ReplicaRecoveredEvent": ".events",
-    "ReplicaStatus": ".balancer",
-    "SessionLostError": ".errors",
-    "StatementTimeoutError": ".errors",
-    "WriteOutcomeUnknownError": ".errors",
-    "get_async_pool": ".aio",
-    "get_pool": ".pool",
+    "AllReplicasStaleError": "clickhouse_lb.errors",
+    "AllReplicasUnavailableError": "clickhouse_lb.errors",
+    "AsyncReplicaPool": "clickhouse_lb.pools.aio",
+    "AttemptAbandonedError": "clickhouse_lb.errors",
+    "BalancingSettings": "clickhouse_lb.config.settings",
+    "ConfigurationError": "clickhouse_lb.errors",
+    "ErrorRecordedEvent": "clickhouse_lb.core.events",
+    "FailoverEvent": "clickhouse_lb.core.events",
+    "LoadBalancing": "clickhouse_lb.config.settings",
+    "PinnedSession": "clickhouse_lb.pools.pool",
+    "PoolListener": "clickhouse_lb.core.events",
+    "ProbeEvent": "clickhouse_lb.core.events",
+    "Replica": "clickhouse_lb.config.replicas",
+    "ReplicaDownEvent": "clickhouse_lb.core.events",
+    "ReplicaPool": "clickhouse_lb.pools.pool",
+    "ReplicaRecoveredEvent": "clickhouse_lb.core.events",
+    "ReplicaStatus": "clickhouse_lb.core.balancer",
+    "SessionLostError": "clickhouse_lb.errors",
+    "StatementTimeoutError": "clickhouse_lb.errors",
+    "WriteOutcomeUnknownError": "clickhouse_lb.errors",
+    "get_async_pool": "clickhouse_lb.pools.aio",
+    "get_pool": "clickhouse_lb.pools.pool",
 }
 
 
 def __getattr__(name: str) -> Any:
     if name == "errors":
-        value: Any = importlib.import_module(".errors", __name__)
+        value: Any = importlib.import_module("clickhouse_lb.errors")
     elif name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
     else:
         raise AttributeError(f"module 'clickhouse_lb' has no attribute {name!r}")
     globals()[name] = value

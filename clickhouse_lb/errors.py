@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from clickhouse_connect.driver.exceptions import NotSupportedError, OperationalError, ProgrammingError
 
-from ._redact import redact
+from clickhouse_lb._redact import redact
 
 __all__ = [
     "AllReplicasStaleError",

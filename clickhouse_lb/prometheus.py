@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from .balancer import ReplicaStatus
-from .stats import StatsSnapshot
+from clickhouse_lb.core.balancer import ReplicaStatus
+from clickhouse_lb.core.stats import StatsSnapshot
 
 try:
     from prometheus_client import REGISTRY, CollectorRegistry

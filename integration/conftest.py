@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from clickhouse_lb import shared_state
+from clickhouse_lb.core import shared_state
 from clickhouse_lb.testing.pytest_plugin import clickhouse_cluster, healthy_clickhouse_cluster
 
 __all__ = ["clickhouse_cluster", "healthy_clickhouse_cluster", "pytest_terminal_summary"]
@@ -20,7 +20,7 @@ __all__ = ["clickhouse_cluster", "healthy_clickhouse_cluster", "pytest_terminal_
 @pytest.fixture(autouse=True)
 def _fresh_shared_balancing_state() -> Iterator[None]:
     """Pools and engines over the same replicas share their balancing state for the life of the
-    process (clickhouse_lb.shared_state): each test starts from none, as a new process would."""
+    process (clickhouse_lb.core.shared_state): each test starts from none, as a new process would."""
     shared_state.registry.clear()
     yield
     shared_state.registry.clear()

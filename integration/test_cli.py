@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from clickhouse_lb.cli import main
+from clickhouse_lb.cli._main import main
 from clickhouse_lb.testing import ClusterBase
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError
 
-from clickhouse_lb.classify import error_code
+from clickhouse_lb.core.classify import error_code
 from clickhouse_lb.testing import ClusterBase, LocalCluster
 
 pytestmark = pytest.mark.integration

@@ -22,7 +22,7 @@ import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError, StreamFailureError
 from clickhouse_connect.driver.external import ExternalData
 
-from clickhouse_lb.classify import error_code
+from clickhouse_lb.core.classify import error_code
 from clickhouse_lb.testing import ClusterBase, LocalCluster, User
 
 pytestmark = pytest.mark.integration

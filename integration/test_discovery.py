@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import clickhouse_lb
-from clickhouse_lb.discovery import DiscoveryError
+from clickhouse_lb.config.discovery import DiscoveryError
 from clickhouse_lb.testing import ClusterBase, LocalCluster
 
 WHO = "SELECT getMacro('replica')"

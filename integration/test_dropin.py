@@ -22,7 +22,7 @@ from clickhouse_connect.driver.exceptions import DatabaseError
 
 import clickhouse_lb
 from clickhouse_lb import AllReplicasUnavailableError, ReplicaPool
-from clickhouse_lb.classify import error_code
+from clickhouse_lb.core.classify import error_code
 from clickhouse_lb.errors import PoolMemberError
 from clickhouse_lb.testing import ClusterBase
 
@@ -219,7 +219,7 @@ def test_dataframe_and_arrow_round_trips(pool: ReplicaPool, typed_table: str) ->
 
 def _async_available() -> bool:
     try:
-        from clickhouse_lb.aio import require_native_async_client
+        from clickhouse_lb.pools.aio import require_native_async_client
 
         require_native_async_client()
     except Exception:  # clickhouse-connect 0.x (the compat job)

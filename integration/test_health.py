@@ -21,7 +21,7 @@ import pytest
 
 import clickhouse_lb
 from clickhouse_lb import ReplicaPool
-from clickhouse_lb.events import ReplicaDownEvent, ReplicaRecoveredEvent
+from clickhouse_lb.core.events import ReplicaDownEvent, ReplicaRecoveredEvent
 from clickhouse_lb.testing import ClusterBase
 
 WHO = "SELECT getMacro('replica')"

@@ -18,7 +18,7 @@ from clickhouse_connect.driver.exceptions import DatabaseError
 
 import clickhouse_lb
 from clickhouse_lb import AllReplicasUnavailableError, ReplicaPool, SessionLostError
-from clickhouse_lb.classify import error_code
+from clickhouse_lb.core.classify import error_code
 from clickhouse_lb.testing import ClusterBase
 
 WHO = "SELECT getMacro('replica')"

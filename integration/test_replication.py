@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 
-from clickhouse_lb.classify import error_code
+from clickhouse_lb.core.classify import error_code
 from clickhouse_lb.testing import ClusterBase, ClusterError, LocalCluster
 
 pytestmark = pytest.mark.integration

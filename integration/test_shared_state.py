@@ -19,8 +19,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 import clickhouse_lb
-from clickhouse_lb import shared_state
-from clickhouse_lb.shared_state import state_key
+from clickhouse_lb.core import shared_state
+from clickhouse_lb.core.shared_state import state_key
 from clickhouse_lb.sqlalchemy import get_replica_pool
 from clickhouse_lb.sqlalchemy.url import engine_args_from_url
 from clickhouse_lb.testing import ClusterBase

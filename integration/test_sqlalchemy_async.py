@@ -22,8 +22,8 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from clickhouse_lb.aio import AsyncPinnedSession
 from clickhouse_lb.errors import SessionLostError
+from clickhouse_lb.pools.aio import AsyncPinnedSession
 from clickhouse_lb.sqlalchemy.aio import get_async_replica_pool, pinned_session
 from clickhouse_lb.testing import ClusterBase
 

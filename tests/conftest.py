@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from clickhouse_lb import shared_state
-from clickhouse_lb.replicas import Replica
-from clickhouse_lb.settings import LoadBalancing
+from clickhouse_lb.config.replicas import Replica
+from clickhouse_lb.config.settings import LoadBalancing
+from clickhouse_lb.core import shared_state
 
 GOLDEN_CANDIDATES = [
     Path(__file__).resolve().parent / "golden" / "ordering.jsonl",
@@ -28,7 +28,7 @@ def load_golden() -> list[dict[str, Any]]:
 @pytest.fixture(autouse=True)
 def _fresh_shared_balancing_state() -> Iterator[None]:
     """Pools and engines over the same replicas share their balancing state for the life of the
-    process (clickhouse_lb.shared_state): each test starts from none, as a new process would."""
+    process (clickhouse_lb.core.shared_state): each test starts from none, as a new process would."""
     shared_state.registry.clear()
     yield
     shared_state.registry.clear()

@@ -14,10 +14,10 @@ from typing import Any
 from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 from urllib3.exceptions import NewConnectionError, ProtocolError, ReadTimeoutError
 
-from clickhouse_lb.balancer import Balancer
-from clickhouse_lb.pool import ReplicaPool
-from clickhouse_lb.pool_config import PoolConfig, resolve_pool_config, sync_client_option_names
-from clickhouse_lb.settings import BALANCING_SETTING_NAMES
+from clickhouse_lb.config.pool_config import PoolConfig, resolve_pool_config, sync_client_option_names
+from clickhouse_lb.config.settings import BALANCING_SETTING_NAMES
+from clickhouse_lb.core.balancer import Balancer
+from clickhouse_lb.pools.pool import ReplicaPool
 
 from .conftest import FakeClock
 

@@ -17,13 +17,13 @@ from clickhouse_connect.driver.common import StreamContext
 from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError, ProgrammingError
 
 import clickhouse_lb
-from clickhouse_lb._pool_base import connect_failure
-from clickhouse_lb.aio import AsyncReplicaPool
-from clickhouse_lb.classify import classify
+from clickhouse_lb.config.pool_config import async_client_option_names
+from clickhouse_lb.config.settings import BALANCING_SETTING_NAMES
+from clickhouse_lb.core.classify import classify
+from clickhouse_lb.core.events import FailoverEvent
 from clickhouse_lb.errors import ConfigurationError, ReplicaConnectError, SessionLostError
-from clickhouse_lb.events import FailoverEvent
-from clickhouse_lb.pool_config import async_client_option_names
-from clickhouse_lb.settings import BALANCING_SETTING_NAMES
+from clickhouse_lb.pools._base import connect_failure
+from clickhouse_lb.pools.aio import AsyncReplicaPool
 
 from .conftest import FakeClock
 from .fakes import FakeClient, FakeReplica, pool_parts, server_error
@@ -245,7 +245,7 @@ async def test_hostname_lookup_runs_off_the_event_loop(monkeypatch: pytest.Monke
         threads.append(threading.current_thread())
         return "b"
 
-    monkeypatch.setattr("clickhouse_lb.balancer.default_local_hostname", lookup)
+    monkeypatch.setattr("clickhouse_lb.core.balancer.default_local_hostname", lookup)
     cluster = AsyncFakeCluster("a", "b")
     pool = make_pool(cluster, load_balancing="nearest_hostname")
     assert await pool.query("SELECT 1") == "query@b"
@@ -464,7 +464,7 @@ def test_a_pool_belongs_to_one_event_loop(abc: AsyncFakeCluster) -> None:
 
 @pytest.mark.parametrize("installed", ["0.15.1", "1.9.0", "0.13.0"])
 def test_a_clickhouse_connect_without_the_native_async_client_is_refused_with_the_fix(installed: str) -> None:
-    from clickhouse_lb.aio import require_native_async_client
+    from clickhouse_lb.pools.aio import require_native_async_client
 
     with pytest.raises(ConfigurationError, match=rf">= 1\.10 .*{re.escape(installed)} is installed.*\[async\]"):
         require_native_async_client(installed)

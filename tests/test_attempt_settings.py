@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from clickhouse_lb.attempt_settings import (
+from clickhouse_lb.config.attempt_settings import (
     normalize_attempt_setting,
     parse_attempt_settings,
     split_statement_attempt_settings,
 )
+from clickhouse_lb.config.hedging import HedgePolicy
+from clickhouse_lb.config.liveness import LivenessPolicy
+from clickhouse_lb.config.timeouts import Timeouts
 from clickhouse_lb.errors import ConfigurationError
-from clickhouse_lb.hedging import HedgePolicy
-from clickhouse_lb.timeouts import Timeouts
-from clickhouse_lb.watch import LivenessPolicy
 
 
 def parse(values: dict[str, object], options: dict[str, object] | None = None):  # type: ignore[no-untyped-def]

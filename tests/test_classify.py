@@ -8,8 +8,8 @@ from collections.abc import Callable
 import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError, ProgrammingError
 
-from clickhouse_lb._statements import is_read_only
-from clickhouse_lb.classify import REPLICA_ERROR_CODES, classify, error_code
+from clickhouse_lb.core._statements import is_read_only
+from clickhouse_lb.core.classify import REPLICA_ERROR_CODES, classify, error_code
 
 from .fakes import read_timeout, refused, reset_after_send, server_error
 
@@ -134,7 +134,7 @@ def test_failure_kind_says_whether_a_ping_could_disprove_it(what: str) -> None:
 def test_a_client_creation_failure_keeps_the_kind_of_its_cause() -> None:
     # clickhouse-connect runs a query while it creates a client: a server error there is
     # still a server error (a ping would not disprove it), not a refused connection.
-    from clickhouse_lb._pool_base import connect_failure
+    from clickhouse_lb.pools._base import connect_failure
 
     answered = connect_failure("a:8123", server_error(210, "NETWORK_ERROR"))
     unreachable = connect_failure("a:8123", refused())

@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from clickhouse_lb import _console, _demo, cli
-from clickhouse_lb.cli import build_parser, format_table, library_logging, main, run_status, short_error
-from clickhouse_lb.pool import ReplicaPool
-from clickhouse_lb.settings import LoadBalancing
+from clickhouse_lb.cli import _console, _demo
+from clickhouse_lb.cli import _main as cli
+from clickhouse_lb.cli._main import build_parser, format_table, library_logging, main, run_status, short_error
+from clickhouse_lb.config.settings import LoadBalancing
+from clickhouse_lb.pools.pool import ReplicaPool
 
 from .fakes import FakeCluster, make_pool, refused, server_error
 
@@ -447,10 +448,10 @@ def test_status_shows_what_the_probes_saw(monkeypatch: pytest.MonkeyPatch) -> No
 
     def factory(hosts: Any, *, dsn: str | None = None, **options: Any) -> ReplicaPool:
         # Real probes (over HTTP to the two addresses), fake statement clients.
-        from clickhouse_lb.pool_config import resolve_pool_config, sync_client_option_names
+        from clickhouse_lb.config.pool_config import resolve_pool_config, sync_client_option_names
 
         assert options.pop("connect_on_create") is False  # status reports every replica itself
-        from clickhouse_lb.settings import BALANCING_SETTING_NAMES
+        from clickhouse_lb.config.settings import BALANCING_SETTING_NAMES
 
         balancing = {k: options.pop(k) for k in list(options) if k in BALANCING_SETTING_NAMES}
         config = resolve_pool_config(hosts, dsn=None, balancing=balancing, client_options=options,

@@ -1,5 +1,5 @@
 """Every public member of the installed clickhouse-connect Client (and AsyncClient) on the pools,
-each with its pool meaning (clickhouse_lb._client_members): state applied to every replica's
+each with its pool meaning (clickhouse_lb.pools._client_members): state applied to every replica's
 client and replayed on clients made later, facts from the reference replica, per-replica
 members refused with what to use instead, unknown assignments refused.
 
@@ -22,10 +22,10 @@ from zoneinfo import ZoneInfo
 import pytest
 from clickhouse_connect.driver.exceptions import ProgrammingError
 
-from clickhouse_lb._client_members import MEMBERS, PER_REPLICA
+from clickhouse_lb.config.pool_config import async_client_option_names, sync_client_option_names
 from clickhouse_lb.errors import ConfigurationError, PoolMemberError
-from clickhouse_lb.pool import ReplicaPool
-from clickhouse_lb.pool_config import async_client_option_names, sync_client_option_names
+from clickhouse_lb.pools._client_members import MEMBERS, PER_REPLICA
+from clickhouse_lb.pools.pool import ReplicaPool
 
 from . import fakes
 
@@ -52,7 +52,7 @@ def public_members(client_class: type) -> set[str]:
 
 def _async_available() -> bool:
     try:
-        from clickhouse_lb.aio import require_native_async_client
+        from clickhouse_lb.pools.aio import require_native_async_client
 
         require_native_async_client()
     except (ImportError, ConfigurationError):  # clickhouse-connect 0.x (the compat job)
@@ -73,7 +73,7 @@ def test_the_sync_pool_has_every_public_member_of_the_installed_client() -> None
 def test_the_async_pool_has_every_public_member_of_the_installed_async_client() -> None:
     from clickhouse_connect.driver.asyncclient import AsyncClient
 
-    from clickhouse_lb.aio import AsyncReplicaPool
+    from clickhouse_lb.pools.aio import AsyncReplicaPool
 
     members = public_members(AsyncClient)
     assert {"query", "database", "server_version", "create_insert_context"} <= members
@@ -238,7 +238,7 @@ def _sync() -> Iterator[Flavour]:
 
 
 def _async() -> Iterator[Flavour]:
-    from clickhouse_lb.aio import AsyncReplicaPool
+    from clickhouse_lb.pools.aio import AsyncReplicaPool
 
     loop = asyncio.new_event_loop()
 

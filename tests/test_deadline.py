@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from clickhouse_lb.deadline import Deadline, cut_timeout
-from clickhouse_lb.errors import AllReplicasUnavailableError, AttemptFailure, ConfigurationError, StatementTimeoutError
-from clickhouse_lb.timeouts import (
+from clickhouse_lb.config.timeouts import (
     Timeouts,
     client_timeout_arguments,
     pool_timeouts,
     split_statement_timeouts,
 )
+from clickhouse_lb.core.deadline import Deadline, cut_timeout
+from clickhouse_lb.errors import AllReplicasUnavailableError, AttemptFailure, ConfigurationError, StatementTimeoutError
 
 from .conftest import FakeClock
 

@@ -1,16 +1,17 @@
 """Discovery from system.clusters, the I/O-free part: rows to replicas, the port rule, seeds,
 set-diffing, and retiring a removed replica after its in-flight statements.
 
-Not integration-tested yet: the pool does not take ``cluster=`` (see clickhouse_lb/discovery.py).
+Not integration-tested yet: the pool does not take ``cluster=`` (see clickhouse_lb/core/discovery.py).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from clickhouse_lb.discovery import (
+from clickhouse_lb.config.discovery import DiscoveryError
+from clickhouse_lb.config.replicas import Replica
+from clickhouse_lb.core.discovery import (
     ClusterRow,
-    DiscoveryError,
     InFlight,
     carry_over,
     diff_replicas,
@@ -18,7 +19,6 @@ from clickhouse_lb.discovery import (
     http_port_for,
     replicas_from_rows,
 )
-from clickhouse_lb.replicas import Replica
 
 ROWS = [
     ClusterRow(1, 1, "ch-1", "10.0.0.1", 9000),

@@ -8,12 +8,12 @@ import dataclasses
 import threading
 from typing import Any
 
-from clickhouse_lb.discovery import DiscoverySettings
-from clickhouse_lb.health import HealthSettings
-from clickhouse_lb.pool import ReplicaPool
-from clickhouse_lb.pool_config import sync_client_option_names
-from clickhouse_lb.probing import _Refresh
-from clickhouse_lb.replicas import Replica
+from clickhouse_lb.config.discovery import DiscoverySettings
+from clickhouse_lb.config.health import HealthSettings
+from clickhouse_lb.config.pool_config import sync_client_option_names
+from clickhouse_lb.config.replicas import Replica
+from clickhouse_lb.pools.pool import ReplicaPool
+from clickhouse_lb.probes.workers import _Refresh
 
 from .conftest import FakeClock
 from .fakes import FakeCluster, pool_parts

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.engine import make_url
 
-from clickhouse_lb.discovery import DiscoverySettings, parse_discovery_settings
+from clickhouse_lb.config.discovery import DiscoverySettings, parse_discovery_settings
+from clickhouse_lb.config.pool_config import resolve_pool_config, sync_client_option_names
 from clickhouse_lb.errors import ConfigurationError
-from clickhouse_lb.pool_config import resolve_pool_config, sync_client_option_names
 from clickhouse_lb.sqlalchemy import engine_args_from_url
 
 

@@ -1,4 +1,4 @@
-"""clickhouse_lb._driver_logs: which clickhouse-connect records a pool attempt keeps quiet.
+"""clickhouse_lb.core._driver_logs: which clickhouse-connect records a pool attempt keeps quiet.
 
 The end-to-end view (stderr of a program doing one failover) is integration/test_quiet_logging.py;
 here the filter's rules, one at a time, through the driver's real logger names.
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 import clickhouse_lb  # noqa: F401  (importing the library installs the filter)
-from clickhouse_lb._driver_logs import DRIVER_LOGGERS, handled_by_pool
+from clickhouse_lb.core._driver_logs import DRIVER_LOGGERS, handled_by_pool
 
 SYNC_DRIVER = "clickhouse_connect.driver._backend.http_sync"
 

@@ -9,16 +9,17 @@ from typing import Any
 
 import pytest
 
-from clickhouse_lb import _statements
-from clickhouse_lb._statements import prepare_call
-from clickhouse_lb._watchdog import Watchdog
-from clickhouse_lb.attempt_plan import StatementPlan
-from clickhouse_lb.attempt_settings import AttemptSettings
-from clickhouse_lb.deadline import Deadline
+from clickhouse_lb.config.attempt_settings import AttemptSettings
+from clickhouse_lb.config.hedging import HedgePolicy
+from clickhouse_lb.config.liveness import LivenessPolicy
+from clickhouse_lb.config.timeouts import Timeouts
+from clickhouse_lb.core import _statements
+from clickhouse_lb.core._statements import prepare_call
+from clickhouse_lb.core.attempt_specs import StatementPlan
+from clickhouse_lb.core.deadline import Deadline
+from clickhouse_lb.core.hedging import LatencyWindow
 from clickhouse_lb.errors import WriteOutcomeUnknownError
-from clickhouse_lb.hedging import HedgePolicy, LatencyWindow
-from clickhouse_lb.timeouts import Timeouts
-from clickhouse_lb.watch import LivenessPolicy
+from clickhouse_lb.pools._watchdog import Watchdog
 
 from .fakes import FakeCluster, make_pool, reset_after_send
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from clickhouse_lb.balancer import Balancer
+from clickhouse_lb.config.replicas import Replica
+from clickhouse_lb.config.settings import LoadBalancing, parse_balancing_settings
+from clickhouse_lb.core.balancer import Balancer
+from clickhouse_lb.core.ordering import plan_order, static_ranks
+from clickhouse_lb.core.state import ReplicaSetState
+from clickhouse_lb.core.strategies import hostname_scores, strategy_priorities
 from clickhouse_lb.errors import AllReplicasUnavailableError
-from clickhouse_lb.ordering import plan_order, static_ranks
-from clickhouse_lb.replicas import Replica
-from clickhouse_lb.settings import LoadBalancing, parse_balancing_settings
-from clickhouse_lb.state import ReplicaSetState
-from clickhouse_lb.strategies import hostname_scores, strategy_priorities
 
 from .conftest import FakeClock, load_golden
 from .fakes import FakeCluster, make_pool, refused

@@ -16,8 +16,8 @@ import pytest
 from clickhouse_lb import ConfigurationError, Replica, ReplicaPool
 from clickhouse_lb import get_pool as _get_pool
 from clickhouse_lb._redact import redact
-from clickhouse_lb.events import ListenerSet, PoolListener
-from clickhouse_lb.settings import split_statement_settings
+from clickhouse_lb.config.settings import split_statement_settings
+from clickhouse_lb.core.events import ListenerSet, PoolListener
 
 SECRET = "hunter2"
 
@@ -87,7 +87,7 @@ def test_redact_masks_every_form_of_secret(text: str) -> None:
 
 
 def test_status_never_prints_a_dsn_password(capsys: pytest.CaptureFixture[str]) -> None:
-    from clickhouse_lb.cli import main
+    from clickhouse_lb.cli._main import main
 
     for dsn in (
         f"clickhouse://default:{SECRET}/x@ch-1:8123/db",
@@ -262,10 +262,10 @@ def test_listener_add_and_remove_from_many_threads_lose_nothing() -> None:
 def test_the_failover_schedule_is_computed_not_materialised() -> None:
     import tracemalloc
 
-    from clickhouse_lb.balancer import Balancer
-    from clickhouse_lb.failover import StatementAttempts
-    from clickhouse_lb.replicas import parse_replicas
-    from clickhouse_lb.settings import parse_balancing_settings
+    from clickhouse_lb.config.replicas import parse_replicas
+    from clickhouse_lb.config.settings import parse_balancing_settings
+    from clickhouse_lb.core.balancer import Balancer
+    from clickhouse_lb.core.failover import StatementAttempts
 
     replicas = parse_replicas([f"h{i}" for i in range(200)])
     balancer = Balancer(replicas, parse_balancing_settings({"connections_with_failover_max_tries": 1000}))

@@ -9,19 +9,13 @@ from typing import Any
 
 import pytest
 
-from clickhouse_lb.balancer import Balancer
+from clickhouse_lb.config.health import HealthSettings, parse_health_settings
+from clickhouse_lb.config.replicas import Replica
+from clickhouse_lb.config.settings import BalancingSettings, LoadBalancing
+from clickhouse_lb.core.balancer import Balancer
+from clickhouse_lb.core.events import ProbeEvent, ReplicaDownEvent, ReplicaRecoveredEvent
+from clickhouse_lb.core.health import HealthMonitor, ProbeOutcome, ProbeState, Verdict
 from clickhouse_lb.errors import ConfigurationError
-from clickhouse_lb.events import ProbeEvent, ReplicaDownEvent, ReplicaRecoveredEvent
-from clickhouse_lb.health import (
-    HealthMonitor,
-    HealthSettings,
-    ProbeOutcome,
-    ProbeState,
-    Verdict,
-    parse_health_settings,
-)
-from clickhouse_lb.replicas import Replica
-from clickhouse_lb.settings import BalancingSettings, LoadBalancing
 
 from .conftest import FakeClock
 from .fakes import read_timeout, refused, reset_after_send, server_error

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-from clickhouse_lb._statements import prepare_call
+from clickhouse_lb.core._statements import prepare_call
+from clickhouse_lb.core.failover import StatementAttempts, run_sync
+from clickhouse_lb.core.race import RaceFailure
 from clickhouse_lb.errors import (
     AllReplicasUnavailableError,
     AttemptAbandonedError,
     StatementTimeoutError,
     WriteOutcomeUnknownError,
 )
-from clickhouse_lb.failover import StatementAttempts, run_sync
-from clickhouse_lb.race import RaceFailure
 
 from .fakes import FakeCluster, make_pool, refused
 
@@ -173,7 +173,7 @@ def test_a_write_past_its_deadline_may_have_been_applied(abc: FakeCluster) -> No
     [("liveness_ping_timeout_ms", 10**9), ("liveness_check_after_ms", 0.5), ("receive_data_timeout_ms", 10**12)],
 )
 def test_hung_replica_settings_are_bounded_by_the_limits_table(abc: FakeCluster, name: str, value: float) -> None:
-    from clickhouse_lb._values import LIMITS
+    from clickhouse_lb.config._values import LIMITS
     from clickhouse_lb.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match=name) as caught:
@@ -185,7 +185,7 @@ def test_a_hedged_read_on_worker_threads_is_the_pools_for_driver_logging(abc: Fa
     """A hedged read's runs happen on worker threads, which do not inherit the statement's
     context: each must mark itself as the pool's attempt, or clickhouse-connect's per-attempt
     warnings would be printed for failures the pool handles."""
-    from clickhouse_lb._driver_logs import _IN_POOL_ATTEMPT
+    from clickhouse_lb.core._driver_logs import _IN_POOL_ATTEMPT
 
     seen: list[bool] = []
 

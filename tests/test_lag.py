@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from clickhouse_lb.config.lag import LagSettings, parse_lag_settings, statement_lag_settings
+from clickhouse_lb.core.lag import order_by_freshness
 from clickhouse_lb.errors import AllReplicasStaleError, ConfigurationError
-from clickhouse_lb.lag import LagSettings, order_by_freshness, parse_lag_settings, statement_lag_settings
 
 ADDRESSES = ["a:8123", "b:8123", "c:8123", "d:8123"]
 DEFAULT = LagSettings()

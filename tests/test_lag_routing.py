@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from clickhouse_lb.core.health import ProbeOutcome
 from clickhouse_lb.errors import AllReplicasStaleError
-from clickhouse_lb.health import ProbeOutcome
-from clickhouse_lb.pool import ReplicaPool
+from clickhouse_lb.pools.pool import ReplicaPool
 
 from .fakes import FakeCluster, make_pool
 

@@ -95,9 +95,9 @@ def _cycle() -> list[str] | None:
 
 def test_the_graph_is_read() -> None:
     # Guards the reader itself: a parser that found nothing would pass every test below.
-    assert "clickhouse_lb.balancer" in GRAPH["clickhouse_lb.pool"]
+    assert "clickhouse_lb.core.balancer" in GRAPH["clickhouse_lb.pools.pool"]
     assert "clickhouse_lb.testing._encoding" in GRAPH["clickhouse_lb.testing.server"]
-    assert "clickhouse_lb._demo" in GRAPH["clickhouse_lb.cli"]  # imported inside a function
+    assert "clickhouse_lb.cli._demo" in GRAPH["clickhouse_lb.cli._main"]  # imported inside a function
 
 
 def test_no_import_cycle() -> None:
@@ -106,11 +106,11 @@ def test_no_import_cycle() -> None:
 
 
 def test_the_finder_sees_a_cycle() -> None:
-    GRAPH["clickhouse_lb.settings"].add("clickhouse_lb.balancer")
+    GRAPH["clickhouse_lb.config.settings"].add("clickhouse_lb.core.balancer")
     try:
         assert _cycle() is not None
     finally:
-        GRAPH["clickhouse_lb.settings"].discard("clickhouse_lb.balancer")
+        GRAPH["clickhouse_lb.config.settings"].discard("clickhouse_lb.core.balancer")
 
 
 def _reachable(module: str) -> set[str]:
@@ -133,41 +133,76 @@ def test_the_test_cluster_imports_nothing_from_the_pool(module: str) -> None:
     assert outside == set(), f"{module} imports {sorted(outside)}"
 
 
-#: The I/O-free core: ordering, counting, classifying, settings. It knows no pool or driver.
-CORE = [
-    "clickhouse_lb._redact",
-    "clickhouse_lb._statements",
-    "clickhouse_lb._values",
-    "clickhouse_lb.balancer",
-    "clickhouse_lb.classify",
-    "clickhouse_lb.discovery",
-    "clickhouse_lb.events",
-    "clickhouse_lb.health",
-    "clickhouse_lb.lag",
-    "clickhouse_lb.ordering",
-    "clickhouse_lb.replicas",
-    "clickhouse_lb.settings",
-    "clickhouse_lb.state",
-    "clickhouse_lb.stats",
-    "clickhouse_lb.strategies",
+#: The package's layers, lowest first. A module belongs to the first layer whose prefix names it;
+#: a layer may import its own layer and the layers below it, never one above.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("leaves", ("clickhouse_lb._version", "clickhouse_lb._redact", "clickhouse_lb.errors")),
+    ("config", ("clickhouse_lb.config",)),
+    ("core", ("clickhouse_lb.core",)),
+    ("probes", ("clickhouse_lb.probes",)),
+    ("pools", ("clickhouse_lb.pools",)),
+    ("integrations", ("clickhouse_lb.sqlalchemy", "clickhouse_lb.prometheus")),
+    ("cli", ("clickhouse_lb.cli",)),
+    ("entry points", ("clickhouse_lb.__main__", "clickhouse_lb")),
 ]
-DRIVERS = {"clickhouse_lb.pool", "clickhouse_lb.aio", "clickhouse_lb.failover", "clickhouse_lb._pool_base",
-           "clickhouse_lb.cli", "clickhouse_lb._demo", "clickhouse_lb.sqlalchemy", TESTING}
+#: The test cluster is beside the layers, not in them (its own test above): nothing in it imports
+#: the library, and of the library only the demo (cli) starts one.
+OUTSIDE_LAYERS = {TESTING: {"cli"}}
 
 
-@pytest.mark.parametrize("module", CORE)
-def test_the_core_knows_no_driver(module: str) -> None:
-    reached = {m for m in _reachable(module) if any(m == d or m.startswith(d + ".") for d in DRIVERS)}
-    assert reached == set(), f"{module} reaches {sorted(reached)}"
+def _in(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def layer_of(module: str) -> int:
+    for rank, (_, prefixes) in enumerate(LAYERS):
+        if any(_in(module, prefix) for prefix in prefixes):
+            return rank
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS")
+
+
+LAYERED = sorted(m for m in MODULES if not _in(m, TESTING))
+
+
+@pytest.mark.parametrize("module", LAYERED)
+def test_every_import_goes_down_or_sideways(module: str) -> None:
+    rank = layer_of(module)
+    up = set()
+    for target in GRAPH[module]:
+        if _in(target, TESTING):
+            if LAYERS[rank][0] not in OUTSIDE_LAYERS[TESTING]:
+                up.add(target)
+        elif layer_of(target) > rank:
+            up.add(target)
+    assert up == set(), f"{module} ({LAYERS[rank][0]}) imports from a layer above: {sorted(up)}"
+
+
+def test_the_layer_check_sees_an_upward_import() -> None:
+    GRAPH["clickhouse_lb.core.ordering"].add("clickhouse_lb.pools.pool")
+    try:
+        with pytest.raises(AssertionError, match="layer above"):
+            test_every_import_goes_down_or_sideways("clickhouse_lb.core.ordering")
+    finally:
+        GRAPH["clickhouse_lb.core.ordering"].discard("clickhouse_lb.pools.pool")
+
+
+#: Size limits: a small top level, no module over 400 lines outside the test cluster.
+MAX_TOP_LEVEL_MODULES = 12
+MAX_MODULE_LINES = 400
+
+
+def test_the_top_level_is_small() -> None:
+    top = sorted(p.name for p in ROOT.glob("*.py"))
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, top
 
 
 @pytest.mark.parametrize(
     ("module", "forbidden"),
     [
-        ("clickhouse_lb.aio", "clickhouse_lb.pool"),  # the async pool does not load the sync one
-        ("clickhouse_lb.pool", "clickhouse_lb.aio"),  # nor the sync one aiohttp
-        ("clickhouse_lb._demo", "clickhouse_lb.cli"),  # the demo shares _console with the CLI
-        ("clickhouse_lb._statements", "clickhouse_lb.failover"),
+        ("clickhouse_lb.pools.aio", "clickhouse_lb.pools.pool"),  # the async pool does not load the sync one
+        ("clickhouse_lb.pools.pool", "clickhouse_lb.pools.aio"),  # nor the sync one aiohttp
+        ("clickhouse_lb.cli._demo", "clickhouse_lb.cli._main"),  # the demo shares _console with the CLI
+        ("clickhouse_lb.core._statements", "clickhouse_lb.core.failover"),
         ("clickhouse_lb.sqlalchemy.dialect", "clickhouse_lb.sqlalchemy.aio"),
     ],
 )

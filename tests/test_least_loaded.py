@@ -1,4 +1,4 @@
-"""least_loaded: the load bookkeeping (clickhouse_lb.load), the power-of-two-choices order
+"""least_loaded: the load bookkeeping (clickhouse_lb.core.load), the power-of-two-choices order
 (ordering.least_loaded_order) and their wiring into the balancer, the attempts and the settings.
 Clock and random source are injected everywhere: no test waits for real time."""
 
@@ -12,13 +12,13 @@ from collections import Counter
 import pytest
 
 import clickhouse_lb
-from clickhouse_lb.balancer import Balancer
+from clickhouse_lb.config.settings import BalancingSettings, LoadBalancing, parse_balancing_settings
+from clickhouse_lb.core.balancer import Balancer
+from clickhouse_lb.core.failover import StatementAttempts, run_async, run_sync
+from clickhouse_lb.core.load import ReplicaLoad, decayed, load_scores, peak_ewma
+from clickhouse_lb.core.ordering import least_loaded_order
+from clickhouse_lb.core.shared_state import state_key
 from clickhouse_lb.errors import ConfigurationError
-from clickhouse_lb.failover import StatementAttempts, run_async, run_sync
-from clickhouse_lb.load import ReplicaLoad, decayed, load_scores, peak_ewma
-from clickhouse_lb.ordering import least_loaded_order
-from clickhouse_lb.settings import BalancingSettings, LoadBalancing, parse_balancing_settings
-from clickhouse_lb.shared_state import state_key
 
 from .conftest import FakeClock, replicas
 from .fakes import FakeCluster, make_pool, refused
@@ -336,7 +336,7 @@ def test_unknown_strategy_lists_least_loaded_among_the_choices() -> None:
 
 
 def test_pools_with_another_decay_time_do_not_share_load() -> None:
-    from clickhouse_lb.pool_config import resolve_pool_config
+    from clickhouse_lb.config.pool_config import resolve_pool_config
 
     def key(decay: float) -> object:
         config = resolve_pool_config(
@@ -382,6 +382,6 @@ def test_sqlalchemy_url_takes_least_loaded_and_its_decay_time() -> None:
 
 
 def test_the_demo_can_show_every_strategy() -> None:
-    from clickhouse_lb._demo import DESCRIPTIONS
+    from clickhouse_lb.cli._demo import DESCRIPTIONS
 
     assert set(DESCRIPTIONS) == set(LoadBalancing)

@@ -18,12 +18,12 @@ from clickhouse_connect.driver.exceptions import OperationalError
 
 import clickhouse_lb
 from clickhouse_lb import ErrorRecordedEvent, FailoverEvent, PoolListener, ReplicaRecoveredEvent
-from clickhouse_lb.balancer import Balancer
-from clickhouse_lb.cli import main
+from clickhouse_lb.cli._main import main
+from clickhouse_lb.config.pool_config import resolve_pool_config, sync_client_option_names
+from clickhouse_lb.config.settings import BALANCING_SETTING_NAMES
+from clickhouse_lb.core.balancer import Balancer
 from clickhouse_lb.errors import AllReplicasUnavailableError, ConfigurationError, SessionLostError
-from clickhouse_lb.pool import ReplicaPool
-from clickhouse_lb.pool_config import resolve_pool_config, sync_client_option_names
-from clickhouse_lb.settings import BALANCING_SETTING_NAMES
+from clickhouse_lb.pools.pool import ReplicaPool
 
 from .conftest import FakeClock
 from .fakes import FakeCluster, make_pool, refused, reset_after_send

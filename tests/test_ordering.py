@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from clickhouse_lb.ordering import plan_order, round_robin_order, static_ranks
+from clickhouse_lb.core.ordering import plan_order, round_robin_order, static_ranks
 
 
 def test_static_ranks_are_dense() -> None:

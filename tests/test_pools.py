@@ -21,7 +21,7 @@ from .conftest import FakeClock
 
 def _async_available() -> bool:
     try:
-        from clickhouse_lb.aio import require_native_async_client
+        from clickhouse_lb.pools.aio import require_native_async_client
 
         require_native_async_client()
     except (ImportError, ConfigurationError):  # clickhouse-connect 0.x (the compat job)

@@ -17,13 +17,14 @@ from urllib.parse import unquote
 
 import pytest
 
-from clickhouse_lb._ping import SyncPinger, delay_url, ping_url
-from clickhouse_lb.balancer import Balancer
-from clickhouse_lb.events import ProbeEvent, ReplicaRecoveredEvent
-from clickhouse_lb.health import HealthMonitor, HealthSettings, ProbeOutcome
-from clickhouse_lb.probing import ProbeWorker
-from clickhouse_lb.replicas import Replica
-from clickhouse_lb.settings import BalancingSettings
+from clickhouse_lb.config.health import HealthSettings
+from clickhouse_lb.config.replicas import Replica
+from clickhouse_lb.config.settings import BalancingSettings
+from clickhouse_lb.core.balancer import Balancer
+from clickhouse_lb.core.events import ProbeEvent, ReplicaRecoveredEvent
+from clickhouse_lb.core.health import HealthMonitor, ProbeOutcome
+from clickhouse_lb.probes._ping import SyncPinger, delay_url, ping_url
+from clickhouse_lb.probes.workers import ProbeWorker
 
 from .fakes import refused
 
@@ -289,8 +290,8 @@ def test_sync_ping(http_replica: str, silent_replica: str, closed_port: str) -> 
 def test_a_pool_takes_its_listener_off_a_shared_balancer_when_closed_or_dropped() -> None:
     import gc
 
-    from clickhouse_lb.pool import ReplicaPool
-    from clickhouse_lb.pool_config import resolve_pool_config, sync_client_option_names
+    from clickhouse_lb.config.pool_config import resolve_pool_config, sync_client_option_names
+    from clickhouse_lb.pools.pool import ReplicaPool
 
     config = resolve_pool_config(["a:8123", "b:8123"], dsn=None, balancing={}, client_options={},
                                  valid_client_options=sync_client_option_names())

@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from clickhouse_lb._ping import AsyncPinger, delay_url
-from clickhouse_lb.balancer import Balancer
-from clickhouse_lb.events import ReplicaRecoveredEvent
-from clickhouse_lb.health import HealthMonitor, ProbeOutcome
-from clickhouse_lb.probing import AsyncProbeWorker
-from clickhouse_lb.replicas import Replica
-from clickhouse_lb.settings import BalancingSettings
+from clickhouse_lb.config.replicas import Replica
+from clickhouse_lb.config.settings import BalancingSettings
+from clickhouse_lb.core.balancer import Balancer
+from clickhouse_lb.core.events import ReplicaRecoveredEvent
+from clickhouse_lb.core.health import HealthMonitor, ProbeOutcome
+from clickhouse_lb.probes._ping import AsyncPinger, delay_url
+from clickhouse_lb.probes.workers import AsyncProbeWorker
 
 from .fakes import refused
 from .test_probing import FAST, WAIT, closed_port, http_replica, silent_replica

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import clickhouse_lb.prometheus
-from clickhouse_lb.health import ProbeOutcome
+from clickhouse_lb.core.health import ProbeOutcome
 
 from .fakes import FakeCluster, make_pool, refused
 

@@ -8,8 +8,8 @@ import pytest
 
 from clickhouse_lb import ConfigurationError, LoadBalancing, Replica, get_pool
 from clickhouse_lb._redact import redact_dsn
-from clickhouse_lb.replicas import parse_dsn, parse_host, parse_replicas
-from clickhouse_lb.settings import BalancingSettings, parse_balancing_settings, split_statement_settings
+from clickhouse_lb.config.replicas import parse_dsn, parse_host, parse_replicas
+from clickhouse_lb.config.settings import BalancingSettings, parse_balancing_settings, split_statement_settings
 
 
 def test_defaults_are_clickhouses() -> None:

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from clickhouse_lb import shared_state
-from clickhouse_lb.events import ReplicaDownEvent
-from clickhouse_lb.health import ProbeOutcome
-from clickhouse_lb.pool import ReplicaPool
-from clickhouse_lb.pool_config import resolve_pool_config, sync_client_option_names
+from clickhouse_lb.config.pool_config import resolve_pool_config, sync_client_option_names
+from clickhouse_lb.core import shared_state
+from clickhouse_lb.core.events import ReplicaDownEvent
+from clickhouse_lb.core.health import ProbeOutcome
+from clickhouse_lb.pools.pool import ReplicaPool
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""The process-wide balancing state (clickhouse_lb.shared_state): key, sharing, opt-out, lifetime."""
+"""The process-wide balancing state (clickhouse_lb.core.shared_state): key, sharing, opt-out, lifetime."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ import pytest
 from sqlalchemy.engine import make_url
 
 import clickhouse_lb
-from clickhouse_lb import shared_state
-from clickhouse_lb._values import as_bool
+from clickhouse_lb.config._values import as_bool
+from clickhouse_lb.config.pool_config import resolve_pool_config, sync_client_option_names
+from clickhouse_lb.config.settings import BALANCING_SETTING_NAMES
+from clickhouse_lb.core import shared_state
+from clickhouse_lb.core.shared_state import StateRegistry, state_key
+from clickhouse_lb.core.state import ReplicaSetState
 from clickhouse_lb.errors import ConfigurationError
-from clickhouse_lb.pool import ReplicaPool
-from clickhouse_lb.pool_config import resolve_pool_config, sync_client_option_names
-from clickhouse_lb.settings import BALANCING_SETTING_NAMES
-from clickhouse_lb.shared_state import StateRegistry, state_key
+from clickhouse_lb.pools.pool import ReplicaPool
 from clickhouse_lb.sqlalchemy.url import engine_args_from_url
-from clickhouse_lb.state import ReplicaSetState
 
 from .conftest import FakeClock
 
@@ -328,7 +328,7 @@ def test_a_lease_released_by_the_garbage_collector_inside_the_registry_does_not_
     # acquire() on the same thread, while the registry's lock is held: it must not wait for it.
     import threading
 
-    from clickhouse_lb.shared_state import StateRegistry
+    from clickhouse_lb.core.shared_state import StateRegistry
 
     registry = StateRegistry()
 

@@ -1,14 +1,14 @@
-"""The shared balancing state across the async pool and the sync one (clickhouse_lb.shared_state).
+"""The shared balancing state across the async pool and the sync one (clickhouse_lb.core.shared_state).
 
-Needs clickhouse_lb.aio (clickhouse-connect >= 1.10): not run in .ci/compat."""
+Needs clickhouse_lb.pools.aio (clickhouse-connect >= 1.10): not run in .ci/compat."""
 
 from __future__ import annotations
 
 import asyncio
 
 import clickhouse_lb
-from clickhouse_lb import shared_state
-from clickhouse_lb.shared_state import state_key
+from clickhouse_lb.core import shared_state
+from clickhouse_lb.core.shared_state import state_key
 
 HOSTS = ["ch-1:8123", "ch-2:8123", "ch-3:8123"]
 

@@ -26,8 +26,8 @@ from sqlalchemy.dialects import registry
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.util import greenlet_spawn
 
-from clickhouse_lb.aio import AsyncPinnedSession, AsyncReplicaPool
 from clickhouse_lb.errors import AllReplicasUnavailableError, AttemptFailure, ConfigurationError, SessionLostError
+from clickhouse_lb.pools.aio import AsyncPinnedSession, AsyncReplicaPool
 from clickhouse_lb.sqlalchemy.aio import ClickHouseLBAsyncDialect, get_async_replica_pool, pinned_session
 
 from .fakes import server_error

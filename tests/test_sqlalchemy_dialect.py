@@ -16,7 +16,7 @@ from clickhouse_connect.driver import exceptions as driver_exceptions
 from sqlalchemy import create_engine
 
 from clickhouse_lb.errors import AllReplicasUnavailableError, AttemptFailure, ConfigurationError, SessionLostError
-from clickhouse_lb.pool import ReplicaPool
+from clickhouse_lb.pools.pool import ReplicaPool
 from clickhouse_lb.sqlalchemy import ClickHouseLBDialect, EngineArgs, PinnedConnection, get_replica_pool
 
 from .fakes import read_timeout, refused, reset_after_send, server_error

@@ -11,9 +11,9 @@ from clickhouse_connect.cc_sqlalchemy.dialect import ClickHouseDialect
 from sqlalchemy import create_engine
 from sqlalchemy.engine import URL, make_url
 
+from clickhouse_lb.config.replicas import Replica
+from clickhouse_lb.config.settings import BALANCING_SETTING_NAMES, LoadBalancing
 from clickhouse_lb.errors import ConfigurationError
-from clickhouse_lb.replicas import Replica
-from clickhouse_lb.settings import BALANCING_SETTING_NAMES, LoadBalancing
 from clickhouse_lb.sqlalchemy import ClickHouseLBDialect, EngineArgs, engine_args_from_url
 from clickhouse_lb.sqlalchemy.url import DIALECT_PARAMETERS
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from clickhouse_lb.state import ReplicaSetState, decay_shifts, estimated_recovery_time
+from clickhouse_lb.core.state import ReplicaSetState, decay_shifts, estimated_recovery_time
 
 from .conftest import FakeClock
 

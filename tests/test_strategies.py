@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from clickhouse_lb.settings import LoadBalancing
-from clickhouse_lb.strategies import (
+from clickhouse_lb.config.settings import LoadBalancing
+from clickhouse_lb.core.strategies import (
     common_prefix_length,
     common_suffix_length,
     default_local_hostname,

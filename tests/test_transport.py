@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 from urllib3 import Timeout
 
-from clickhouse_lb._drive_sync import SyncDriver
-from clickhouse_lb._transport import AttemptConnections, set_client_timeouts, tracking_pool_manager
+from clickhouse_lb.config.liveness import LivenessPolicy
+from clickhouse_lb.config.timeouts import Timeouts
+from clickhouse_lb.core.race import AttemptSpec, RaceFailure
+from clickhouse_lb.core.watch import AttemptWatch
 from clickhouse_lb.errors import AttemptAbandonedError
-from clickhouse_lb.race import AttemptSpec, RaceFailure
-from clickhouse_lb.timeouts import Timeouts
-from clickhouse_lb.watch import AttemptWatch, LivenessPolicy
+from clickhouse_lb.pools._drive_sync import SyncDriver
+from clickhouse_lb.pools._transport import AttemptConnections, set_client_timeouts, tracking_pool_manager
 
 #: Quick liveness checks that never take the machine's own stalls into account (these tests are
 #: about what an abandon does, not about telling a stall from a hang).
@@ -141,7 +142,7 @@ def test_a_client_without_a_urllib3_timeout_is_left_alone() -> None:
 def test_async_driver_cancels_a_hung_run_and_kills_a_lost_hedge() -> None:
     import asyncio
 
-    from clickhouse_lb._drive_async import AsyncDriver
+    from clickhouse_lb.pools._drive_async import AsyncDriver
 
     cancelled: list[int] = []
     killed: list[tuple[int, str]] = []
@@ -193,7 +194,7 @@ def test_async_driver_cancels_a_hung_run_and_kills_a_lost_hedge() -> None:
 
 
 def test_the_watchdog_abandons_a_hung_call_running_on_the_callers_thread(silent_listener: str) -> None:
-    from clickhouse_lb._watchdog import Watchdog
+    from clickhouse_lb.pools._watchdog import Watchdog
 
     manager = tracking_pool_manager({})
     assert manager is not None
@@ -230,12 +231,13 @@ def test_the_watchdog_abandons_a_hung_call_running_on_the_callers_thread(silent_
 def test_the_watchdog_abandons_a_planned_attempt_on_a_hung_replica(silent_listener: str) -> None:
     """The pool's path (an attempt of a statement's plan, its watch built by the watchdog
     thread when it first looks) keeps the liveness checks of :meth:`Watchdog.run`."""
-    from clickhouse_lb._statements import prepare_call
-    from clickhouse_lb._watchdog import Watchdog
-    from clickhouse_lb.attempt_plan import StatementPlan
-    from clickhouse_lb.attempt_settings import AttemptSettings
-    from clickhouse_lb.deadline import Deadline
-    from clickhouse_lb.hedging import HedgePolicy, LatencyWindow
+    from clickhouse_lb.config.attempt_settings import AttemptSettings
+    from clickhouse_lb.config.hedging import HedgePolicy
+    from clickhouse_lb.core._statements import prepare_call
+    from clickhouse_lb.core.attempt_specs import StatementPlan
+    from clickhouse_lb.core.deadline import Deadline
+    from clickhouse_lb.core.hedging import LatencyWindow
+    from clickhouse_lb.pools._watchdog import Watchdog
 
     manager = tracking_pool_manager({})
     assert manager is not None
@@ -261,7 +263,7 @@ def test_the_watchdog_abandons_a_planned_attempt_on_a_hung_replica(silent_listen
 
 
 def test_the_watchdog_cuts_a_call_at_the_deadline(silent_listener: str) -> None:
-    from clickhouse_lb._watchdog import Watchdog
+    from clickhouse_lb.pools._watchdog import Watchdog
 
     manager = tracking_pool_manager({})
     assert manager is not None
@@ -288,7 +290,7 @@ def test_the_watchdog_plans_an_attempts_first_check_when_it_starts() -> None:
     """A check is stalled when it runs later than planned; the first one is planned at the
     attempt's start plus check_after (planned at the start itself, every hung read would be
     taken for a stall and cost a second ping)."""
-    from clickhouse_lb._watchdog import Watchdog, _Watched
+    from clickhouse_lb.pools._watchdog import Watchdog, _Watched
 
     now = [100.0]
     watchdog = Watchdog(lambda index, timeout: True, lambda index, query_id: None, clock=lambda: now[0])
@@ -302,7 +304,7 @@ def test_the_watchdog_plans_an_attempts_first_check_when_it_starts() -> None:
 
 def test_an_idle_watchdog_ends_its_thread() -> None:
     """A pool nobody closes (an engine per request) must not keep a thread per pool."""
-    from clickhouse_lb._watchdog import Watchdog
+    from clickhouse_lb.pools._watchdog import Watchdog
 
     watchdog = Watchdog(lambda index, timeout: True, lambda index, query_id: None, idle_exit=0.05)
     spec = AttemptSpec(first=0, clock=time.monotonic, watch=lambda index, started: AttemptWatch(started))
@@ -319,7 +321,7 @@ def test_a_connect_that_timed_out_is_not_waited_for_twice_in_one_attempt(silent_
     """urllib3 retries a connect once; the pool fails over instead of waiting the timeout again."""
     from urllib3.exceptions import ConnectTimeoutError
 
-    from clickhouse_lb._transport import _TrackedHTTPConnection
+    from clickhouse_lb.pools._transport import _TrackedHTTPConnection
 
     host, port = silent_listener.split(":")
     attempt = AttemptConnections(connect_timeout=0.05)
@@ -338,7 +340,7 @@ def test_a_connect_that_timed_out_is_not_waited_for_twice_in_one_attempt(silent_
 def test_a_refused_connect_is_not_taken_for_a_timeout() -> None:
     from urllib3.exceptions import NewConnectionError
 
-    from clickhouse_lb._transport import _TrackedHTTPConnection
+    from clickhouse_lb.pools._transport import _TrackedHTTPConnection
 
     closed = socket.socket()
     closed.bind(("127.0.0.1", 0))

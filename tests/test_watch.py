@@ -7,17 +7,12 @@ from typing import Any
 
 import pytest
 
+from clickhouse_lb.config.hedging import HedgePolicy, parse_receive_data_timeout
+from clickhouse_lb.config.liveness import LivenessPolicy
+from clickhouse_lb.core.hedging import AUTO_MAX, AUTO_MIN, LatencyWindow, adaptive_delay, hedge_delay
+from clickhouse_lb.core.race import Abandon, AttemptSpec, Launch, Ping, RaceFailure, Wait, run_attempt
+from clickhouse_lb.core.watch import AttemptWatch, Wake
 from clickhouse_lb.errors import AttemptAbandonedError, ConfigurationError
-from clickhouse_lb.hedging import (
-    AUTO_MAX,
-    AUTO_MIN,
-    HedgePolicy,
-    LatencyWindow,
-    adaptive_delay,
-    parse_receive_data_timeout,
-)
-from clickhouse_lb.race import Abandon, AttemptSpec, Launch, Ping, RaceFailure, Wait, run_attempt
-from clickhouse_lb.watch import AttemptWatch, LivenessPolicy, Wake
 
 from .conftest import FakeClock
 
@@ -100,9 +95,9 @@ def test_hedge_policy_off_fixed_or_adaptive() -> None:
     for value in (1.0, 2.0, 3.0, 4.0, 5.0):
         window.add(value)
     assert window.snapshot() == [2.0, 3.0, 4.0, 5.0]  # only the most recent
-    assert HedgePolicy().hedge_after(window) is None
-    assert HedgePolicy(enabled=True, delay=0.05).hedge_after(window) == 0.05
-    assert HedgePolicy(enabled=True, delay=None).hedge_after(window) == AUTO_MAX
+    assert hedge_delay(HedgePolicy(), window) is None
+    assert hedge_delay(HedgePolicy(enabled=True, delay=0.05), window) == 0.05
+    assert hedge_delay(HedgePolicy(enabled=True, delay=None), window) == AUTO_MAX
 
 
 # -- the race --------------------------------------------------------------------------------

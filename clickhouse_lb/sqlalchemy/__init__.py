@@ -13,8 +13,8 @@ failover are added underneath. See docs/sqlalchemy.md.
 
 from __future__ import annotations
 
-from .dbapi import PinnedConnection
-from .dialect import ClickHouseLBDialect, get_replica_pool
-from .url import EngineArgs, engine_args_from_url
+from clickhouse_lb.sqlalchemy.dbapi import PinnedConnection
+from clickhouse_lb.sqlalchemy.dialect import ClickHouseLBDialect, get_replica_pool
+from clickhouse_lb.sqlalchemy.url import EngineArgs, engine_args_from_url
 
 __all__ = ["ClickHouseLBDialect", "EngineArgs", "PinnedConnection", "engine_args_from_url", "get_replica_pool"]

@@ -3,7 +3,7 @@ aiohttp and SQLAlchemy 2's asyncio extension, the sync one runs on SQLAlchemy 1.
 
 from __future__ import annotations
 
-from clickhouse_lb.classify import classify
+from clickhouse_lb.core.classify import classify
 from clickhouse_lb.errors import AllReplicasUnavailableError, SessionLostError
 
 __all__ = ["ENGINE_ARGS", "is_replica_failure"]

@@ -13,7 +13,7 @@ this subclass changes only where connections come from, as the sync dialect does
 
 - one balancing state (one :class:`~clickhouse_lb.AsyncReplicaPool`'s balancer) per engine, so
   the error counts are shared by all of the engine's connections; the state itself is the
-  process-wide one of its replica set (:mod:`clickhouse_lb.shared_state`), shared with the sync
+  process-wide one of its replica set (:mod:`clickhouse_lb.core.shared_state`), shared with the sync
   dialect's engines and the pools over it;
 - each DB-API connection wraps an :class:`~clickhouse_lb.AsyncPinnedSession`, pinned by
   :meth:`AsyncReplicaPool.pin() <clickhouse_lb.AsyncReplicaPool.pin>` to the replica the
@@ -37,15 +37,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 from clickhouse_connect.common import get_setting
 
-from clickhouse_lb.pool_config import async_client_option_names, sync_client_option_names
-
-from ._shared import ENGINE_ARGS, is_replica_failure
-from .url import EngineArgs, engine_args_from_url
+from clickhouse_lb.config.pool_config import async_client_option_names, sync_client_option_names
+from clickhouse_lb.sqlalchemy._shared import ENGINE_ARGS, is_replica_failure
+from clickhouse_lb.sqlalchemy.url import EngineArgs, engine_args_from_url
 
 try:
     from clickhouse_connect.cc_sqlalchemy.asyncio import ClickHouseAsyncDialect
 
-    from clickhouse_lb.aio import AsyncPinnedSession, AsyncReplicaPool
+    from clickhouse_lb.pools.aio import AsyncPinnedSession, AsyncReplicaPool
 except ImportError as exc:  # greenlet or aiohttp missing, SQLAlchemy too old
     raise ImportError(
         "clickhousedb+lb_async is built on clickhouse-connect's async SQLAlchemy dialect and "

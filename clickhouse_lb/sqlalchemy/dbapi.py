@@ -37,8 +37,8 @@ from clickhouse_connect.driver.exceptions import (
     Warning,  # PEP 249 name: shadows the builtin in this module, as in clickhouse-connect
 )
 
-from clickhouse_lb._client_api import STATEMENT_METHODS
-from clickhouse_lb.pool import PinnedSession
+from clickhouse_lb.pools._client_api import STATEMENT_METHODS
+from clickhouse_lb.pools.pool import PinnedSession
 
 __all__ = [
     "Binary",

@@ -6,7 +6,7 @@ only where connections come from:
 
 - one :class:`~clickhouse_lb.ReplicaPool` per engine (a dialect instance belongs to one
   engine), so the error counts are shared by all of the engine's connections; its balancing
-  state is the process-wide one of its replica set (:mod:`clickhouse_lb.shared_state`), shared
+  state is the process-wide one of its replica set (:mod:`clickhouse_lb.core.shared_state`), shared
   with the other engines and pools over it, so applications that make an engine per query
   (Superset) still balance (``share_state=0`` in the URL: a state of the engine's own);
 - each DB-API connection is pinned to the replica the strategy picks when it is created (its
@@ -25,13 +25,12 @@ from typing import TYPE_CHECKING, Any, cast
 from clickhouse_connect.cc_sqlalchemy.dialect import ClickHouseDialect
 from clickhouse_connect.common import get_setting
 
-from clickhouse_lb.pool import ReplicaPool
-
-from . import _compat
-from . import dbapi as _dbapi
-from ._shared import ENGINE_ARGS, is_replica_failure
-from .dbapi import PinnedConnection
-from .url import EngineArgs, engine_args_from_url
+from clickhouse_lb.pools.pool import ReplicaPool
+from clickhouse_lb.sqlalchemy import _compat
+from clickhouse_lb.sqlalchemy import dbapi as _dbapi
+from clickhouse_lb.sqlalchemy._shared import ENGINE_ARGS, is_replica_failure
+from clickhouse_lb.sqlalchemy.dbapi import PinnedConnection
+from clickhouse_lb.sqlalchemy.url import EngineArgs, engine_args_from_url
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL, Engine

@@ -4,7 +4,7 @@ The URL is read through SQLAlchemy's own :class:`~sqlalchemy.engine.URL` (user a
 come decoded, the database too, decoded here where SQLAlchemy < 2.1 does not; repeated query
 parameters come as tuples); the replicas, balancing settings and client options are then
 validated by the same code as ``get_pool``
-(:func:`clickhouse_lb.pool_config.resolve_pool_config`), so the dialect accepts the same names and
+(:func:`clickhouse_lb.config.pool_config.resolve_pool_config`), so the dialect accepts the same names and
 fails the same way. Accepted forms::
 
     clickhousedb+lb://user:pw@/db?host=ch-1:8123&host=ch-2:8123      repeated host=
@@ -36,19 +36,18 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
-from clickhouse_lb._values import as_bool, parse_priorities
-from clickhouse_lb.attempt_settings import CLIENT_TIMEOUT_OPTIONS
-from clickhouse_lb.errors import ConfigurationError, did_you_mean
-from clickhouse_lb.pool_config import (
+from clickhouse_lb.config._values import as_bool, parse_priorities
+from clickhouse_lb.config.attempt_settings import CLIENT_TIMEOUT_OPTIONS
+from clickhouse_lb.config.pool_config import (
     POOL_SETTING_NAMES,
     SHARE_STATE,
     PoolConfig,
     resolve_pool_config,
     sync_client_option_names,
 )
-from clickhouse_lb.replicas import DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, Replica, parse_replicas
-
-from ._compat import url_database
+from clickhouse_lb.config.replicas import DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, Replica, parse_replicas
+from clickhouse_lb.errors import ConfigurationError, did_you_mean
+from clickhouse_lb.sqlalchemy._compat import url_database
 
 __all__ = ["DIALECT_PARAMETERS", "EngineArgs", "engine_args_from_url"]
 

@@ -8,7 +8,7 @@ Enable with ``pytest_plugins = ["clickhouse_lb.testing.pytest_plugin"]`` in a co
   when no Docker engine answers).
 * ``healthy_clickhouse_cluster`` (function scope): the same cluster, healed (killed replicas
   restarted, paused ones resumed, delays and injected failures cleared) before and after the test;
-  the process's shared balancing state (:mod:`clickhouse_lb.shared_state`) is forgotten with it,
+  the process's shared balancing state (:mod:`clickhouse_lb.core.shared_state`) is forgotten with it,
   so that pools made in the test do not inherit error counts from faults a previous test injected.
 """
 
@@ -50,6 +50,6 @@ def _forget_shared_balancing_state() -> None:
     # The test cluster is a layer below the pool and imports nothing from it; a pool that was
     # used in this process has loaded its shared-state module, and only then is there anything
     # to forget.
-    shared_state = sys.modules.get("clickhouse_lb.shared_state")
+    shared_state = sys.modules.get("clickhouse_lb.core.shared_state")
     if shared_state is not None:
         shared_state.registry.clear()

@@ -1,0 +1,5 @@
+"""The ``clickhouse-lb`` command: ``status``, ``demo`` (entry point :func:`main`)."""
+
+from clickhouse_lb.cli._main import main
+
+__all__ = ["main"]

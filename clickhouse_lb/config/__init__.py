@@ -1,0 +1,1 @@
+"""Configuration: settings, replicas, values and bounds, resolved once into immutable objects."""

@@ -1,0 +1,1 @@
+"""The I/O-free core: ordering, error accounting, classification, health and attempt decisions."""

@@ -1,0 +1,208 @@
+"""One statement as the pool sees it before running it (pure, no I/O).
+
+Which statement it carries (to tell reads from writes), which balancing settings it gives
+for itself (``settings={"load_balancing": ...}``, taken out before the call reaches the
+server), and, for inserts, the ``insert_deduplication_token`` that makes a retry safe.
+Shared by the sync and async pools: their Client method signatures agree on these points.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from clickhouse_lb.config._values import as_bool
+from clickhouse_lb.config.attempt_settings import (
+    NO_STATEMENT_SETTINGS,
+    StatementAttemptSettings,
+    split_statement_attempt_settings,
+)
+from clickhouse_lb.config.settings import NO_OVERRIDES, StatementOverrides, split_statement_settings
+
+__all__ = ["INSERT_METHODS", "PreparedCall", "is_read_only", "prepare_call", "settings_positions"]
+
+#: Methods that write rows: a deduplication token makes them retryable after sending.
+INSERT_METHODS = frozenset({"insert", "insert_df", "insert_arrow", "insert_df_arrow", "raw_insert", "data_insert"})
+_TOKEN = "insert_deduplication_token"
+#: The per-statement setting that declares a write safe to repeat (``CREATE TABLE IF NOT
+#: EXISTS``, ``ALTER ... IF EXISTS``, an upsert into a ReplacingMergeTree ...): it fails over
+#: even after its request was sent. Taken out before the statement reaches the server.
+IDEMPOTENT = "idempotent"
+_LEADING_NOISE = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|#[^\n]*(?:\n|$)|/\*.*?\*/|\()*", re.DOTALL)
+_READ_KEYWORDS = frozenset({"SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXISTS", "EXPLAIN", "VALUES"})
+
+
+def is_read_only(sql: str | bytes | None) -> bool:
+    """Whether a statement only reads (so repeating it elsewhere is harmless)."""
+    if sql is None:
+        return False
+    if isinstance(sql, (bytes, bytearray)):
+        sql = bytes(sql[:4096]).decode("utf-8", "replace")
+    start = _LEADING_NOISE.match(sql)
+    rest = sql[start.end() if start else 0 :]
+    word = rest[:8].split(None, 1)[0] if rest.strip() else ""
+    return re.sub(r"[^A-Za-z].*", "", word).upper() in _READ_KEYWORDS
+
+
+def settings_positions(client_class: type, methods: list[str]) -> dict[str, int | None]:
+    """Position of the ``settings`` parameter (after self) in each method, if positional."""
+    positions: dict[str, int | None] = {}
+    for name in methods:
+        method = getattr(client_class, name, None)
+        if method is None:
+            positions[name] = None
+            continue
+        params = [p for p in inspect.signature(method).parameters.values() if p.name != "self"]
+        positions[name] = next(
+            (i for i, p in enumerate(params) if p.name == "settings" and p.kind is p.POSITIONAL_OR_KEYWORD), None
+        )
+    return positions
+
+
+class PreparedCall:
+    """One statement as the pool runs it: its arguments (balancing settings taken out) and
+    what its failure would mean. Whether it writes (``write``, and so ``retry_after_send``) is
+    decided on first use: on the common path, where its first attempt succeeds, nothing asks."""
+
+    __slots__ = (
+        "_safe", "_text", "_write", "args", "attempt_settings", "kwargs", "overrides", "query_id", "settings",
+        "settings_position",
+    )
+
+    def __init__(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        overrides: StatementOverrides,
+        *,
+        settings: Mapping[str, Any] | None = None,
+        write: bool | None = None,
+        text: Any = None,
+        safe: bool = False,
+        attempt_settings: StatementAttemptSettings = NO_STATEMENT_SETTINGS,
+        query_id: str | None = None,
+        settings_position: int | None = None,
+    ) -> None:
+        self.args = args
+        self.kwargs = kwargs
+        self.overrides = overrides
+        #: The statement's settings as they go to the server (balancing ones taken out).
+        self.settings = settings
+        #: Its own timeouts / hedging, from its ``settings=``.
+        self.attempt_settings = attempt_settings
+        #: The ``query_id`` it gave in its settings, if any.
+        self.query_id = query_id
+        self.settings_position = settings_position
+        # ``write`` None: decided from ``text`` (the statement's SQL) when first asked.
+        self._write = write
+        self._text = text
+        # Repeatable after its request was sent whatever it is (a deduplication token, idempotent).
+        self._safe = safe
+
+    @property
+    def write(self) -> bool:
+        """Whether the statement may change data (not a read): its failure says whether it may
+        have been applied. A statement that is not a write only reads (it may be hedged)."""
+        write = self._write
+        if write is None:
+            write = self._write = not is_read_only(self._text)
+        return write
+
+    @property
+    def read_only(self) -> bool:
+        """The statement only reads (the opposite of :attr:`write`): it may be hedged."""
+        return not self.write
+
+    @property
+    def retry_after_send(self) -> bool:
+        """Whether a failed attempt may be repeated after its request was sent: a read, or a
+        write made repeatable (a deduplication token, ``idempotent``)."""
+        return self._safe or not self.write
+
+    def with_query_id(self, query_id: str | None) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The call's arguments with ``query_id`` among its settings (None: unchanged)."""
+        if query_id is None or query_id == self.query_id:
+            return self.args, self.kwargs
+        position = self.settings_position
+        args, kwargs = self.args, self.kwargs
+        if position is not None and len(args) > position and "settings" not in kwargs:
+            settings = {**(args[position] or {}), "query_id": query_id}
+            return (*args[:position], settings, *args[position + 1 :]), kwargs
+        return args, {**kwargs, "settings": {**(kwargs.get("settings") or {}), "query_id": query_id}}
+
+
+def _statement_text(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    if args and isinstance(args[0], (str, bytes)):
+        return args[0]
+    for key in ("query", "cmd"):
+        if key in kwargs:
+            return kwargs[key]
+    context = kwargs.get("context")
+    return getattr(context, "query", None)
+
+
+def _write_now(text: Any) -> bool | None:
+    """Whether a statement of this text writes, when that must be decided at once (text that
+    is not SQL fails here, as it always did); None: plain SQL, decided when first asked."""
+    if text is None or isinstance(text, (str, bytes)):
+        return None
+    return not is_read_only(text)
+
+
+def prepare_call(
+    method: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    settings_position: int | None,
+    *,
+    auto_token: bool,
+    new_token: Callable[[], str] = lambda: uuid.uuid4().hex,
+) -> PreparedCall:
+    in_kwargs = "settings" in kwargs
+    # Where ``settings`` was given positionally (None: by keyword, or not at all).
+    at = settings_position
+    if at is None or len(args) <= at or in_kwargs:
+        at = None
+    settings = kwargs["settings"] if in_kwargs else args[at] if at is not None else None
+    if settings is None and method not in INSERT_METHODS:
+        # The common case: a statement without settings; nothing to take out or add.
+        text = _statement_text(args, kwargs)
+        return PreparedCall(
+            args, kwargs, NO_OVERRIDES, write=_write_now(text), text=text, settings_position=settings_position
+        )
+    overrides, rest = split_statement_settings(settings) if settings else (NO_OVERRIDES, settings)
+    attempt_settings, rest = split_statement_attempt_settings(rest) if rest else (NO_STATEMENT_SETTINGS, rest)
+    idempotent = False
+    if rest and IDEMPOTENT in rest:
+        idempotent = as_bool(IDEMPOTENT, rest[IDEMPOTENT])
+        rest = {k: v for k, v in rest.items() if k != IDEMPOTENT}
+    write: bool | None = None
+    text = None
+    if method in INSERT_METHODS:
+        context = kwargs.get("context") or (args[0] if method == "data_insert" and args else None)
+        if context is not None and not isinstance(context, (str, bytes)):
+            context_settings = getattr(context, "settings", None) or {}
+            safe = _TOKEN in context_settings
+        else:
+            if auto_token and not (rest and _TOKEN in rest):
+                rest = {**(rest or {}), _TOKEN: new_token()}
+            safe = bool(rest and _TOKEN in rest)
+        write = True
+    else:
+        text = _statement_text(args, kwargs)  # read or write: decided when it matters
+        write = _write_now(text)
+        safe = bool(rest and _TOKEN in rest)
+    if rest is not settings:
+        if at is not None:
+            args = (*args[:at], rest, *args[at + 1 :])
+        else:
+            kwargs = {**kwargs, "settings": rest}
+    query_id = rest.get("query_id") if rest else None
+    return PreparedCall(
+        args, kwargs, overrides, settings=rest, write=write, text=text, safe=safe or idempotent,
+        attempt_settings=attempt_settings,
+        query_id=str(query_id) if query_id is not None else None, settings_position=settings_position,
+    )

@@ -1,0 +1,185 @@
+"""From a statement's settings to the :class:`~clickhouse_lb.core.race.AttemptSpec` of each of its
+attempts (pure; shared by the sync and async pools).
+
+Per statement: the timeouts, liveness policy and hedging policy in force (the pool's, changed
+by the statement's own ``settings=``), its deadline, whether it may be hedged (read-only, not
+pinned), and where the outcomes go (error and slowdown counts, the latency window of the
+adaptive hedge delay).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Callable
+from typing import Protocol
+
+from clickhouse_lb.config.attempt_settings import AttemptSettings
+from clickhouse_lb.core.deadline import Deadline
+from clickhouse_lb.core.hedging import LatencyWindow, hedge_delay
+from clickhouse_lb.core.race import AttemptSpec
+from clickhouse_lb.core.watch import AttemptWatch
+
+__all__ = ["StatementPlan"]
+
+
+class _Statement(Protocol):
+    """What a plan asks of its statement (a :class:`~clickhouse_lb.core._statements.PreparedCall`)."""
+
+    @property
+    def write(self) -> bool: ...
+
+    @property
+    def retry_after_send(self) -> bool: ...
+
+
+class StatementPlan:
+    """How the attempts of one statement wait. ``hedge_candidate(running)``: the next replica
+    of the statement's plan not already running (None: none left).
+
+    Whether the statement writes (``write``, ``retry_safe``) is read from ``statement`` only
+    when a wait depends on it (hedging, a deadline, an abandoned attempt): deciding it parses
+    the SQL, which the common statement, answered at once, never needs."""
+
+    __slots__ = (
+        "addresses", "clock", "count_failure", "count_hedge", "count_slowdown", "deadline", "hedge_candidate",
+        "hedgeable", "query_id", "settings", "statement", "window",
+    )
+
+    def __init__(
+        self,
+        *,
+        settings: AttemptSettings,
+        deadline: Deadline,
+        addresses: tuple[str, ...],
+        statement: _Statement,
+        window: LatencyWindow,
+        count_failure: Callable[[int, BaseException], object],
+        count_slowdown: Callable[[int], object],
+        hedge_candidate: Callable[[set[int]], int | None],
+        count_hedge: Callable[[int], object] = lambda index: None,
+        query_id: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.deadline = deadline
+        self.addresses = addresses
+        self.statement = statement
+        #: A read (not pinned) under hedged requests: its attempts may race a second run.
+        self.hedgeable = settings.hedging.enabled and not statement.write
+        self.window = window
+        self.count_failure = count_failure
+        self.count_slowdown = count_slowdown
+        self.hedge_candidate = hedge_candidate
+        #: Called when a hedge starts (the pool counts them: ``hedged_requests``).
+        self.count_hedge = count_hedge
+        #: The statement's own query id (from its settings), used for every run; None: the pool
+        #: gives each run a fresh one where it may have to KILL it.
+        self.query_id = query_id
+        self.clock = clock
+
+    @property
+    def write(self) -> bool:
+        """A write's request that was sent may have been applied, repeatable or not."""
+        return self.statement.write
+
+    @property
+    def retry_safe(self) -> bool:
+        return self.statement.retry_after_send
+
+    def hedge_after(self) -> float | None:
+        if not self.hedgeable:
+            return None
+        return hedge_delay(self.settings.hedging, self.window)
+
+    def run_query_id(self, hedge_after: float | None) -> Callable[[], str | None]:
+        """Where each run's query id comes from: the statement's own; a fresh one of the pool's
+        only where the pool may have to KILL the run (a hedge that lost, a deadline: reads only,
+        a write is never cut short on a live replica); else none (the client picks)."""
+        fixed = self.query_id
+        if fixed is not None:
+            return lambda: fixed
+        killable = (hedge_after is not None or self.deadline.at is not None) and self.retry_safe and not self.write
+        return _new_query_id if killable else _no_query_id
+
+    def watch(self, started: float) -> AttemptWatch:
+        """The waits of a run, not hedged, starting at ``started`` (the sync pool's watchdog)."""
+        settings = self.settings
+        return AttemptWatch(
+            started,
+            liveness=settings.liveness,
+            receive_timeout=settings.timeouts.receive,
+            deadline_at=self.deadline.at,
+            retry_safe=self.retry_safe,
+        )
+
+    def first_wake(self, started: float) -> float:
+        """When :meth:`watch`'s first wake-up for a run started at ``started`` is due
+        (``watch(started).next_wake(started)``, without building the watch; inf: never)."""
+        settings = self.settings
+        at = self.deadline.at
+        if at is None:
+            at = math.inf
+        receive = settings.timeouts.receive
+        if receive is not None and started + receive < at:
+            at = started + receive
+        check_after = settings.liveness.check_after
+        if check_after is not None and started + check_after < at:
+            at = started + check_after
+        return at if at > started else started
+
+    def connect_timeout(self) -> float | None:
+        """A run's exact connect timeout, cut to the statement's deadline."""
+        deadline = self.deadline
+        timeout = self.settings.timeouts.connect
+        return timeout if deadline.at is None else deadline.cut(timeout)
+
+    def spec(self, first: int) -> AttemptSpec:
+        """The spec of an attempt starting on replica ``first``."""
+        settings = self.settings
+        hedge_after = self.hedge_after()
+        deadline_at = self.deadline.at
+        receive = settings.timeouts.receive
+        retry_safe = self.retry_safe
+
+        def watch(index: int, started: float) -> AttemptWatch:
+            return AttemptWatch(
+                started,
+                liveness=settings.liveness,
+                receive_timeout=receive,
+                deadline_at=deadline_at,
+                hedge_after=hedge_after,
+                retry_safe=retry_safe,
+            )
+
+        return AttemptSpec(
+            first=first,
+            clock=self.clock,
+            watch=watch,
+            hedge_index=self.hedge_candidate if hedge_after is not None else _no_hedge,
+            query_id=self.run_query_id(hedge_after),
+            address=self.addresses.__getitem__,
+            write=self.write,
+            connect_timeout=self.connect_timeout(),
+            on_failure=self.count_failure,
+            on_slower=self.count_slowdown,
+            on_latency=self.window.add if self.hedgeable else _ignore,
+            on_hedge=self.count_hedge,
+        )
+
+
+def _no_hedge(running: set[int]) -> int | None:
+    return None
+
+
+def _new_query_id() -> str | None:
+    return f"clickhouse-lb-{uuid.uuid4().hex}"
+
+
+def _no_query_id() -> str | None:
+    return None
+
+
+def _ignore(seconds: float) -> None:
+    return None

@@ -1,0 +1,260 @@
+"""What a pool tells the application: logging under ``clickhouse_lb`` and a listener hook.
+
+Logging: a failover at WARNING (which replica, what failed, where the statement goes next),
+a replica returning to rotation at INFO, each attempt at DEBUG. Messages never contain
+passwords or tokens, nor the statement's SQL (which may hold secrets of its own).
+
+Listeners: subclass :class:`PoolListener` (or write any object with some of its methods: each
+is a small protocol, :class:`ErrorRecordedListener`, :class:`FailoverListener`,
+:class:`RecoveryListener`, :class:`ProbeListener`, :class:`DownListener`) and
+pass ``listeners=[...]`` to ``get_pool``, or call ``pool.add_listener``. A listener that raises
+is logged and otherwise ignored: metrics must never break a statement.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from clickhouse_lb._redact import shown
+from clickhouse_lb.errors import ConfigurationError
+
+__all__ = [
+    "DownListener",
+    "ErrorRecordedEvent",
+    "ErrorRecordedListener",
+    "FailoverEvent",
+    "FailoverListener",
+    "Listener",
+    "ListenerSet",
+    "PoolListener",
+    "ProbeEvent",
+    "ProbeListener",
+    "RecoveryListener",
+    "ReplicaDownEvent",
+    "ReplicaRecoveredEvent",
+    "check_listeners",
+    "logger",
+]
+
+logger = logging.getLogger("clickhouse_lb")
+
+
+@dataclass(frozen=True)
+class ErrorRecordedEvent:
+    """An error was counted against ``address``; ``errors_count`` is the new (capped) count.
+    ``kind``: what failed (a :class:`~clickhouse_lb.core.classify.Failure` kind such as ``connect``
+    or ``timeout``, ``probe`` for a failed health probe, ``ping`` for a failed ``pool.ping()``,
+    ``recorded`` for ``pool.record_error``)."""
+
+    address: str
+    errors_count: int
+    error: str
+    kind: str = "recorded"
+
+
+@dataclass(frozen=True)
+class FailoverEvent:
+    """An attempt on ``address`` failed and the statement moves on to ``next_address``."""
+
+    operation: str
+    address: str
+    attempt: int
+    error: str
+    next_address: str
+
+
+@dataclass(frozen=True)
+class ReplicaRecoveredEvent:
+    """``address`` is back: its counts decayed to zero (``reason="decayed"``), an attempt on
+    it succeeded after a failure (``reason="succeeded"``), or health probes re-admitted it
+    and cleared its error count (``reason="probe"``)."""
+
+    address: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ProbeEvent:
+    """A background health probe of ``address`` finished: answered (``ok``) or not, after
+    ``latency`` seconds; ``error`` says why not."""
+
+    address: str
+    ok: bool
+    latency: float
+    error: str | None
+
+
+@dataclass(frozen=True)
+class ReplicaDownEvent:
+    """Health probes marked ``address`` down (``health_check_fall`` consecutive failures)."""
+
+    address: str
+    error: str
+
+
+@runtime_checkable
+class ErrorRecordedListener(Protocol):
+    def on_error_recorded(self, event: ErrorRecordedEvent) -> None:
+        """An error was counted against a replica."""
+
+
+@runtime_checkable
+class FailoverListener(Protocol):
+    def on_failover(self, event: FailoverEvent) -> None:
+        """A statement moved from a failed replica to the next one."""
+
+
+@runtime_checkable
+class RecoveryListener(Protocol):
+    def on_replica_recovered(self, event: ReplicaRecoveredEvent) -> None:
+        """A replica returned to rotation."""
+
+
+@runtime_checkable
+class ProbeListener(Protocol):
+    def on_probe(self, event: ProbeEvent) -> None:
+        """A background health probe finished (called from the probe worker)."""
+
+
+@runtime_checkable
+class DownListener(Protocol):
+    def on_replica_down(self, event: ReplicaDownEvent) -> None:
+        """Health probes marked a replica down (called from the probe worker)."""
+
+
+#: What ``listeners=[...]`` takes: any object with one or more of the five methods.
+Listener = ErrorRecordedListener | FailoverListener | RecoveryListener | ProbeListener | DownListener
+
+
+class PoolListener(ErrorRecordedListener, FailoverListener, RecoveryListener, ProbeListener, DownListener):
+    """Override any of these; each is called synchronously, outside the pool's lock."""
+
+    def on_error_recorded(self, event: ErrorRecordedEvent) -> None:
+        """An error was counted against a replica."""
+
+    def on_failover(self, event: FailoverEvent) -> None:
+        """A statement moved from a failed replica to the next one."""
+
+    def on_replica_recovered(self, event: ReplicaRecoveredEvent) -> None:
+        """A replica returned to rotation."""
+
+    def on_probe(self, event: ProbeEvent) -> None:
+        """A background health probe finished (called from the probe worker)."""
+
+    def on_replica_down(self, event: ReplicaDownEvent) -> None:
+        """Health probes marked a replica down (called from the probe worker)."""
+
+
+@contextmanager
+def _isolated(listener: object, method: str) -> Iterator[None]:
+    """A listener that raises is logged and otherwise ignored."""
+    try:
+        yield
+    except Exception:
+        logger.exception("clickhouse_lb listener %r failed in %s", listener, method)
+
+
+_METHODS = ("on_error_recorded", "on_failover", "on_replica_recovered", "on_probe", "on_replica_down")
+
+
+def _takes(listener: object, method: str) -> bool:
+    # Not isinstance(x, the runtime-checkable Protocol): that costs microseconds per check.
+    return callable(getattr(listener, method, None))
+
+
+def _checked(listener: object) -> Listener:
+    if not any(_takes(listener, method) for method in _METHODS):
+        raise ConfigurationError(
+            f"Bad listener {shown(listener)}: expected an object with on_error_recorded, on_failover, "
+            "on_replica_recovered, on_probe and/or on_replica_down (see clickhouse_lb.PoolListener)"
+        )
+    return listener  # type: ignore[return-value]
+
+
+def check_listeners(listeners: Iterable[Listener]) -> tuple[Listener, ...]:
+    """``listeners=`` as given to a pool: an iterable of listener objects (checked before any
+    I/O or shared-state lease)."""
+    given: object = listeners
+    if isinstance(given, (str, bytes)) or not isinstance(given, Iterable):
+        raise ConfigurationError(
+            f"Bad listeners {shown(listeners)}: expected a list of listeners (see clickhouse_lb.PoolListener)"
+        )
+    return tuple(_checked(x) for x in listeners)
+
+
+class ListenerSet:
+    """The listeners of one pool, sorted by the events they take; dispatch never raises.
+
+    Thread-safe: ``add``/``remove`` swap the tuples under a lock (a dispatch in progress keeps
+    the tuples it started with, and never takes the lock); an asyncio pool calls them from its
+    loop, where the lock is never contended."""
+
+    def __init__(self, listeners: Iterable[Listener] = ()) -> None:
+        self._lock = threading.Lock()
+        self._listeners: tuple[Listener, ...] = ()
+        self._set(check_listeners(listeners))
+
+    def _set(self, listeners: tuple[Listener, ...]) -> None:
+        # Rebuilt (not mutated) on change, so a dispatch in progress keeps its own tuples.
+        self._listeners = listeners
+        self._errors: tuple[ErrorRecordedListener, ...] = tuple(
+            x for x in listeners if _takes(x, "on_error_recorded")  # type: ignore[misc]
+        )
+        self._failovers: tuple[FailoverListener, ...] = tuple(
+            x for x in listeners if _takes(x, "on_failover")  # type: ignore[misc]
+        )
+        self._recoveries: tuple[RecoveryListener, ...] = tuple(
+            x for x in listeners if _takes(x, "on_replica_recovered")  # type: ignore[misc]
+        )
+        self._probes: tuple[ProbeListener, ...] = tuple(
+            x for x in listeners if _takes(x, "on_probe")  # type: ignore[misc]
+        )
+        self._downs: tuple[DownListener, ...] = tuple(
+            x for x in listeners if _takes(x, "on_replica_down")  # type: ignore[misc]
+        )
+
+    def add(self, listener: Listener) -> None:
+        _checked(listener)
+        with self._lock:
+            self._set((*self._listeners, listener))
+
+    def remove(self, listener: Listener) -> None:
+        """Remove every registration of ``listener`` (by identity); unknown: nothing happens."""
+        with self._lock:
+            self._set(tuple(x for x in self._listeners if x is not listener))
+
+    def __len__(self) -> int:
+        return len(self._listeners)
+
+    def __bool__(self) -> bool:
+        return bool(self._listeners)
+
+    def error_recorded(self, event: ErrorRecordedEvent) -> None:
+        for listener in self._errors:
+            with _isolated(listener, "on_error_recorded"):
+                listener.on_error_recorded(event)
+
+    def failover(self, event: FailoverEvent) -> None:
+        for listener in self._failovers:
+            with _isolated(listener, "on_failover"):
+                listener.on_failover(event)
+
+    def replica_recovered(self, event: ReplicaRecoveredEvent) -> None:
+        for listener in self._recoveries:
+            with _isolated(listener, "on_replica_recovered"):
+                listener.on_replica_recovered(event)
+
+    def probe(self, event: ProbeEvent) -> None:
+        for listener in self._probes:
+            with _isolated(listener, "on_probe"):
+                listener.on_probe(event)
+
+    def replica_down(self, event: ReplicaDownEvent) -> None:
+        for listener in self._downs:
+            with _isolated(listener, "on_replica_down"):
+                listener.on_replica_down(event)

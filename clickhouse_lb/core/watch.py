@@ -1,0 +1,119 @@
+"""What a driver waiting for one attempt's answer does next (pure; the clock is passed in).
+
+An attempt's request is out; the caller waits for the answer. It wakes up for the earliest of:
+
+* ``DEADLINE``: the statement's ``failover_timeout`` ran out: abandon the attempt, the
+  statement raises :class:`~clickhouse_lb.errors.StatementTimeoutError`;
+* ``RECEIVE_TIMEOUT``: no answer within the attempt's ``receive_timeout``: abandon, a replica
+  failure (failover as usual);
+* ``HEDGE``: a hedged read's delay passed without an answer: start the same read on the next
+  replica (see :mod:`clickhouse_lb.core.hedging`);
+* ``CHECK``: the attempt has waited ``liveness_check_after_ms`` (then every
+  ``liveness_check_interval_ms``): ping the replica on a separate connection, with
+  ``liveness_ping_timeout_ms``. ClickHouse answers ``/ping`` from its own thread, so a busy
+  replica answers while a hung one (stopped process, black hole, wedged server) does not.
+  A replica that answers keeps its attempt, however long the query runs; one that does not is
+  hung: abandon the attempt (a replica failure) after one failed check for a statement that is
+  safe to repeat elsewhere, and after ``liveness_failed_checks_for_writes`` consecutive ones for
+  a write that is not (it cannot fail over, so a false alarm would cost an error the user sees,
+  not just a retry). A failed ping during which this process itself ran late (the check woke
+  up, or the ping's timeout fired, more than ``stall_tolerance`` after planned: a loaded machine,
+  a busy event loop) is inconclusive and repeated: a false alarm would take a healthy replica
+  out of rotation until its error decays.
+
+Defaults: check after 100 ms, ping timeout 150 ms, so a read that went to a hung replica moves
+on after about 0.25 s (the next replica's answer included, under 0.5 s: see BENCHMARKS.md); a
+healthy replica is pinged once a second while a long query runs.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from clickhouse_lb.config.liveness import LIVENESS_DEFAULTS, LivenessPolicy
+
+__all__ = ["AttemptWatch", "LivenessPolicy", "Wake"]
+
+
+class Wake(str, Enum):
+    DEADLINE = "deadline"
+    RECEIVE_TIMEOUT = "receive_timeout"
+    HEDGE = "hedge"
+    CHECK = "check"
+
+
+class AttemptWatch:
+    """The waits of one attempt. Times are the driver's clock readings (monotonic seconds)."""
+
+    __slots__ = ("_failed_checks", "_inconclusive", "_next_check", "deadline_at", "hedge_at", "liveness", "receive_at",
+                 "retry_safe", "started")
+
+    def __init__(
+        self,
+        started: float,
+        *,
+        liveness: LivenessPolicy = LIVENESS_DEFAULTS,
+        receive_timeout: float | None = None,
+        deadline_at: float | None = None,
+        hedge_after: float | None = None,
+        retry_safe: bool = True,
+    ) -> None:
+        self.started = started
+        self.liveness = liveness
+        self.receive_at = None if receive_timeout is None else started + receive_timeout
+        self.deadline_at = deadline_at
+        self.hedge_at = None if hedge_after is None else started + hedge_after
+        self.retry_safe = retry_safe
+        self._next_check = None if liveness.check_after is None else started + liveness.check_after
+        self._failed_checks = 0
+        self._inconclusive = 0
+
+    def next_wake(self, now: float) -> tuple[Wake, float]:
+        """The next reason to wake up and how many seconds from ``now`` (0: it is due).
+        Ties go to the deadline first, then the receive timeout, the hedge, the check."""
+        candidates = [
+            (at, wake)
+            for at, wake in (
+                (self.deadline_at, Wake.DEADLINE),
+                (self.receive_at, Wake.RECEIVE_TIMEOUT),
+                (self.hedge_at, Wake.HEDGE),
+                (self._next_check, Wake.CHECK),
+            )
+            if at is not None
+        ]
+        if not candidates:
+            return Wake.DEADLINE, float("inf")
+        at, wake = min(candidates, key=lambda c: c[0])
+        return wake, max(0.0, at - now)
+
+    def ping_timeout(self, now: float) -> float:
+        """The ping's timeout: the policy's, cut so that it ends by the deadline."""
+        limit = self.liveness.ping_timeout
+        for at in (self.deadline_at, self.receive_at):
+            if at is not None:
+                limit = min(limit, max(0.001, at - now))
+        return limit
+
+    def hedged(self) -> None:
+        """The hedge started (or cannot): no further HEDGE wake for this attempt."""
+        self.hedge_at = None
+
+    def checked(self, alive: bool, now: float, *, stalled: bool = False) -> bool:
+        """Record a liveness check's outcome; True: abandon the attempt (the replica is hung).
+        ``stalled``: this process ran late around the check (see ``stall_tolerance``)."""
+        if alive:
+            self._failed_checks = 0
+            self._next_check = now + self.liveness.interval
+            return False
+        if stalled and self._inconclusive < self.liveness.max_inconclusive:
+            self._inconclusive += 1
+            self._next_check = now  # ask again at once
+            return False
+        self._failed_checks += 1
+        needed = 1 if self.retry_safe else max(1, self.liveness.failed_checks_for_writes)
+        if self._failed_checks >= needed:
+            self._next_check = None
+            return True
+        # Not yet conclusive for an unsafe write: check again soon rather than a second later.
+        self._next_check = now + min(self.liveness.interval, self.liveness.ping_timeout)
+        return False

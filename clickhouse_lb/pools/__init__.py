@@ -1,0 +1,1 @@
+"""The pools (sync and async) and the drivers that carry out the core's decisions."""

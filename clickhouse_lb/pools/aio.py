@@ -1,0 +1,523 @@
+"""AsyncReplicaPool: the asyncio twin of :class:`~clickhouse_lb.ReplicaPool`.
+
+One AsyncClient-like object over N replicas, balanced per statement with exactly the sync
+pool's semantics: the same :class:`~clickhouse_lb.core.balancer.Balancer` (ordering, error
+accounting, decay), the same failure classification and the same failover rules, driven by
+tenacity's ``AsyncRetrying`` (:func:`clickhouse_lb.core.failover.run_async`).
+
+asyncio specifics:
+
+* Building a pool does no I/O and needs no running loop. Each replica's clickhouse-connect
+  ``AsyncClient`` (native aiohttp) is created on first use, under an ``asyncio.Lock`` per
+  replica; when creating it fails with a replica failure, the tasks that were waiting for
+  that creation fail over at once instead of each waiting out the same timeout in turn.
+* Nothing blocks the loop: the only blocking lookup of the balancing core (this machine's
+  canonical host name, for the hostname strategies) runs once in a worker thread.
+* Cancellation (``task.cancel()``, ``asyncio.timeout``) is not a replica failure: it counts
+  nothing and stops the statement where it is; no attempt is left running behind it.
+* A pool belongs to the event loop it is first used on (its aiohttp sessions do).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable
+from contextlib import asynccontextmanager
+from typing import Any, cast
+
+import clickhouse_connect
+from clickhouse_connect.driver.asyncclient import AsyncClient
+from clickhouse_connect.driver.exceptions import ProgrammingError
+
+from clickhouse_lb.config.pool_config import (
+    PoolConfig,
+    async_client_option_names,
+    balancing_arguments,
+    resolve_pool_config,
+)
+from clickhouse_lb.config.replicas import Replica
+from clickhouse_lb.config.settings import NO_OVERRIDES, LoadBalancing, StatementOverrides
+from clickhouse_lb.core._driver_logs import handled_by_pool
+from clickhouse_lb.core._statements import settings_positions
+from clickhouse_lb.core.balancer import Balancer
+from clickhouse_lb.core.events import Listener, logger
+from clickhouse_lb.core.failover import async_policy, run_async
+from clickhouse_lb.errors import ConfigurationError
+from clickhouse_lb.pools._async_client_api import AsyncClientAPI
+from clickhouse_lb.pools._base import (
+    ClientSlot,
+    PinnedBase,
+    PoolBase,
+    ReplicaSetView,
+    client_options_for,
+    kill_query_sql,
+    pin_options,
+)
+from clickhouse_lb.pools._client_api import STATEMENT_METHODS
+from clickhouse_lb.pools._client_members import async_read_statement
+from clickhouse_lb.pools._drive_async import AsyncDriver
+from clickhouse_lb.probes.workers import AsyncProbeWorker
+
+__all__ = ["AsyncPinnedSession", "AsyncReplicaPool", "get_async_pool"]
+
+AsyncClientFactory = Callable[..., Awaitable[AsyncClient]]
+
+#: The first clickhouse-connect whose AsyncClient is native (aiohttp) rather than a sync client
+#: in a thread pool; the async pool is built on that client's options and behaviour.
+MIN_CLICKHOUSE_CONNECT = (1, 10)
+
+
+def require_native_async_client(installed: str | None = None) -> None:
+    """Refuse, with the fix, a clickhouse-connect too old for the async pool (e.g. the 0.x
+    line that Apache Superset pins), instead of failing later in an obscure way."""
+    from clickhouse_connect.common import version
+
+    text = installed if installed is not None else version()
+    parts = tuple(int(p) for p in text.split(".")[:2] if p.isdigit())
+    if parts < MIN_CLICKHOUSE_CONNECT:
+        needed = ".".join(map(str, MIN_CLICKHOUSE_CONNECT))
+        raise ConfigurationError(
+            f"The async pool needs clickhouse-connect >= {needed} (its native async client); "
+            f"{text} is installed: install the async extra (pip install '.[async]' in a checkout of "
+            "clickhouse-lb, or 'clickhouse-lb[async] @ git+https://github.com/clickhouse-lb/clickhouse-lb')"
+        )
+
+
+_SETTINGS_POSITION = settings_positions(AsyncClient, list(STATEMENT_METHODS))
+
+
+async def _close_quietly(client: AsyncClient) -> None:
+    try:
+        await client.close()
+    except Exception:  # closing must not fail the caller
+        logger.debug("closing a replica client failed", exc_info=True)
+
+
+class _Slot(ClientSlot[AsyncClient]):
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock: asyncio.Lock | None = None
+
+    @property
+    def lock(self) -> asyncio.Lock:
+        # Made on first use, inside the running loop: a pool may be built outside one.
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
+
+
+class AsyncReplicaPool(AsyncClientAPI, PoolBase):
+    """An AsyncClient-like pool over ClickHouse replicas with ClickHouse's load balancing and
+    failover. Create it with :func:`get_async_pool`.
+
+    Statements (``await pool.query(...)``, ``command``, ``insert``, ``query_df``,
+    ``query_arrow``, ``raw_query``, the streaming variants ...) take clickhouse-connect's
+    ``AsyncClient`` arguments and return its types. Safe under any number of concurrent tasks
+    of one event loop.
+    """
+
+    _settings_position = _SETTINGS_POSITION
+
+    _prober: AsyncProbeWorker | None
+
+    def __init__(
+        self,
+        config: PoolConfig,
+        *,
+        listeners: Iterable[Listener] = (),
+        client_factory: AsyncClientFactory | None = None,
+        balancer: Balancer | None = None,
+    ) -> None:
+        super().__init__(config, listeners=listeners, balancer=balancer)
+        self._factory: AsyncClientFactory = client_factory or clickhouse_connect.get_async_client
+        # The async client takes fractional timeouts natively.
+        self._options = client_options_for(self.config, whole_seconds=False)
+        self._view = self._view._replace(slots=tuple(_Slot() for _ in self.config.replicas))
+        self._policy = async_policy()
+        self._driver = AsyncDriver()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._hostname_resolved = config.settings.local_hostname is not None
+        self._closing: set[asyncio.Task[None]] = set()
+        self._prober = (
+            AsyncProbeWorker(
+                self._health, self._balancer.addresses, self._options,
+                refresher=weakref.WeakMethod(self._refresh_discovery),
+                refresh_interval=self.config.discovery.interval if self.config.seeds else None,
+            )
+            if self._health
+            else None
+        )
+        if self._prober is not None:  # a pool dropped without close() must not leave its task running
+            weakref.finalize(self, self._prober.stop)
+        #: Whether ``await pool`` checks that a replica answers (get_async_pool's connect_on_create).
+        self._connect_on_await = True
+        self._sealed = True
+
+    # -- loop, ordering --------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        super()._check_open()
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif self._loop is not loop:
+            raise ProgrammingError(
+                "This AsyncReplicaPool is used on another event loop than the one it started on; "
+                "create one pool per event loop"
+            )
+
+    async def _resolve_hostname(self) -> None:
+        """Look up this machine's canonical name (a blocking DNS call) off the loop, once."""
+        if not self._hostname_resolved:
+            await asyncio.to_thread(getattr, self._balancer, "local_hostname")
+            self._hostname_resolved = True
+
+    async def _plan(
+        self, overrides: StatementOverrides = NO_OVERRIDES, view: ReplicaSetView | None = None
+    ) -> list[int]:
+        """The replica order for one statement (advances ``round_robin``)."""
+        balancer = (view or self._view).balancer
+        if (overrides.load_balancing or balancer.settings.load_balancing).uses_hostnames:
+            await self._resolve_hostname()
+        return balancer.plan_indices(overrides)
+
+    # -- clients ---------------------------------------------------------------------------
+
+    async def _new_client(self, index: int, view: ReplicaSetView | None = None, **extra: Any) -> AsyncClient:
+        client = await self._factory(**self._client_arguments(index, self._options, extra, view))
+        try:
+            self._changes.replay(client)  # what the user set on the pool since it was made
+        except BaseException:
+            await _close_quietly(client)
+            raise
+        return client
+
+    async def _client(self, index: int, view: ReplicaSetView | None = None) -> AsyncClient:
+        view = view or self._view
+        slot: _Slot = view.slots[index]
+        client = slot.client
+        if client is not None:
+            return client
+        seen = slot.creations
+        async with slot.lock:
+            self._check_open()
+            if slot.client is not None:
+                return slot.client
+            address = view.balancer.addresses[index]
+            slot.raise_if_retired(address)
+            slot.raise_shared_failure(seen)
+            version = self._changes.version
+            with slot.creating(address):
+                client = await self._new_client(index, view, autogenerate_session_id=False)
+            if self._closed:  # closed while the client was being created
+                await _close_quietly(client)
+                raise self._closed_error()
+            slot.client = client
+            self._placed(index, client, version)
+            return client
+
+    async def client(self, address: str | Replica) -> AsyncClient:
+        """The shared clickhouse-connect AsyncClient of one replica (no balancing, no failover)."""
+        self._check_open()
+        return await self._client(self._balancer.index_of(address))
+
+    async def connect(self) -> AsyncReplicaPool:
+        """Make sure some replica answers with the pool's credentials and database, as
+        ``await clickhouse_connect.get_async_client(...)`` does: replicas are tried in plan
+        order (failing over like a read) until one's client is created. Raises what that
+        creation raises (authentication, unknown database: unchanged), or
+        :class:`~clickhouse_lb.errors.AllReplicasUnavailableError` with every replica's reason.
+        ``pool = await get_async_pool(...)`` calls it (awaiting the pool is this call)."""
+        self._check_open()
+        if self._reference_or_none() is None:
+            attempts = self._attempts("connect", await self._plan(), retry_after_send=True)
+            await run_async(attempts, self._client, self._policy)
+        return self
+
+    def __await__(self) -> Generator[Any, None, AsyncReplicaPool]:
+        # ``pool = await get_async_pool(...)``: the drop-in for ``await get_async_client(...)``.
+        return (self.connect() if self._connect_on_await else self._itself()).__await__()
+
+    async def _itself(self) -> AsyncReplicaPool:
+        return self
+
+    def _reference_client(self) -> AsyncClient:
+        client = self._reference_or_none()
+        if client is None:
+            raise ProgrammingError(
+                "No replica of this AsyncReplicaPool has answered yet, so there is no server to read "
+                "this from: create it with `pool = await get_async_pool(...)` (or `await pool.connect()`)"
+            )
+        return cast(AsyncClient, client)
+
+    # -- statements ------------------------------------------------------------------------
+
+    async def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self._closed:
+            raise self._closed_error()
+        call = self._prepare(method, args, kwargs)
+        view = self._view
+        order = await self._plan(call.overrides, view)
+        if view.health is not None:
+            order = self._fresh_first(order, call.settings, view)
+        attempts = self._attempts(method, order, view=view, statement=call)
+        plan = self._statement_plan(attempts, call)
+
+        async def run(index: int, query_id: str | None) -> Any:
+            args, kwargs = call.with_query_id(query_id)
+            client = await self._client(index, view)
+            return await getattr(client, method)(*args, **kwargs)
+
+        async def attempt(index: int) -> Any:
+            winner, result = await self._driver.run(plan.spec(index), run, self._replica_alive, self._kill_query)
+            if winner != index:  # a hedge answered first
+                view.balancer.record_success(winner)
+            return result
+
+        if not self._track_views:
+            return await run_async(attempts, attempt, self._policy)
+        self._in_flight.acquire(view)
+        try:
+            return await run_async(attempts, attempt, self._policy)
+        finally:
+            self._in_flight.release(view)
+
+    async def _replica_alive(self, index: int, timeout: float) -> bool:
+        """A liveness check: ``/ping`` on a separate connection of the replica's aiohttp
+        session, within ``timeout`` seconds."""
+        client = self._clients[index].client
+        if client is None:
+            return True  # nothing to ask it with yet: leave the attempt to its timeouts
+        try:
+            return bool(await asyncio.wait_for(client.ping(timeout), timeout + 0.05))
+        except Exception:
+            return False
+
+    async def _kill_query(self, index: int, query_id: str) -> None:
+        client = await self._client(index)
+        await client.command(kill_query_sql(query_id))
+
+    async def _call_read(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A client method that only reads (``create_insert_context``), on one replica with
+        failover; no balancing settings are taken out of its arguments."""
+        self._check_open()
+        attempts = self._attempts(method, await self._plan(), retry_after_send=True)
+
+        async def attempt(index: int) -> Any:
+            client = await self._client(index)
+            return await getattr(client, method)(*args, **kwargs)
+
+        return await run_async(attempts, attempt, self._policy)
+
+    create_insert_context = async_read_statement(AsyncClient.create_insert_context)
+
+    async def close_connections(self) -> None:
+        """Close the idle HTTP connections of every replica's client; the pool stays usable."""
+        await asyncio.gather(*(client.close_connections() for client in self._existing_clients()))
+
+    async def ping(self, timeout: float | None = None) -> bool:
+        """True when some replica answers ``/ping`` (tried in plan order); each replica that
+        does not answer gets an error counted, as a failed attempt would."""
+        self._check_open()
+        self._started()
+        view = self._view
+        with self._view_in_use(view):
+            for index in await self._plan(view=view):
+                try:
+                    client = await self._client(index, view)
+                    answered = await (client.ping(timeout) if timeout else client.ping())
+                except Exception as exc:
+                    if not view.balancer.count_failure(index, exc).replica:
+                        raise
+                    continue
+                if view.balancer.ping_answered(index, answered):
+                    return True
+            return False
+
+    # -- sessions --------------------------------------------------------------------------
+
+    async def pin(self, *, session: bool = True) -> AsyncPinnedSession:
+        """A client pinned to one replica chosen by the strategy, failing over (as a read
+        does) while a replica cannot be reached. ``session``: give it a ClickHouse session id
+        (temporary tables, SET). Close it when done; :meth:`session` does that for you."""
+        self._check_open()
+        extra = pin_options(session)
+        view = self._view
+        order = self._fresh_first(await self._plan(view=view), None, view)
+        attempts = self._attempts("session", order, retry_after_send=True, write=False, view=view)
+
+        async def connect(index: int) -> tuple[int, AsyncClient]:
+            return index, await self._new_client(index, view, **extra)
+
+        index, client = await run_async(attempts, connect, self._policy)
+        return AsyncPinnedSession(self, index, client, view.balancer)
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[AsyncPinnedSession]:
+        """``async with pool.session() as client:`` runs every statement of the block on one
+        replica, in one ClickHouse session (temporary tables, SET, USE). If that replica fails
+        inside the block, :class:`~clickhouse_lb.errors.SessionLostError` is raised: the
+        session is never moved silently to another replica without its state."""
+        pinned = await self.pin(session=True)
+        try:
+            yield pinned
+        finally:
+            await pinned.close()
+
+    # -- discovery -------------------------------------------------------------------------
+
+    def _new_slot(self) -> _Slot:
+        return _Slot()
+
+    def _close_retired(self, slots: list[ClientSlot[Any]]) -> None:
+        """Runs on the loop (a statement's end, or the refresh): the closing is a task."""
+        clients = []
+        for slot in slots:
+            if slot.client is not None:
+                clients.append(slot.client)
+                slot.client = None
+        if clients:
+            task = asyncio.get_running_loop().create_task(self._close_clients(clients))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    @staticmethod
+    async def _close_clients(clients: list[AsyncClient]) -> None:
+        await asyncio.gather(*(_close_quietly(client) for client in clients))
+
+    async def _refresh_discovery(self) -> None:
+        """Re-read the cluster (in a thread: the read blocks) and apply the change on the loop."""
+        if self._closed:
+            return
+        replicas = await asyncio.to_thread(self._read_cluster)
+        if replicas is not None and not self._closed:
+            self._apply_discovered(replicas)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Stop the health probes and close every replica client. Statements after this raise
+        ProgrammingError."""
+        self._closed = True
+        if self._prober is not None:
+            await self._prober.close()
+        self._detach_listeners()
+        self._release_shared_state()
+        clients = []
+        for slot in self._clients:
+            if slot.client is not None:
+                clients.append(slot.client)
+                slot.client = None
+        await asyncio.gather(*(_close_quietly(client) for client in clients))
+
+    async def __aenter__(self) -> AsyncReplicaPool:
+        await self._resolve_hostname()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncPinnedSession(AsyncClientAPI, PinnedBase[AsyncClient]):
+    """A client pinned to one replica of an async pool (``pool.session()``).
+
+    Statements run on that replica only. A replica failure counts an error against it (as in
+    the pool) and raises :class:`~clickhouse_lb.errors.SessionLostError`; query failures and
+    cancellation pass through unchanged.
+    """
+
+    _settings_position = _SETTINGS_POSITION
+
+    async def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        call = self._prepare(method, args, kwargs)
+        try:
+            with handled_by_pool():  # a failure here is reported as SessionLostError
+                return await getattr(self.client, method)(*call.args, **call.kwargs)
+        except Exception as exc:
+            lost = self._lost(exc, call.write)
+            if lost is None:
+                raise
+            raise lost from exc
+
+    async def ping(self, timeout: float | None = None) -> bool:
+        return bool(await (self.client.ping(timeout) if timeout else self.client.ping()))
+
+    async def close(self) -> None:
+        await _close_quietly(self.client)
+
+    async def __aenter__(self) -> AsyncPinnedSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def get_async_pool(
+    hosts: str | Replica | Iterable[str | Replica] | None = None,
+    *,
+    dsn: str | None = None,
+    load_balancing: str | LoadBalancing | None = None,
+    local_hostname: str | None = None,
+    load_balancing_first_offset: int | None = None,
+    distributed_replica_error_half_life: float | None = None,
+    distributed_replica_error_cap: int | None = None,
+    distributed_replica_max_ignored_errors: int | None = None,
+    connections_with_failover_max_tries: int | None = None,
+    connect_timeout_with_failover_ms: int | None = None,
+    failover_backoff_ms: int | None = None,
+    failover_timeout: float | None = None,
+    auto_insert_deduplication_token: bool | None = None,
+    least_loaded_decay_time: float | None = None,
+    health_check_interval_ms: int | None = None,
+    health_check_fast_interval_ms: int | None = None,
+    health_check_timeout_ms: int | None = None,
+    health_check_rise: int | None = None,
+    health_check_fall: int | None = None,
+    max_replica_delay_for_distributed_queries: int | None = None,
+    fallback_to_stale_replicas_for_distributed_queries: bool | None = None,
+    use_hedged_requests: bool | int | None = None,
+    receive_data_timeout_ms: float | str | None = None,
+    liveness_check_after_ms: float | None = None,
+    liveness_ping_timeout_ms: float | None = None,
+    liveness_check_interval_ms: float | None = None,
+    cluster: str | None = None,
+    shard: int | None = None,
+    cluster_http_port: int | None = None,
+    cluster_discovery_interval_ms: int | None = None,
+    listeners: Iterable[Listener] = (),
+    share_state: bool | None = None,
+    connect_on_create: bool = True,
+    **client_options: Any,
+) -> AsyncReplicaPool:
+    """An :class:`AsyncReplicaPool`: the same arguments as :func:`clickhouse_lb.get_pool`
+    (hosts or a DSN, ClickHouse's balancing settings, ``listeners``), and every other keyword
+    goes to each replica's ``clickhouse_connect.get_async_client`` (``username``,
+    ``password``, ``database``, ``send_receive_timeout``, ``connector_limit_per_host``, ...).
+
+    A plain function: building the pool does no I/O (clients connect on first use), so it may
+    be called outside a running loop; with ``cluster=`` (discovery) it reads
+    ``system.clusters`` from a seed once, synchronously, before returning. Bad names and values raise
+    :class:`~clickhouse_lb.errors.ConfigurationError` here. Awaiting the pool,
+    ``pool = await get_async_pool(...)`` (the drop-in for ``await get_async_client(...)``),
+    also checks that some replica answers, as ``get_async_client`` does
+    (:meth:`AsyncReplicaPool.connect`), unless ``connect_on_create=False``.
+
+    >>> pool = get_async_pool(["ch-1:8123", "ch-2:8123"], load_balancing="in_order")
+    >>> pool.plan()
+    ['ch-1:8123', 'ch-2:8123']
+    """
+    require_native_async_client()
+    config = resolve_pool_config(
+        hosts,
+        dsn=dsn,
+        balancing=balancing_arguments(locals()),
+        client_options=client_options,
+        valid_client_options=async_client_option_names(),
+        share_state=share_state,
+    )
+    pool = AsyncReplicaPool(config, listeners=listeners)
+    pool._connect_on_await = connect_on_create
+    return pool

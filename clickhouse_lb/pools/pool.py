@@ -1,0 +1,531 @@
+"""ReplicaPool: one Client-like object over N replicas, balanced per statement.
+
+For every statement the pool asks the :class:`~clickhouse_lb.core.balancer.Balancer` in which
+order ClickHouse would try the replicas right now, runs the call on the first through a
+clickhouse-connect client of that replica, and fails over (see :mod:`clickhouse_lb.core.failover`).
+Everything but the blocking calls is shared with the async pool (:mod:`clickhouse_lb.pools._base`).
+
+Each replica's clickhouse-connect client is created on first use (creating one talks to the
+server); ``get_pool`` creates one at once, in plan order, to check credentials and database as
+``get_client`` does, so a pool over partly-down replicas constructs fine and a replica that is
+down at first use is just a failed attempt. Pooled clients carry no session id, so one client serves
+many threads; state that must stay on one server goes through :meth:`ReplicaPool.session`.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any, cast
+
+import clickhouse_connect
+from clickhouse_connect.driver.client import Client
+from urllib3 import Timeout
+
+from clickhouse_lb.config.pool_config import (
+    PoolConfig,
+    balancing_arguments,
+    resolve_pool_config,
+    sync_client_option_names,
+)
+from clickhouse_lb.config.replicas import Replica
+from clickhouse_lb.config.settings import LoadBalancing
+from clickhouse_lb.core._driver_logs import handled_by_pool
+from clickhouse_lb.core._statements import settings_positions
+from clickhouse_lb.core.balancer import Balancer
+from clickhouse_lb.core.events import Listener, logger
+from clickhouse_lb.core.failover import run_sync, sync_policy
+from clickhouse_lb.core.shared_state import SharedReplicaSet
+from clickhouse_lb.pools._base import (
+    ClientSlot,
+    PinnedBase,
+    PoolBase,
+    ReplicaSetView,
+    client_options_for,
+    kill_query_sql,
+    pin_options,
+)
+from clickhouse_lb.pools._client_api import STATEMENT_METHODS, SyncClientAPI
+from clickhouse_lb.pools._client_members import read_statement
+from clickhouse_lb.pools._drive_sync import SyncDriver
+from clickhouse_lb.pools._transport import current_attempt, quiet_transport, set_client_timeouts, tracking_pool_manager
+from clickhouse_lb.pools._watchdog import Watchdog
+from clickhouse_lb.probes._shared import Forwarder, SharedProbes
+from clickhouse_lb.probes.workers import ProbeWorker
+
+__all__ = ["PinnedSession", "ReplicaPool", "get_pool"]
+
+ClientFactory = Callable[..., Client]
+
+_SETTINGS_POSITION = settings_positions(Client, list(STATEMENT_METHODS))
+
+
+def _close_quietly(client: Client) -> None:
+    try:
+        client.close()
+    except Exception:  # closing must not fail the caller
+        logger.debug("closing a replica client failed", exc_info=True)
+
+
+class _Slot(ClientSlot[Client]):
+    __slots__ = ("lock",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = threading.Lock()
+
+
+class ReplicaPool(SyncClientAPI, PoolBase):
+    """A Client-like pool over ClickHouse replicas with ClickHouse's load balancing and failover.
+
+    Create it with :func:`get_pool`. Statements (``query``, ``command``, ``insert``, ``query_df``,
+    ``query_arrow``, ``raw_query``, the streaming variants ...) take clickhouse-connect's
+    arguments and return its types. Thread-safe.
+    """
+
+    _settings_position = _SETTINGS_POSITION
+
+    _prober: ProbeWorker | None
+
+    def __init__(
+        self,
+        config: PoolConfig,
+        *,
+        listeners: Iterable[Listener] = (),
+        client_factory: ClientFactory | None = None,
+        balancer: Balancer | None = None,
+    ) -> None:
+        super().__init__(config, listeners=listeners, balancer=balancer)
+        self._factory: ClientFactory = client_factory or clickhouse_connect.get_client
+        self._options = client_options_for(self.config, whole_seconds=True)
+        # Connections an abandoned attempt can be cut off on (where the pool can build the
+        # transport clickhouse-connect would; see clickhouse_lb.pools._transport). Not for a client
+        # factory of the caller's own: its clients may not take a pool manager.
+        self._manager = tracking_pool_manager(self._options) if client_factory is None else None
+        if self._manager is not None:
+            self._options["pool_mgr"] = self._manager
+        self._view = self._view._replace(slots=tuple(_Slot() for _ in self.config.replicas))
+        self._policy = sync_policy()
+        self._driver = SyncDriver()
+        # Attempts that are not hedged run on the caller's thread under a watchdog where their
+        # connections can be shut down from outside (or the clients are the caller's own: a
+        # test's fakes); otherwise on the driver's worker threads, which the statement can
+        # leave behind.
+        watched = self._manager is not None or client_factory is not None
+        self._watchdog = Watchdog(self._replica_alive, self._kill_query) if watched else None
+        #: The worker is the shared replica set's (see clickhouse_lb.core.shared_state): close() leaves it running.
+        self._prober_shared = False
+        self._detach_forwarder: Callable[[], object] | None = None
+        if self._health is not None and self._shared is not None:
+            self._share_probes(self._shared)
+        else:
+            self._prober = (
+                ProbeWorker(
+                    self._health, self._balancer.addresses, self._options,
+                    refresher=weakref.WeakMethod(self._refresh_discovery), refresh_interval=self._refresh_interval(),
+                )
+                if self._health
+                else None
+            )
+            if self._prober is not None:  # a pool dropped without close() must not leave its worker running
+                weakref.finalize(self, self._prober.stop)
+        self._sealed = True
+
+    def _share_probes(self, shared: SharedReplicaSet) -> None:
+        """Use the one worker of the shared replica set (made by the first pool over it, with
+        its health settings), and receive its events while this pool is open."""
+        config, state = self.config, self._balancer.state
+        probes = shared.probes(
+            config.health,
+            lambda: SharedProbes(config.replicas, config.settings, config.health, state, self._options),
+        )
+        self._view = self._view._replace(health=probes.monitor)
+        self._prober = probes.worker
+        self._prober_shared = True
+        forwarder = Forwarder(self._balancer.listeners)
+        probes.listeners.add(forwarder)
+        self._detach_forwarder = weakref.finalize(self, probes.listeners.remove, forwarder)
+
+    # -- clients ---------------------------------------------------------------------------
+
+    def _new_client(self, index: int, view: ReplicaSetView | None = None, **extra: Any) -> Client:
+        client = self._factory(**self._client_arguments(index, self._options, extra, view))
+        set_client_timeouts(client, self.config.attempts.timeouts)
+        try:
+            self._changes.replay(client)  # what the user set on the pool since it was made
+        except BaseException:
+            _close_quietly(client)
+            raise
+        return client
+
+    def _client(self, index: int, view: ReplicaSetView | None = None) -> Client:
+        view = view or self._view
+        slot: _Slot = view.slots[index]
+        client = slot.client
+        if client is not None:
+            return client
+        seen = slot.creations
+        with slot.lock:
+            self._check_open()
+            if slot.client is not None:
+                return slot.client
+            address = view.balancer.addresses[index]
+            slot.raise_if_retired(address)
+            slot.raise_shared_failure(seen)
+            version = self._changes.version
+            try:
+                with slot.creating(address):
+                    client = self._new_client(index, view, autogenerate_session_id=False)
+            except Exception:
+                attempt = current_attempt()
+                if attempt is not None and attempt.abandoned:
+                    slot.failure = None  # broken off on purpose: nothing for the waiters to share
+                raise
+            if self._closed:  # closed while the client was being created
+                _close_quietly(client)
+                raise self._closed_error()
+            slot.client = client
+            self._placed(index, client, version)
+            return client
+
+    def client(self, address: str | Replica) -> Client:
+        """The shared clickhouse-connect client of one replica (no balancing, no failover)."""
+        return self._client(self._balancer.index_of(address))
+
+    def connect(self) -> ReplicaPool:
+        """Make sure some replica answers with the pool's credentials and database, as
+        ``clickhouse_connect.get_client`` does at creation: replicas are tried in plan order
+        (failing over like a read) until one's client is created. Raises what that creation
+        raises (an authentication or unknown-database error unchanged, as ``get_client`` would),
+        or :class:`~clickhouse_lb.errors.AllReplicasUnavailableError` with every replica's
+        reason. Does nothing once a replica has answered. ``get_pool`` calls it unless
+        ``connect_on_create=False``."""
+        self._check_open()
+        if self._reference_or_none() is None:
+            attempts = self._attempts("connect", self._balancer.plan_indices(), retry_after_send=True)
+            run_sync(attempts, self._client, self._policy)
+        return self
+
+    def _reference_client(self) -> Client:
+        client = self._reference_or_none()
+        if client is None:
+            self.connect()
+            client = self._reference_or_none()
+        assert client is not None
+        return cast(Client, client)
+
+    # -- statements ------------------------------------------------------------------------
+
+    def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self._closed:
+            raise self._closed_error()
+        call = self._prepare(method, args, kwargs)
+        view = self._view
+        order = view.balancer.plan_indices(call.overrides)
+        if view.health is not None:
+            order = self._fresh_first(order, call.settings, view)
+        attempts = self._attempts(method, order, view=view, statement=call)
+        plan = self._statement_plan(attempts, call)
+
+        def run(index: int, query_id: str | None) -> Any:
+            args, kwargs = call.with_query_id(query_id) if query_id is not None else (call.args, call.kwargs)
+            client = view.slots[index].client  # made already (the usual case), else made now
+            return getattr(client if client is not None else self._client(index, view), method)(*args, **kwargs)
+
+        watchdog = self._watchdog if not plan.hedgeable else None
+
+        def attempt(index: int) -> Any:
+            if watchdog is not None:
+                return watchdog.run_planned(plan, index, run)
+            winner, result = self._driver.run(plan.spec(index), run, self._replica_alive, self._kill_query)
+            if winner != index:  # a hedge answered first
+                view.balancer.record_success(winner)
+            return result
+
+        if not self._track_views:
+            return run_sync(attempts, attempt, self._policy)
+        self._in_flight.acquire(view)
+        try:
+            return run_sync(attempts, attempt, self._policy)
+        finally:
+            self._in_flight.release(view)
+
+    def _replica_alive(self, index: int, timeout: float) -> bool:
+        """A liveness check: ``/ping`` on a separate connection, within ``timeout`` seconds."""
+        if self._manager is not None:
+            try:
+                response = self._manager.request(
+                    "GET", self._ping_url(index), timeout=Timeout(total=timeout), retries=False
+                )
+            except Exception:
+                return False
+            return response.status == 200
+        client = self._clients[index].client
+        if client is None:
+            return True  # nothing to ask it with: leave the attempt to its timeouts
+        try:
+            return bool(client.ping(timeout))
+        except Exception:
+            return False
+
+    def _kill_query(self, index: int, query_id: str) -> None:
+        with quiet_transport():
+            self._client(index).command(kill_query_sql(query_id))
+
+    def _call_read(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A client method that only reads (e.g. ``create_insert_context``), on one replica
+        with failover; no balancing settings are taken out of its arguments."""
+        self._check_open()
+        attempts = self._attempts(method, self._balancer.plan_indices(), retry_after_send=True)
+        return run_sync(attempts, lambda index: getattr(self._client(index), method)(*args, **kwargs), self._policy)
+
+    create_insert_context = read_statement(Client.create_insert_context)
+
+    def close_connections(self) -> None:
+        """Close the idle HTTP connections of every replica's client; the pool stays usable."""
+        for client in self._existing_clients():
+            client.close_connections()
+
+    def ping(self, timeout: float | None = None) -> bool:
+        """True when some replica answers ``/ping`` (tried in plan order); each replica that
+        does not answer gets an error counted, as a failed attempt would."""
+        self._started()
+        view = self._view
+        with self._view_in_use(view):
+            for index in view.balancer.plan_indices():
+                try:
+                    client = self._client(index, view)
+                    answered = client.ping(timeout) if timeout else client.ping()
+                except Exception as exc:
+                    if not view.balancer.count_failure(index, exc).replica:
+                        raise
+                    continue
+                if view.balancer.ping_answered(index, answered):
+                    return True
+            return False
+
+    # -- sessions --------------------------------------------------------------------------
+
+    def pin(self, *, session: bool = True) -> PinnedSession:
+        """A client pinned to one replica chosen by the strategy (trying the next ones, in plan
+        order, while a replica cannot be reached). ``session``: give it a ClickHouse session id
+        (temporary tables, SET). Close it when done; :meth:`session` does that for you."""
+        self._check_open()
+        extra = pin_options(session)
+        view = self._view
+        order = self._fresh_first(view.balancer.plan_indices(), None, view)
+        attempts = self._attempts("session", order, retry_after_send=True, write=False, view=view)
+
+        def connect(index: int) -> tuple[int, Client]:
+            return index, self._new_client(index, view, **extra)
+
+        index, client = run_sync(attempts, connect, self._policy)
+        return PinnedSession(self, index, client, view.balancer)
+
+    @contextmanager
+    def session(self) -> Iterator[PinnedSession]:
+        """``with pool.session() as client:`` runs every statement of the block on one replica,
+        in one ClickHouse session (temporary tables, SET, USE). If that replica fails inside
+        the block, :class:`~clickhouse_lb.errors.SessionLostError` is raised: the session is
+        never moved silently to another replica without its state."""
+        pinned = self.pin(session=True)
+        try:
+            yield pinned
+        finally:
+            pinned.close()
+
+    # -- discovery -------------------------------------------------------------------------
+
+    def _new_slot(self) -> _Slot:
+        return _Slot()
+
+    def _close_retired(self, slots: list[ClientSlot[Any]]) -> None:
+        for slot in slots:
+            assert isinstance(slot, _Slot)
+            with slot.lock:
+                client, slot.client = slot.client, None
+            if client is not None:
+                _close_quietly(client)
+
+    def _refresh_interval(self) -> float | None:
+        return self.config.discovery.interval if self.config.seeds else None
+
+    def _refresh_discovery(self) -> None:
+        """Re-read the cluster and apply the change (on the health worker's thread)."""
+        if self._closed:
+            return
+        replicas = self._read_cluster()
+        if replicas is not None:
+            self._apply_discovered(replicas)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the health probes and close every replica client. Statements after this raise
+        ProgrammingError."""
+        self._closed = True
+        if self._prober is not None and not self._prober_shared:
+            self._prober.close()
+        if self._detach_forwarder is not None:
+            self._detach_forwarder()
+        self._detach_listeners()
+        self._release_shared_state()
+        with self._discovery_lock:  # no view replaced from here on
+            pass
+        for slot in self._clients:
+            with slot.lock:
+                client, slot.client = slot.client, None
+            if client is not None:
+                _close_quietly(client)
+        if self._watchdog is not None:
+            self._watchdog.close()
+        if self._manager is not None:
+            self._manager.clear()
+
+    def __enter__(self) -> ReplicaPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class PinnedSession(SyncClientAPI, PinnedBase[Client]):
+    """A client pinned to one replica of a pool (``pool.session()``).
+
+    Statements run on that replica only. A replica failure counts an error against it (as in
+    the pool) and raises :class:`~clickhouse_lb.errors.SessionLostError`; query failures pass
+    through unchanged.
+    """
+
+    _settings_position = _SETTINGS_POSITION
+
+    def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        call = self._prepare(method, args, kwargs)
+        try:
+            with handled_by_pool():  # a failure here is reported as SessionLostError
+                return getattr(self.client, method)(*call.args, **call.kwargs)
+        except Exception as exc:
+            lost = self._lost(exc, call.write)
+            if lost is None:
+                raise
+            raise lost from exc
+
+    def ping(self, timeout: float | None = None) -> bool:
+        return bool(self.client.ping(timeout) if timeout else self.client.ping())
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> PinnedSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def get_pool(
+    hosts: str | Replica | Iterable[str | Replica] | None = None,
+    *,
+    dsn: str | None = None,
+    load_balancing: str | LoadBalancing | None = None,
+    local_hostname: str | None = None,
+    load_balancing_first_offset: int | None = None,
+    distributed_replica_error_half_life: float | None = None,
+    distributed_replica_error_cap: int | None = None,
+    distributed_replica_max_ignored_errors: int | None = None,
+    connections_with_failover_max_tries: int | None = None,
+    connect_timeout_with_failover_ms: int | None = None,
+    failover_backoff_ms: int | None = None,
+    failover_timeout: float | None = None,
+    auto_insert_deduplication_token: bool | None = None,
+    least_loaded_decay_time: float | None = None,
+    health_check_interval_ms: int | None = None,
+    health_check_fast_interval_ms: int | None = None,
+    health_check_timeout_ms: int | None = None,
+    health_check_rise: int | None = None,
+    health_check_fall: int | None = None,
+    max_replica_delay_for_distributed_queries: int | None = None,
+    fallback_to_stale_replicas_for_distributed_queries: bool | None = None,
+    use_hedged_requests: bool | int | None = None,
+    receive_data_timeout_ms: float | str | None = None,
+    liveness_check_after_ms: float | None = None,
+    liveness_ping_timeout_ms: float | None = None,
+    liveness_check_interval_ms: float | None = None,
+    cluster: str | None = None,
+    shard: int | None = None,
+    cluster_http_port: int | None = None,
+    cluster_discovery_interval_ms: int | None = None,
+    listeners: Iterable[Listener] = (),
+    share_state: bool | None = None,
+    connect_on_create: bool = True,
+    **client_options: Any,
+) -> ReplicaPool:
+    """A :class:`ReplicaPool` over ``hosts`` (``["ch-1:8123", ...]``, ``"ch-1:8123,ch-2:8123"``,
+    :class:`~clickhouse_lb.Replica` objects) or a ``dsn``
+    (``clickhouse://user:pw@ch-1:8123,ch-2:8123/db?load_balancing=in_order``).
+
+    Balancing settings keep ClickHouse's names and defaults: ``load_balancing="random"``,
+    ``load_balancing_first_offset=0``, ``distributed_replica_error_half_life=60`` (seconds),
+    ``distributed_replica_error_cap=1000``, ``distributed_replica_max_ignored_errors=0``,
+    ``connections_with_failover_max_tries=3``, ``connect_timeout_with_failover_ms=1000``;
+    ``local_hostname`` defaults to this machine's canonical name. Ours: ``failover_backoff_ms=0``
+    (pause before each new pass), ``failover_timeout=None`` (total seconds per statement),
+    ``auto_insert_deduplication_token=True``, ``least_loaded_decay_time=10`` (seconds: the time
+    constant of the latency average of ``load_balancing="least_loaded"``, our extension beyond
+    ClickHouse's eight strategies). Background health probes (``GET /ping``):
+    ``health_check_interval_ms=1000`` (0 turns them off), ``health_check_fast_interval_ms=200``,
+    ``health_check_timeout_ms=500``, ``health_check_rise=2``, ``health_check_fall=1``. Replica
+    lag, as the server: ``max_replica_delay_for_distributed_queries=300`` (seconds; 0: not
+    checked), ``fallback_to_stale_replicas_for_distributed_queries=True``. A value left as
+    ``None`` comes from the DSN, or is the default.
+
+    Discovery: ``cluster="lb_cluster"`` makes ``hosts`` the seeds: the pool reads the
+    cluster's replicas from ``system.clusters`` on the first seed that answers (optionally one
+    ``shard=N``; ``cluster_http_port``: the HTTP port of every replica, else 9000 -> 8123,
+    9440 -> 8443, any other port as listed) and re-reads them every
+    ``cluster_discovery_interval_ms=30000`` (0: once) through the health worker (see
+    :mod:`clickhouse_lb.core.discovery`). A discovered pool keeps its balancing state to itself.
+
+    ``share_state=True`` (the default; ``share_state=0`` in a DSN): the error counts, decay
+    clock and round-robin counter are shared with every other pool and engine of the process
+    over the same replicas, settings, user and database (see :mod:`clickhouse_lb.core.shared_state`),
+    so pools built per request still balance. ``False``: this pool keeps its own.
+
+    Hung and slow replicas (see :mod:`clickhouse_lb.config.attempt_settings`): ``failover_timeout``
+    is a real deadline; ``send_receive_timeout``, ``receive_timeout`` and ``send_timeout`` take
+    fractional seconds; liveness-checked waits (``liveness_check_after_ms=100``,
+    ``liveness_ping_timeout_ms=150``, ``liveness_check_interval_ms=1000``) abandon an attempt on
+    a replica that stopped answering ``/ping``; ``use_hedged_requests=0`` and
+    ``receive_data_timeout_ms="auto"`` for hedged reads.
+
+    Every other keyword (``username``, ``password``, ``database``, ``secure``, ``compress``,
+    ``send_receive_timeout``, ``settings``, ...) goes to each replica's
+    ``clickhouse_connect.get_client`` (``user=``, ``interface=``, ``generic_args=`` and a
+    single-host DSN in clickhouse-connect's own form are understood as ``get_client`` does;
+    ``host``/``port``/``session_id`` are refused with what to use). Bad names and values raise
+    :class:`~clickhouse_lb.errors.ConfigurationError` here, before any I/O.
+
+    ``connect_on_create=True`` (the default), like ``get_client``: the pool then checks that
+    some replica answers with these credentials and database (:meth:`ReplicaPool.connect`),
+    raising what ``get_client`` would when none does; replicas that are down are skipped.
+    ``connect_on_create=False`` builds the pool without any I/O (each replica's client is
+    created on first use): for applications that start before the cluster does.
+    """
+    config = resolve_pool_config(
+        hosts,
+        dsn=dsn,
+        balancing=balancing_arguments(locals()),
+        client_options=client_options,
+        valid_client_options=sync_client_option_names(),
+        share_state=share_state,
+    )
+    pool = ReplicaPool(config, listeners=listeners)
+    if connect_on_create:
+        try:
+            pool.connect()
+        except BaseException:
+            pool.close()
+            raise
+    return pool

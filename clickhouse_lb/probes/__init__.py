@@ -1,0 +1,1 @@
+"""Health probes, pings and discovery queries: the I/O beside statements."""

@@ -1,0 +1,135 @@
+"""Ask one replica ``GET /ping`` with a short timeout, on a connection of our own (never a
+statement's): the sync flavour on urllib3, the async one on aiohttp (imported only when used).
+
+A replica answers ``200 Ok.``; anything else, or nothing within the timeout, is a failed ping.
+
+The replication delay is read the same way, with the pool's credentials: the largest
+``absolute_delay`` of the replica's replicated tables (``system.replicas``; 0 without any).
+"""
+
+from __future__ import annotations
+
+import ssl
+import time
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+import urllib3
+
+from clickhouse_lb.core.classify import classify
+from clickhouse_lb.core.health import ProbeOutcome
+
+__all__ = ["DELAY_QUERY", "AsyncPinger", "SyncPinger", "delay_url", "ping_url"]
+
+DELAY_QUERY = "SELECT max(absolute_delay) FROM system.replicas"
+
+
+def ping_url(address: str, options: Mapping[str, Any]) -> str:
+    """``http(s)://host:port/ping`` for a replica address, HTTPS as the pool's clients use it."""
+    secure = bool(options.get("secure")) or str(options.get("interface", "")).lower() == "https"
+    return f"{'https' if secure else 'http'}://{address}/ping"
+
+
+def delay_url(address: str, options: Mapping[str, Any]) -> str:
+    """The URL that reads a replica's replication delay (:data:`DELAY_QUERY`)."""
+    return ping_url(address, options).removesuffix("/ping") + "/?query=" + quote(DELAY_QUERY)
+
+
+def auth_headers(options: Mapping[str, Any]) -> dict[str, str]:
+    """Credentials as the HTTP interface takes them (never in the URL, so never in a log)."""
+    if options.get("access_token"):
+        return {"Authorization": f"Bearer {options['access_token']}"}
+    headers = {"X-ClickHouse-User": str(options.get("username") or "default")}
+    if options.get("password"):
+        headers["X-ClickHouse-Key"] = str(options["password"])
+    return headers
+
+
+def _delay(status: int, body: bytes) -> float:
+    if status != 200:
+        raise ValueError(f"HTTP {status}: {body[:120]!r}")
+    return float(body.strip() or 0)
+
+
+def _ssl_context(options: Mapping[str, Any]) -> ssl.SSLContext:
+    """TLS as the replica clients are told (``verify``, ``ca_cert``, ``client_cert``/``_key``)."""
+    context = ssl.create_default_context(cafile=options.get("ca_cert") or None)
+    if not options.get("verify", True):
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if options.get("client_cert"):
+        context.load_cert_chain(options["client_cert"], options.get("client_cert_key") or None)
+    return context
+
+
+def _answered(status: int, body: bytes) -> str | None:
+    """None when this is a healthy answer, else why not."""
+    if status == 200 and body.startswith(b"Ok."):
+        return None
+    return f"/ping answered HTTP {status}: {body[:80]!r}"
+
+
+class SyncPinger:
+    """Pings over a small urllib3 pool (one kept-alive connection per replica)."""
+
+    def __init__(self, options: Mapping[str, Any], timeout: float) -> None:
+        self.timeout = timeout
+        secure = ping_url("x", options).startswith("https")
+        kwargs: dict[str, Any] = {"ssl_context": _ssl_context(options)} if secure else {}
+        self._http = urllib3.PoolManager(num_pools=64, maxsize=1, retries=False, **kwargs)
+        self._headers = auth_headers(options)
+
+    def ping(self, url: str) -> ProbeOutcome:
+        start = time.perf_counter()
+        try:
+            response = self._http.request("GET", url, timeout=urllib3.Timeout(total=self.timeout))
+            error = _answered(response.status, response.data)
+        except Exception as exc:
+            error = classify(exc).reason
+        return ProbeOutcome(error is None, time.perf_counter() - start, error)
+
+    def delay(self, url: str) -> tuple[float | None, str | None]:
+        """``(delay in seconds, None)``, or ``(None, why not)``."""
+        try:
+            response = self._http.request(
+                "GET", url, headers=self._headers, timeout=urllib3.Timeout(total=self.timeout)
+            )
+            return _delay(response.status, response.data), None
+        except Exception as exc:
+            return None, classify(exc).reason
+
+    def close(self) -> None:
+        self._http.clear()
+
+
+class AsyncPinger:
+    """Pings over one aiohttp session; create and close it on the event loop that uses it."""
+
+    def __init__(self, options: Mapping[str, Any], timeout: float) -> None:
+        import aiohttp
+
+        self.timeout = timeout
+        secure = ping_url("x", options).startswith("https")
+        connector = aiohttp.TCPConnector(ssl=_ssl_context(options) if secure else False, limit_per_host=1)
+        self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout))
+        self._headers = auth_headers(options)
+
+    async def ping(self, url: str) -> ProbeOutcome:
+        start = time.perf_counter()
+        try:
+            async with self._session.get(url) as response:
+                error = _answered(response.status, await response.read())
+        except Exception as exc:
+            error = classify(exc).reason or type(exc).__name__
+        return ProbeOutcome(error is None, time.perf_counter() - start, error)
+
+    async def delay(self, url: str) -> tuple[float | None, str | None]:
+        try:
+            async with self._session.get(url, headers=self._headers) as response:
+                return _delay(response.status, await response.read()), None
+        except Exception as exc:
+            return None, classify(exc).reason or type(exc).__name__
+
+    async def close(self) -> None:
+        await self._session.close()
