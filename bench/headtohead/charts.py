@@ -16,8 +16,8 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from .analysis import throughput_bins
+from .load import unpack_outcome
 from .report import CELL_TITLES, SHARES_CHART, chart_file, latency_ratios, readmit_text, reference_for, stamp
-from .scenarios import unpack
 
 __all__ = ["latency_chart", "render_all", "shares_chart", "timeline_chart"]
 
@@ -42,7 +42,7 @@ def timeline_chart(scenario: Mapping[str, Any], env: Mapping[str, Any], bin_widt
     for ax, name in zip(axes[:, 0], names):
         run = runs[name][0]
         events = run["events"]
-        outcomes = [unpack(row) for row in run["outcomes"]]
+        outcomes = [unpack_outcome(row) for row in run["outcomes"]]
         bins = throughput_bins(outcomes, replicas, events["end"], bin_width)
         xs = [i * bin_width for i in range(len(bins[replicas[0]]))]
         for colour, replica in zip(_REPLICA_COLOURS, replicas):

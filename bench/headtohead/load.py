@@ -103,3 +103,12 @@ def run_until(query: Callable[[str], Sequence[Sequence[Any]]], sql: str, threads
         return [o for r in results for o in r]
 
     return join
+
+
+def pack_outcome(o: Outcome) -> list[Any]:
+    """One outcome as a JSON row (results.json); :func:`unpack_outcome` reads it back."""
+    return [o.thread, round(o.start, 5), round(o.end, 5), o.replica, o.error]
+
+
+def unpack_outcome(row: Sequence[Any]) -> Outcome:
+    return Outcome(int(row[0]), float(row[1]), float(row[2]), row[3], row[4])

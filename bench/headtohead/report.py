@@ -235,14 +235,14 @@ def resummarize(data: dict[str, Any]) -> dict[str, Any]:
     """Recompute each failover run's summary from its outcomes (a saved run, read again with
     this version's definitions)."""
     from .analysis import summarize_timeline
-    from .scenarios import unpack
+    from .load import unpack_outcome
 
     for scenario in data["scenarios"]:
         if scenario["kind"] != "timeline":
             continue
         for runs in scenario["runs"].values():
             for run in runs:
-                outcomes = [unpack(row) for row in run["outcomes"]]
+                outcomes = [unpack_outcome(row) for row in run["outcomes"]]
                 run["summary"] = summarize_timeline(outcomes, run["events"], scenario["fault"],
                                                     scenario["replicas"][0])
     return data

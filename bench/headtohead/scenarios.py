@@ -29,7 +29,7 @@ from .analysis import (
     summarize_timeline,
 )
 from .contenders import Contender, Target, available, by_name, open_scrambler, open_target, pool_arguments
-from .load import Outcome, run_count, run_until
+from .load import Outcome, pack_outcome, run_count, run_until
 from .report import readmit_text
 
 __all__ = ["SCENARIOS", "Bench", "Scenario", "Sizes"]
@@ -234,7 +234,7 @@ class Bench:
         self.log(f"   {c.name}: {summary['statements']} ok, {summary['failed']} failed, worst gap "
                  f"{summary['worst_gap']:.2f}s, r1 {rotation}"
                  + (f", {summary['stuck']} stuck on r1" if summary["stuck"] else ""))
-        return {"events": events, "outcomes": [_pack(o) for o in outcomes], "summary": summary}
+        return {"events": events, "outcomes": [pack_outcome(o) for o in outcomes], "summary": summary}
 
     # -- spread with one replica down ----------------------------------------------------------
 
@@ -426,11 +426,3 @@ def _sleep_until(deadline: float) -> None:
     delay = deadline - time.perf_counter()
     if delay > 0:
         time.sleep(delay)
-
-
-def _pack(o: Outcome) -> list[Any]:
-    return [o.thread, round(o.start, 5), round(o.end, 5), o.replica, o.error]
-
-
-def unpack(row: Sequence[Any]) -> Outcome:
-    return Outcome(int(row[0]), float(row[1]), float(row[2]), row[3], row[4])
