@@ -1,0 +1,244 @@
+"""Which shard a row goes to, exactly as a ClickHouse ``Distributed`` table decides it. No I/O.
+
+The rule, read from ClickHouse's source:
+
+- **Slots** (``Cluster.cpp``, where ``slot_to_shard`` is filled): every shard, in the cluster's
+  order, gets as many slots as its weight (a shard of weight 0 gets none and receives no rows).
+- **Selector** (``Interpreters/createBlockSelector.cpp``): the sharding expression must have an
+  integer type; its value ``v`` picks ``slots[u % len(slots)]``, where ``u`` is ``v`` converted
+  to ``UInt32`` when the type is 32 bits or narrower and to ``UInt64`` otherwise (so a negative
+  ``Int8``/``Int16``/``Int32`` value is taken modulo 2**32, an ``Int64`` modulo 2**64).
+- **Hash functions** (``Functions/FunctionsHashing.h``), as checked against the engine itself
+  (tests/test_sharding.py asks chdb for the same values): ``intHash64(x)`` mixes ``x``
+  converted to UInt64 (sign-extended) and XORed with a constant; ``cityHash64`` of an integer is ``intHash64`` of the
+  value's bit pattern zero-extended from its width, of a string CityHash64 v1.0.2 of its bytes;
+  ``sipHash64`` is SipHash-2-4 (key 0) of the value's little-endian bytes (a string's bytes).
+  ``rand()`` is a random UInt32.
+
+Vectorised with NumPy for integer keys; strings go through the C implementations of the
+``sharding`` extra (``clickhouse-cityhash``, ``siphash24``).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from clickhouse_lb.errors import ConfigurationError
+
+__all__ = [
+    "KEY_FUNCTIONS",
+    "IntegerType",
+    "ShardingKey",
+    "key_values",
+    "parse_sharding_key",
+    "shard_indices",
+    "slot_table",
+    "value_type",
+]
+
+#: The sharding expressions routed on the client: ``col``, ``f(col)`` for these, and ``rand()``.
+KEY_FUNCTIONS = ("cityHash64", "sipHash64", "intHash64", "rand")
+
+_KEY_FORMS = "a column (`id`), cityHash64(col), sipHash64(col), intHash64(col) or rand()"
+_IDENT = r"`[^`]+`|[A-Za-z_][A-Za-z0-9_]*"
+_KEY = re.compile(rf"^\s*(?:(?P<fn>[A-Za-z0-9_]+)\s*\(\s*(?P<arg>{_IDENT})?\s*\)|(?P<col>{_IDENT}))\s*$")
+
+_U64 = np.uint64
+_MASK32 = (1 << 32) - 1
+_MASK64 = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class ShardingKey:
+    """A parsed sharding expression: ``function`` (None: the column's own value) of ``column``
+    (None for ``rand()``)."""
+
+    text: str
+    function: str | None
+    column: str | None
+
+
+def parse_sharding_key(text: str) -> ShardingKey:
+    """``"cityHash64(user_id)"`` -> ShardingKey; anything else is refused naming the forms."""
+    match = _KEY.match(text) if isinstance(text, str) else None
+    if match is None:
+        raise ConfigurationError(f"Bad sharding_key {text!r}: expected {_KEY_FORMS}")
+    if match["col"] is not None:
+        return ShardingKey(text, None, match["col"].strip("`"))
+    function, column = match["fn"], match["arg"]
+    if function not in KEY_FUNCTIONS:
+        raise ConfigurationError(
+            f"Bad sharding_key {text!r}: {function}() is not routed on the client; expected {_KEY_FORMS}"
+        )
+    if (function == "rand") != (column is None):
+        raise ConfigurationError(f"Bad sharding_key {text!r}: expected {_KEY_FORMS}")
+    return ShardingKey(text, function, column.strip("`") if column else None)
+
+
+@dataclass(frozen=True)
+class IntegerType:
+    bits: int
+    signed: bool
+
+
+_INTEGER = re.compile(r"^(U?)Int(8|16|32|64)$")
+_WRAPPER = re.compile(r"^(?:Nullable|LowCardinality)\((.*)\)$")
+STRING = "string"
+
+
+def value_type(type_name: str) -> IntegerType | str:
+    """The key column's ClickHouse type -> an :class:`IntegerType` or ``STRING``; other types
+    are refused (a Distributed table refuses a non-integer sharding expression too)."""
+    name = type_name.strip()
+    while (wrapped := _WRAPPER.match(name)) is not None:
+        name = wrapped.group(1).strip()
+    if name == "Bool":
+        return IntegerType(8, False)
+    integer = _INTEGER.match(name)
+    if integer is not None:
+        return IntegerType(int(integer.group(2)), integer.group(1) == "")
+    if name == "String" or name.startswith("FixedString("):
+        return STRING
+    raise ConfigurationError(
+        f"Cannot route rows by a {type_name} column: the sharding key's column must be an integer "
+        "(UInt8..UInt64, Int8..Int64) or, inside a hash function, a String or FixedString"
+    )
+
+
+def slot_table(weights: Sequence[int]) -> tuple[int, ...]:
+    """Shard positions, each repeated by its weight (``Cluster``'s ``slot_to_shard``)."""
+    for weight in weights:
+        if isinstance(weight, bool) or not isinstance(weight, int) or weight < 0:
+            raise ConfigurationError(f"Bad shard weight {weight!r}: expected an integer >= 0")
+    slots = tuple(shard for shard, weight in enumerate(weights) for _ in range(weight))
+    if not slots:
+        raise ConfigurationError(f"Bad shard weights {list(weights)!r}: at least one shard needs a weight > 0")
+    return slots
+
+
+def shard_indices(selector_values: np.ndarray, slots: Sequence[int]) -> np.ndarray:
+    """Each row's shard position from the selector's unsigned key values."""
+    table = np.asarray(slots, dtype=np.int64)
+    positions: np.ndarray = table[selector_values % _U64(len(table))]
+    return positions
+
+
+def _as_uint64(values: Sequence[Any], mask: int) -> np.ndarray:
+    """Python ints -> their two's-complement bit patterns under ``mask``, as uint64."""
+    try:
+        return np.fromiter((int(v) & mask for v in values), dtype=_U64, count=len(values))
+    except TypeError as exc:
+        raise ConfigurationError(f"Bad sharding key value: expected integers ({exc})") from None
+
+
+#: ``IntHash64Impl`` mixes the value XOR this constant (so that intHash64(0) is not 0).
+_INT_HASH64_SALT = _U64(0x4CF2D2BAAE6DA887)
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """The SQL function ``intHash64``: MurmurHash3's 64-bit finaliser of ``x ^ salt`` (wraps
+    modulo 2**64)."""
+    x = x ^ _INT_HASH64_SALT
+    x = x ^ (x >> _U64(33))
+    x = x * _U64(0xFF51AFD7ED558CCD)
+    x = x ^ (x >> _U64(33))
+    x = x * _U64(0xC4CEB9FE1A85EC53)
+    mixed: np.ndarray = x ^ (x >> _U64(33))
+    return mixed
+
+
+def _rotl(x: np.ndarray, bits: int) -> np.ndarray:
+    rotated: np.ndarray = (x << _U64(bits)) | (x >> _U64(64 - bits))
+    return rotated
+
+
+def _sip_round(v0: np.ndarray, v1: np.ndarray, v2: np.ndarray, v3: np.ndarray) -> tuple[np.ndarray, ...]:
+    v0 = v0 + v1
+    v1 = _rotl(v1, 13) ^ v0
+    v0 = _rotl(v0, 32)
+    v2 = v2 + v3
+    v3 = _rotl(v3, 16) ^ v2
+    v0 = v0 + v3
+    v3 = _rotl(v3, 21) ^ v0
+    v2 = v2 + v1
+    v1 = _rotl(v1, 17) ^ v2
+    v2 = _rotl(v2, 32)
+    return v0, v1, v2, v3
+
+
+def _siphash_fixed(words: np.ndarray, width: int) -> np.ndarray:
+    """SipHash-2-4 with the zero key of messages of ``width`` bytes (1, 2, 4 or 8), each given
+    as its little-endian value in ``words``: at most one full block, then the length block."""
+    n = len(words)
+    v0 = np.full(n, 0x736F6D6570736575, dtype=_U64)
+    v1 = np.full(n, 0x646F72616E646F6D, dtype=_U64)
+    v2 = np.full(n, 0x6C7967656E657261, dtype=_U64)
+    v3 = np.full(n, 0x7465646279746573, dtype=_U64)
+    blocks = [words, np.full(n, width << 56, dtype=_U64)] if width == 8 else [words | _U64(width << 56)]
+    for block in blocks:
+        v3 = v3 ^ block
+        v0, v1, v2, v3 = _sip_round(v0, v1, v2, v3)
+        v0, v1, v2, v3 = _sip_round(v0, v1, v2, v3)
+        v0 = v0 ^ block
+    v2 = v2 ^ _U64(0xFF)
+    for _ in range(4):
+        v0, v1, v2, v3 = _sip_round(v0, v1, v2, v3)
+    return v0 ^ v1 ^ v2 ^ v3
+
+
+def _string_bytes(value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    raise ConfigurationError(f"Bad sharding key value {value!r}: expected a str or bytes for a String column")
+
+
+def _hash_strings(function: str, values: Sequence[Any]) -> np.ndarray:
+    try:
+        if function == "cityHash64":
+            from clickhouse_cityhash.cityhash import CityHash64
+
+            return np.fromiter((CityHash64(_string_bytes(v)) for v in values), dtype=_U64, count=len(values))
+        from siphash24 import siphash24
+
+        return np.fromiter(
+            (siphash24(_string_bytes(v)).intdigest() & _MASK64 for v in values), dtype=_U64, count=len(values)
+        )
+    except ImportError:
+        raise ConfigurationError(
+            f"Routing by {function}() of a string needs the sharding extra: pip install 'clickhouse-lb[sharding]'"
+        ) from None
+
+
+def key_values(
+    key: ShardingKey, values: Sequence[Any] | None, kind: IntegerType | str | None, rows: int
+) -> np.ndarray:
+    """The selector's unsigned input for each row: the sharding expression's value for the
+    key column's ``values`` (of ``kind``, see :func:`value_type`), converted as the selector
+    converts it. ``rand()`` takes no values (``rows`` of them are drawn)."""
+    if key.function == "rand":
+        return np.fromiter((random.getrandbits(32) for _ in range(rows)), dtype=_U64, count=rows)
+    assert values is not None
+    assert kind is not None
+    if kind == STRING:
+        if key.function is None:
+            raise ConfigurationError(
+                f"Bad sharding_key {key.text!r}: a String column needs a hash, e.g. cityHash64({key.column})"
+            )
+        return _hash_strings(key.function, values)
+    assert isinstance(kind, IntegerType)
+    if key.function is None:  # the value itself, as the selector converts it
+        return _as_uint64(values, _MASK32 if kind.bits <= 32 else _MASK64)
+    if key.function == "intHash64":
+        return _mix64(_as_uint64(values, _MASK64))
+    pattern = _as_uint64(values, (1 << kind.bits) - 1)
+    if key.function == "cityHash64":
+        return _mix64(pattern)
+    return _siphash_fixed(pattern, kind.bits // 8)

@@ -1,0 +1,129 @@
+"""The shard a row goes to, checked against the ClickHouse engine itself (chdb computes the
+same sharding expressions over the same values), and the slot rule of a Distributed table."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clickhouse_lb.core.sharding import (
+    IntegerType,
+    key_values,
+    parse_sharding_key,
+    shard_indices,
+    slot_table,
+    value_type,
+)
+from clickhouse_lb.errors import ConfigurationError
+
+chdb = pytest.importorskip("chdb")
+
+INTEGER_TYPES = ["UInt8", "UInt16", "UInt32", "UInt64", "Int8", "Int16", "Int32", "Int64"]
+
+
+def engine(expression: str, type_name: str, values: list[object]) -> list[int]:
+    """``expression`` over ``values`` cast to ``type_name``, computed by ClickHouse's engine."""
+    # Strings travel as hex of their UTF-8 bytes: no quoting or escaping to get wrong.
+    literal = ", ".join(f"unhex('{v.encode().hex()}')" if isinstance(v, str) else str(v) for v in values)
+    sql = f"SELECT {expression} FROM (SELECT arrayJoin(CAST([{literal}] AS Array({type_name}))) AS x)"
+    return [int(line) for line in chdb.query(sql, "CSV").data().split()]
+
+
+def integers(type_name: str) -> st.SearchStrategy[int]:
+    kind = value_type(type_name)
+    assert isinstance(kind, IntegerType)
+    low = -(1 << (kind.bits - 1)) if kind.signed else 0
+    high = (1 << (kind.bits - 1)) - 1 if kind.signed else (1 << kind.bits) - 1
+    return st.integers(low, high)
+
+
+@pytest.mark.parametrize("type_name", INTEGER_TYPES)
+@pytest.mark.parametrize("function", ["intHash64", "cityHash64", "sipHash64"])
+@settings(max_examples=5, deadline=None)
+@given(data=st.data())
+def test_hashes_of_integers_equal_the_engines(type_name: str, function: str, data: st.DataObject) -> None:
+    values = data.draw(st.lists(integers(type_name), min_size=1, max_size=40))
+    key = parse_sharding_key(f"{function}(id)")
+    ours = key_values(key, values, value_type(type_name), len(values)).tolist()
+    assert ours == engine(f"{function}(x)", type_name, values)
+
+
+@pytest.mark.parametrize("function", ["cityHash64", "sipHash64"])
+@settings(max_examples=10, deadline=None)
+@given(values=st.lists(st.text(max_size=30), min_size=1, max_size=30))
+def test_hashes_of_strings_equal_the_engines(function: str, values: list[str]) -> None:
+    key = parse_sharding_key(f"{function}(name)")
+    ours = key_values(key, values, value_type("String"), len(values)).tolist()
+    assert ours == engine(f"{function}(x)", "String", values)
+
+
+@pytest.mark.parametrize("type_name", INTEGER_TYPES)
+@settings(max_examples=5, deadline=None)
+@given(data=st.data())
+def test_a_bare_integer_column_is_converted_as_the_selector_converts_it(type_name: str, data: st.DataObject) -> None:
+    # createBlockSelector: a value of 32 bits or fewer is taken as UInt32, a wider one as UInt64.
+    values = data.draw(st.lists(integers(type_name), min_size=1, max_size=40))
+    kind = value_type(type_name)
+    assert isinstance(kind, IntegerType)
+    target = "UInt32" if kind.bits <= 32 else "UInt64"
+    ours = key_values(parse_sharding_key("id"), values, kind, len(values)).tolist()
+    assert ours == engine(f"CAST(x AS {target})", type_name, values)
+
+
+def test_slots_follow_the_weights_in_shard_order() -> None:
+    assert slot_table([1, 2]) == (0, 1, 1)
+    assert slot_table([2, 0, 1]) == (0, 0, 2)  # a weight-0 shard gets no rows
+    keys = key_values(parse_sharding_key("id"), list(range(6)), IntegerType(64, False), 6)
+    assert shard_indices(keys, slot_table([1, 2])).tolist() == [0, 1, 1, 0, 1, 1]
+
+
+def test_a_negative_key_picks_the_slot_of_its_unsigned_value() -> None:
+    # Int32 -1 is 2**32 - 1 to the selector (not -1, and not 2**64 - 1): slot (2**32 - 1) % 3 == 0.
+    keys = key_values(parse_sharding_key("id"), [-1], IntegerType(32, True), 1)
+    assert keys.tolist() == [2**32 - 1]
+    assert shard_indices(keys, slot_table([1, 1, 1])).tolist() == [(2**32 - 1) % 3]
+
+
+def test_rand_spreads_rows_over_every_shard() -> None:
+    keys = key_values(parse_sharding_key("rand()"), None, None, 3000)
+    assert set(shard_indices(keys, slot_table([1, 1, 1])).tolist()) == {0, 1, 2}
+
+
+@pytest.mark.parametrize(
+    ("text", "function", "column"),
+    [("id", None, "id"), ("`user id`", None, "user id"), ("cityHash64(name)", "cityHash64", "name"),
+     (" sipHash64( `k` ) ", "sipHash64", "k"), ("rand()", "rand", None)],
+)
+def test_sharding_keys_are_parsed(text: str, function: str | None, column: str | None) -> None:
+    key = parse_sharding_key(text)
+    assert (key.function, key.column) == (function, column)
+
+
+@pytest.mark.parametrize("text", ["", "xxHash64(id)", "cityHash64(a, b)", "rand(id)", "cityHash64()", "id + 1"])
+def test_other_sharding_keys_are_refused_naming_the_forms(text: str) -> None:
+    with pytest.raises(ConfigurationError, match="cityHash64"):
+        parse_sharding_key(text)
+
+
+@pytest.mark.parametrize("type_name", ["Float64", "Date", "UUID", "Array(UInt8)"])
+def test_key_columns_of_other_types_are_refused(type_name: str) -> None:
+    with pytest.raises(ConfigurationError, match=type_name.split("(", maxsplit=1)[0]):
+        value_type(type_name)
+
+
+def test_wrapped_types_are_seen_through() -> None:
+    assert value_type("Nullable(Int16)") == IntegerType(16, True)
+    assert value_type("LowCardinality(String)") == "string"
+    assert value_type("FixedString(4)") == "string"
+
+
+def test_a_string_column_needs_a_hash() -> None:
+    with pytest.raises(ConfigurationError, match=r"cityHash64\(name\)"):
+        key_values(parse_sharding_key("name"), ["a"], value_type("String"), 1)
+
+
+@pytest.mark.parametrize("weights", [[], [0, 0], [1, -1], [1.5]])
+def test_bad_weights_are_refused(weights: list[object]) -> None:
+    with pytest.raises(ConfigurationError, match="weight"):
+        slot_table(weights)  # type: ignore[arg-type]
