@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     )
     from clickhouse_lb.pools.aio import AsyncReplicaPool, get_async_pool
     from clickhouse_lb.pools.pool import PinnedSession, ReplicaPool, get_pool
+    from clickhouse_lb.pools.sharded import ShardedPool, get_sharded_pool
 
 __all__ = [
     "AllReplicasStaleError",
@@ -56,12 +57,14 @@ __all__ = [
     "ReplicaRecoveredEvent",
     "ReplicaStatus",
     "SessionLostError",
+    "ShardedPool",
     "StatementTimeoutError",
     "WriteOutcomeUnknownError",
     "__version__",
     "errors",
     "get_async_pool",
     "get_pool",
+    "get_sharded_pool",
     "version",
 ]
 
@@ -91,10 +94,12 @@ _EXPORTS = {
     "ReplicaRecoveredEvent": "clickhouse_lb.core.events",
     "ReplicaStatus": "clickhouse_lb.core.balancer",
     "SessionLostError": "clickhouse_lb.errors",
+    "ShardedPool": "clickhouse_lb.pools.sharded",
     "StatementTimeoutError": "clickhouse_lb.errors",
     "WriteOutcomeUnknownError": "clickhouse_lb.errors",
     "get_async_pool": "clickhouse_lb.pools.aio",
     "get_pool": "clickhouse_lb.pools.pool",
+    "get_sharded_pool": "clickhouse_lb.pools.sharded",
 }
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "PoolMemberError",
     "ReplicaConnectError",
     "SessionLostError",
+    "ShardedInsertError",
     "StatementTimeoutError",
     "WriteOutcomeUnknownError",
     "did_you_mean",
@@ -247,3 +248,31 @@ class PoolMemberError(NotSupportedError):
     (``pool.url``: one per replica; assigning ``pool.server_version``: a fact the replicas
     report). The message says what to use instead. A DB-API ``NotSupportedError``, never an
     ``AttributeError``: the member exists, the use does not make sense for N replicas."""
+
+
+class ShardedInsertError(OperationalError):
+    """A routed insert (``sharded.insert(..., sharding_key=...)``) wrote some of its parts and
+    not others. ``written`` maps each shard number whose part was acknowledged to its row
+    count; ``failed`` maps each shard number whose part failed to that failure (each one's
+    ``may_have_been_applied`` says whether the part may be there anyway). Repeating the whole
+    insert with the same ``insert_deduplication_token`` setting writes only what is missing:
+    every part's token is derived from it, so the written parts are deduplicated."""
+
+    def __init__(self, table: str, written: dict[int, int], failed: dict[int, Exception], rows: dict[int, int]) -> None:
+        self.table = table
+        self.written = dict(written)
+        self.failed = dict(failed)
+        #: True when some failed part may have been applied (its request reached a replica).
+        self.may_have_been_applied = any(getattr(e, "may_have_been_applied", True) for e in failed.values())
+        done = ", ".join(f"shard {n}: {count} rows" for n, count in sorted(written.items())) or "none"
+        lines = [
+            f"  shard {n} ({rows[n]} rows): "
+            + redact(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            + (" [may have been applied]" if getattr(e, "may_have_been_applied", True) else " [not applied]")
+            for n, e in sorted(failed.items())
+        ]
+        super().__init__(
+            f"Insert into {table}: {len(failed)} of {len(failed) + len(written)} shard parts failed; "
+            f"written: {done}; failed:\n" + "\n".join(lines)
+            + "\nRepeat the insert with the same insert_deduplication_token to write only what is missing."
+        )

@@ -44,16 +44,18 @@ __all__ = [
     "DiscoverySettings",
     "InFlight",
     "ReplicaSetChange",
+    "ShardLayout",
     "diff_replicas",
     "discover",
     "http_port_for",
     "parse_discovery_settings",
     "replicas_from_rows",
+    "shards_from_rows",
 ]
 
 #: What a seed is asked (``{cluster:String}`` is a server-side parameter, never interpolated).
 CLUSTER_QUERY = (
-    "SELECT shard_num, replica_num, host_name, host_address, port FROM system.clusters "
+    "SELECT shard_num, shard_weight, replica_num, host_name, host_address, port FROM system.clusters "
     "WHERE cluster = {cluster:String} ORDER BY shard_num, replica_num"
 )
 
@@ -70,12 +72,13 @@ class ClusterRow:
     host_name: str
     host_address: str
     port: int
+    shard_weight: int = 1
 
     @classmethod
     def from_mapping(cls, row: Mapping[str, Any]) -> ClusterRow:
         return cls(
             int(row["shard_num"]), int(row["replica_num"]), str(row["host_name"] or ""),
-            str(row["host_address"] or ""), int(row["port"]),
+            str(row["host_address"] or ""), int(row["port"]), int(row.get("shard_weight", 1)),
         )
 
 
@@ -106,6 +109,33 @@ def replicas_from_rows(
             seen.add(replica.address.lower())
             replicas.append(replica)
     return replicas
+
+
+@dataclass(frozen=True)
+class ShardLayout:
+    """One shard of a cluster as ``system.clusters`` lists it."""
+
+    shard_num: int
+    weight: int
+    replicas: tuple[Replica, ...]
+
+
+def shards_from_rows(
+    rows: Iterable[ClusterRow], *, cluster: str, http_port: int | None = None
+) -> list[ShardLayout]:
+    """Every shard of ``cluster`` in ``shard_num`` order, with its weight and replicas."""
+    rows = list(rows)
+    numbers = sorted({r.shard_num for r in rows})
+    if not numbers:
+        raise DiscoveryError(f"Cluster {cluster!r} is not in system.clusters (or has no replicas)")
+    return [
+        ShardLayout(
+            number,
+            next(r.shard_weight for r in rows if r.shard_num == number),
+            tuple(replicas_from_rows(rows, cluster=cluster, shard=number, http_port=http_port)),
+        )
+        for number in numbers
+    ]
 
 
 T = TypeVar("T")

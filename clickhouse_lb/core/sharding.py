@@ -242,3 +242,25 @@ def key_values(
     if key.function == "cityHash64":
         return _mix64(pattern)
     return _siphash_fixed(pattern, kind.bits // 8)
+
+
+def route(
+    key: ShardingKey, values: Sequence[Any] | None, kind: IntegerType | str | None, rows: int,
+    *, slots: Sequence[int], shards: int,
+) -> list[list[int]]:
+    """The row indices of each shard position (a shard with no rows gets an empty list)."""
+    positions = shard_indices(key_values(key, values, kind, rows), slots)
+    order = np.argsort(positions, kind="stable")
+    counts = np.bincount(positions, minlength=shards)
+    groups: list[list[int]] = []
+    start = 0
+    for count in counts.tolist():
+        groups.append(order[start : start + count].tolist())
+        start += count
+    return groups
+
+
+def part_token(token: object, shard_num: int) -> str | None:
+    """A part's deduplication token from the insert's own (None: each part gets a fresh one
+    from its shard's pool). Derived, so that repeating the insert repeats every part's token."""
+    return None if token is None else f"{token}:shard-{shard_num}"

@@ -17,7 +17,14 @@ import urllib3
 
 from clickhouse_lb.config.discovery import DiscoverySettings
 from clickhouse_lb.config.replicas import Replica
-from clickhouse_lb.core.discovery import CLUSTER_QUERY, ClusterRow, discover, replicas_from_rows
+from clickhouse_lb.core.discovery import (
+    CLUSTER_QUERY,
+    ClusterRow,
+    ShardLayout,
+    discover,
+    replicas_from_rows,
+    shards_from_rows,
+)
 from clickhouse_lb.probes._ping import _ssl_context, auth_headers, ping_url
 
 __all__ = ["ClusterReader"]
@@ -65,6 +72,12 @@ class ClusterReader:
         return replicas_from_rows(
             rows, cluster=settings.cluster, shard=settings.shard, http_port=settings.cluster_http_port
         )
+
+    def shards(self, seeds: Sequence[Replica]) -> list[ShardLayout]:
+        """Every shard of the cluster with its weight and replicas (a sharded pool's layout)."""
+        _, rows = discover(seeds, self.rows)
+        assert self.settings.cluster is not None
+        return shards_from_rows(rows, cluster=self.settings.cluster, http_port=self.settings.cluster_http_port)
 
     def close(self) -> None:
         self._http.clear()

@@ -1,0 +1,148 @@
+"""A sharded pool over two shards (each a replicated local cluster of its own, given shard by
+shard): inserts routed by sharding key land on the shard the engine's own expression picks,
+on every replica of that shard, exactly once, also with a replica killed mid-way."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+import clickhouse_lb
+from clickhouse_lb.errors import ShardedInsertError
+from clickhouse_lb.testing import LocalCluster
+
+pytestmark = pytest.mark.integration
+
+TABLE = "events_local"
+DDL = (
+    f"CREATE TABLE IF NOT EXISTS {TABLE} (id Int64, name String, v UInt32) "
+    "ENGINE = ReplicatedMergeTree ORDER BY id"
+)
+
+
+@pytest.fixture(scope="module")
+def shards() -> Iterator[list[LocalCluster]]:
+    clusters = [LocalCluster(replicas=2, names=[f"s{s}r1", f"s{s}r2"]) for s in (1, 2)]
+    try:
+        for cluster in clusters:
+            cluster.start()
+        yield clusters
+    finally:
+        for cluster in clusters:
+            cluster.close()
+
+
+@pytest.fixture
+def tables(shards: list[LocalCluster]) -> Iterator[None]:
+    for cluster in shards:
+        for i in range(len(cluster)):
+            if not cluster.is_alive(i):
+                cluster.restart(i)
+        cluster.query(0, f"CREATE TABLE IF NOT EXISTS {TABLE} ON CLUSTER lb_cluster "
+                         "(id Int64, name String, v UInt32) ENGINE = ReplicatedMergeTree ORDER BY id")
+    yield
+    for cluster in shards:
+        cluster.query(0, f"DROP TABLE IF EXISTS {TABLE} ON CLUSTER lb_cluster SYNC")
+
+
+def ids_on(cluster: LocalCluster, i: int) -> list[int]:
+    cluster.query(i, f"SYSTEM SYNC REPLICA {TABLE}")
+    return [int(x) for x in cluster.query(i, f"SELECT id FROM {TABLE} ORDER BY id").split()]
+
+
+def engine_shard(cluster: LocalCluster, expression: str, ids: list[int], weights: list[int]) -> dict[int, int]:
+    """The shard position ClickHouse's selector gives each id, the hash computed by the engine."""
+    total = sum(weights)
+    slots = [shard for shard, weight in enumerate(weights) for _ in range(weight)]
+    listed = ",".join(map(str, ids))
+    body = cluster.query(0, f"SELECT x, {expression} % {total} FROM (SELECT arrayJoin([{listed}]::Array(Int64)) AS x)")
+    pairs = [line.split("\t") for line in body.splitlines()]
+    return {int(x): slots[int(slot)] for x, slot in pairs}
+
+
+@pytest.mark.parametrize("expression", ["cityHash64(x)", "sipHash64(x)", "intHash64(x)", "toUInt64(x)"])
+def test_rows_land_on_the_shard_the_engine_picks(shards: list[LocalCluster], tables: None, expression: str) -> None:
+    key = expression.replace("(x)", "(id)").replace("toUInt64(id)", "id")
+    weights = [1, 2]
+    ids = list(range(-150, 150))
+    rows = [[i, f"n{i}", i % 7] for i in ids]
+    with clickhouse_lb.get_sharded_pool(shards=[c.hosts for c in shards], shard_weights=weights) as sharded:
+        summary = sharded.insert(TABLE, rows, column_names=["id", "name", "v"], sharding_key=key)
+    # Int64 column: the selector takes the value as UInt64 (toUInt64 is that conversion).
+    expected = engine_shard(shards[0], expression, ids, weights)
+    for position, cluster in enumerate(shards):
+        want = sorted(i for i in ids if expected[i] == position)
+        assert want, "both shards get rows"
+        for replica in range(len(cluster)):
+            assert ids_on(cluster, replica) == want, (position, replica)
+        assert summary.rows[position + 1] == len(want)
+    assert summary.written_rows == len(ids)
+
+
+def test_columns_are_read_once_and_column_oriented_data_routes_too(shards: list[LocalCluster], tables: None) -> None:
+    ids = list(range(100))
+    with clickhouse_lb.get_sharded_pool(shards=[c.hosts for c in shards]) as sharded:
+        sharded.insert(TABLE, [ids, [f"n{i}" for i in ids], [0] * 100], column_oriented=True,
+                       sharding_key="cityHash64(name)")
+    got = sorted(ids_on(shards[0], 0) + ids_on(shards[1], 0))
+    assert got == ids
+    assert ids_on(shards[0], 0)
+    assert ids_on(shards[1], 0)
+
+
+def test_a_killed_replica_loses_no_acknowledged_row_and_doubles_none(shards: list[LocalCluster], tables: None) -> None:
+    acknowledged: list[int] = []
+    with clickhouse_lb.get_sharded_pool(shards=[c.hosts for c in shards], health_check_interval_ms=0) as sharded:
+        for batch in range(12):
+            if batch == 4:
+                shards[1].kill(0)  # shard 2's first replica: its parts fail over to the second
+            ids = list(range(batch * 50, batch * 50 + 50))
+            sharded.insert(TABLE, [[i, "x", 0] for i in ids], column_names=["id", "name", "v"],
+                           column_type_names=["Int64", "String", "UInt32"], sharding_key="intHash64(id)")
+            acknowledged += ids
+    shards[1].restart(0)
+    on_shards = [ids_on(cluster, r) for cluster in shards for r in range(len(cluster))]
+    assert on_shards[0] == on_shards[1]
+    assert on_shards[2] == on_shards[3]
+    assert sorted(on_shards[0] + on_shards[2]) == acknowledged  # every row once, none doubled
+    assert not set(on_shards[0]) & set(on_shards[2])
+
+
+def test_a_failed_part_names_itself_and_what_was_written(shards: list[LocalCluster], tables: None) -> None:
+    ids = list(range(60))
+    with clickhouse_lb.get_sharded_pool(shards=[c.hosts for c in shards], health_check_interval_ms=0,
+                                        connect_on_create=False) as sharded:
+        for i in range(len(shards[1])):
+            shards[1].kill(i)
+        with pytest.raises(ShardedInsertError) as raised:
+            sharded.insert(TABLE, [[i, "x", 0] for i in ids], column_names=["id", "name", "v"],
+                           column_type_names=["Int64", "String", "UInt32"], sharding_key="id",
+                           settings={"insert_deduplication_token": "batch-1"})
+        error = raised.value
+        assert set(error.written) == {1}
+        assert set(error.failed) == {2}
+        assert error.may_have_been_applied is False  # nothing reached shard 2
+        assert "shard 2" in str(error)
+        assert "written: shard 1" in str(error)
+        for i in range(len(shards[1])):
+            shards[1].restart(i)
+        # The same insert again, same token: shard 1's part is deduplicated, shard 2's written.
+        sharded.insert(TABLE, [[i, "x", 0] for i in ids], column_names=["id", "name", "v"],
+                       column_type_names=["Int64", "String", "UInt32"], sharding_key="id",
+                       settings={"insert_deduplication_token": "batch-1"})
+    assert sorted(ids_on(shards[0], 0) + ids_on(shards[1], 0)) == ids
+
+
+def test_shard_lookup_and_bad_layouts(shards: list[LocalCluster]) -> None:
+    with clickhouse_lb.get_sharded_pool(shards=[c.hosts for c in shards], shard_weights=[3, 1],
+                                        connect_on_create=False) as sharded:
+        assert sharded.shard_nums == (1, 2)
+        assert sharded.weights == (3, 1)
+        assert sharded.shard(2) is sharded.shards[1]
+        with pytest.raises(clickhouse_lb.ConfigurationError, match="shards are 1, 2"):
+            sharded.shard(3)
+    with pytest.raises(clickhouse_lb.ConfigurationError, match="one weight for each"):
+        clickhouse_lb.get_sharded_pool(shards=[c.hosts for c in shards], shard_weights=[1])
+    with pytest.raises(clickhouse_lb.ConfigurationError, match="cluster="):
+        clickhouse_lb.get_sharded_pool(hosts=shards[0].hosts)
