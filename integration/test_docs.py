@@ -1,8 +1,11 @@
-"""Every Python example of README.md and docs/*.md, run against a real cluster.
+"""Every Python example of README.md and of every page of the documentation site, run against a
+real cluster.
 
-Each fenced ``python`` block is one test, named by file and line (``README.md:61``), run as a
-reader would paste it, after one documented substitution that maps the hosts a reader writes to
-the cluster: one local cluster for the module whose replicas share one port on 127.0.0.11-13
+The pages are every ``.md`` file that ``mkdocs build`` renders: all of them under mkdocs.yml's
+``docs_dir`` (mkdocs builds every Markdown file there, in the nav or not). Each fenced ``python``
+block is one test, named by file and line (``README.md:61``), run as a reader would paste it,
+after one documented substitution that maps the hosts a reader writes to the cluster: one
+local cluster for the module whose replicas share one port on 127.0.0.11-13
 (``LocalCluster(shared_port=True)``), or docker-compose.yml's with ``CLICKHOUSE_LB_CLUSTER=docker``:
 
 * ``ch-N:8123`` becomes the address of replica N;
@@ -11,7 +14,10 @@ the cluster: one local cluster for the module whose replicas share one port on 1
   per-host-port cluster needs them (``?host=a:p&host=b:q`` in a SQLAlchemy URL, ``a:p,b:q`` in a
   DSN);
 * ``user:pw@`` becomes ``default:@`` (the test clusters' only user); database ``analytics`` is
-  created on every replica before the first block runs.
+  created on every replica before the first block runs;
+* ``CLICKHOUSE_LB_DSN`` (the variable the README's quick start reads, where a reader puts the DSN
+  ``clickhouse-lb cluster`` printed) holds that cluster's DSN, in the form that command prints:
+  ``clickhouse://user:password@host:port,host:port,.../analytics``.
 
 A block that defines ``test_*`` functions is a pytest example: it runs as a pytest file in a
 subprocess, with the ``clickhouse_lb.testing.pytest_plugin`` fixtures.
@@ -38,13 +44,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from clickhouse_lb.testing import ENV_VAR, ClusterBase, LocalCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 ROOT = Path(__file__).resolve().parents[1]
-DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+MKDOCS = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+DOCS_DIR = ROOT / MKDOCS.get("docs_dir", "docs")
+#: README.md and every page mkdocs builds (every Markdown file under docs_dir).
+DOC_FILES = [ROOT / "README.md", *sorted(DOCS_DIR.rglob("*.md"))]
 
 _FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w+-]*)\s*$")
 _MARKER = re.compile(r"^\s*<!--\s*docs-test:\s*(?P<kind>skip)\s*(?:\((?P<reason>.*)\))?\s*-->\s*$")
@@ -177,6 +187,26 @@ def test_markers_are_read_from_the_line_before_a_block(tmp_path: Path) -> None:
     ]
 
 
+def _nav_pages(nav: object) -> list[str]:
+    if isinstance(nav, str):
+        return [nav]
+    if isinstance(nav, list):
+        return [page for item in nav for page in _nav_pages(item)]
+    if isinstance(nav, dict):
+        return [page for value in nav.values() for page in _nav_pages(value)]
+    return []
+
+
+def test_the_site_nav_lists_every_page_and_every_page_exists() -> None:
+    """Every page of the site is in mkdocs.yml's nav (so none is built but unreachable) and every
+    nav entry is a file under docs_dir; DOC_FILES, whose blocks run below, is exactly those pages
+    and the README."""
+    nav = [page for page in _nav_pages(MKDOCS["nav"]) if not page.startswith(("http://", "https://"))]
+    pages = {path.relative_to(DOCS_DIR).as_posix() for path in DOCS_DIR.rglob("*.md")}
+    assert sorted(nav) == sorted(pages)
+    assert set(DOC_FILES) == {ROOT / "README.md", *(DOCS_DIR / page for page in nav)}
+
+
 # -- running the blocks -------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def docs_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterBase]:
@@ -210,9 +240,18 @@ def restore_logging() -> Iterator[None]:
 RUNNABLE = [b for b in ALL_BLOCKS if b.marker != "skip"]
 
 
+def cluster_dsn(hosts: list[str], database: str = "analytics") -> str:
+    """The DSN of the docs cluster in the form ``clickhouse-lb cluster`` prints (its only user,
+    ``default``, has no password)."""
+    return f"clickhouse://default:@{','.join(hosts)}/{database}"
+
+
 @pytest.mark.parametrize("block", RUNNABLE, ids=[b.name for b in RUNNABLE])
-def test_example_runs(block: Block, docs_cluster: ClusterBase, tmp_path: Path, restore_logging: None) -> None:
+def test_example_runs(
+    block: Block, docs_cluster: ClusterBase, tmp_path: Path, restore_logging: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     docs_cluster.heal()
+    monkeypatch.setenv("CLICKHOUSE_LB_DSN", cluster_dsn(docs_cluster.hosts))
     code = localize(block.code, docs_cluster.hosts)
     if block.is_pytest_example:
         run_as_pytest_file(block, code, tmp_path)

@@ -593,19 +593,20 @@ def test_batches_retried_with_their_token_after_sigkills_mid_insert_are_exactly_
         assert _batch_counts(local, i, table) == dict.fromkeys(range(batches), ROWS_PER_BATCH), local.names[i]
 
 
-def test_the_readme_async_example_runs_as_written_across_replicas(cluster: ClusterBase) -> None:
-    """The README's async example creates its table ON CLUSTER: with round_robin the CREATE,
-    the INSERT and the SELECT land on different replicas and still see one table."""
+def test_the_docs_async_example_runs_as_written_across_replicas(cluster: ClusterBase) -> None:
+    """The asyncio page's example (docs/asyncio.md) creates its table ON CLUSTER: with
+    round_robin the CREATE, the INSERT and the SELECT land on different replicas and still see
+    one table."""
     import asyncio
     import re
     from pathlib import Path
 
     import clickhouse_lb
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    create = re.search(r'"(CREATE TABLE IF NOT EXISTS t ON CLUSTER[^"]*)"', readme)
-    assert create is not None, "the README's async example no longer creates t ON CLUSTER"
-    assert 'await pool.insert("t", [[1], [2]], column_names=["x"])' in readme
+    page = (Path(__file__).resolve().parents[1] / "docs" / "asyncio.md").read_text()
+    create = re.search(r'"(CREATE TABLE IF NOT EXISTS t ON CLUSTER[^"]*)"', page)
+    assert create is not None, "the asyncio page's example no longer creates t ON CLUSTER"
+    assert 'await pool.insert("t", [[1], [2]], column_names=["x"])' in page
     cluster.query(0, "DROP TABLE IF EXISTS t ON CLUSTER lb_cluster SYNC")
 
     async def example() -> list[str]:

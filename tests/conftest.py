@@ -8,10 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis.configuration import set_hypothesis_home_dir
 
 from clickhouse_lb.config.replicas import Replica
 from clickhouse_lb.config.settings import LoadBalancing
 from clickhouse_lb.core import shared_state
+
+#: Hypothesis keeps its example database and its cache of the code's constants here, under the
+#: checkout's ignored .pytest_cache/, instead of a .hypothesis/ folder in the working directory.
+HYPOTHESIS_DIR = Path(__file__).resolve().parents[1] / ".pytest_cache" / "hypothesis"
+set_hypothesis_home_dir(HYPOTHESIS_DIR)
 
 GOLDEN_CANDIDATES = [
     Path(__file__).resolve().parent / "golden" / "ordering.jsonl",

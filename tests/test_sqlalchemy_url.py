@@ -359,7 +359,7 @@ def test_misspelt_values_get_a_did_you_mean(query: str, message: str) -> None:
 
 def test_per_host_ports_in_the_authority_fail_in_sqlalchemy_as_documented() -> None:
     """SQLAlchemy parses the URL before any dialect is loaded, so the dialect cannot replace
-    this error; README.md and docs/sqlalchemy.md quote it and give the host= form, which works."""
+    this error; docs/sqlalchemy.md quotes it and gives the host= form, which works."""
     with pytest.raises(ValueError, match=r"invalid literal for int\(\) with base 10: '8123,ch-2:9123'"):
         create_engine("clickhousedb+lb://u@ch-1:8123,ch-2:9123/db")
     assert addresses(args("clickhousedb+lb://u@/db?host=ch-1:8123&host=ch-2:9123")) == ["ch-1:8123", "ch-2:9123"]

@@ -47,7 +47,7 @@ class Bounds:
 
 
 #: The bounds of every number a pool takes (balancing settings, per-statement overrides and the
-#: client options the pool checks), in one table: the README's configuration reference lists
+#: client options the pool checks), in one table: docs/configuration.md lists
 #: these, and a new setting joins here. Timeouts are bounded so that a typo (10**15) is caught
 #: and a value can always be handed to a socket; counts so that nothing allocates or loops
 #: absurdly.

@@ -31,7 +31,7 @@ Sources (ClickHouse/ClickHouse on GitHub):
   on the stored counts) and ``load_balancing_first_offset % pool size``.
 
 ``round_robin`` is left out on purpose: the library does what the documentation promises, not
-what the server does (see ``docs/load-balancing.md``).
+what the server does (see ``docs/differences.md``, item 4).
 """
 
 from __future__ import annotations
