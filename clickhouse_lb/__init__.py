@@ -37,11 +37,13 @@ if TYPE_CHECKING:
     from clickhouse_lb.pools.aio import AsyncReplicaPool, get_async_pool
     from clickhouse_lb.pools.pool import PinnedSession, ReplicaPool, get_pool
     from clickhouse_lb.pools.sharded import ShardedPool, get_sharded_pool
+    from clickhouse_lb.pools.sharded_aio import AsyncShardedPool, get_async_sharded_pool
 
 __all__ = [
     "AllReplicasStaleError",
     "AllReplicasUnavailableError",
     "AsyncReplicaPool",
+    "AsyncShardedPool",
     "AttemptAbandonedError",
     "BalancingSettings",
     "ConfigurationError",
@@ -63,6 +65,7 @@ __all__ = [
     "__version__",
     "errors",
     "get_async_pool",
+    "get_async_sharded_pool",
     "get_pool",
     "get_sharded_pool",
     "version",
@@ -79,6 +82,7 @@ _EXPORTS = {
     "AllReplicasStaleError": "clickhouse_lb.errors",
     "AllReplicasUnavailableError": "clickhouse_lb.errors",
     "AsyncReplicaPool": "clickhouse_lb.pools.aio",
+    "AsyncShardedPool": "clickhouse_lb.pools.sharded_aio",
     "AttemptAbandonedError": "clickhouse_lb.errors",
     "BalancingSettings": "clickhouse_lb.config.settings",
     "ConfigurationError": "clickhouse_lb.errors",
@@ -98,6 +102,7 @@ _EXPORTS = {
     "StatementTimeoutError": "clickhouse_lb.errors",
     "WriteOutcomeUnknownError": "clickhouse_lb.errors",
     "get_async_pool": "clickhouse_lb.pools.aio",
+    "get_async_sharded_pool": "clickhouse_lb.pools.sharded_aio",
     "get_pool": "clickhouse_lb.pools.pool",
     "get_sharded_pool": "clickhouse_lb.pools.sharded",
 }

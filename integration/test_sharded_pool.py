@@ -146,3 +146,17 @@ def test_shard_lookup_and_bad_layouts(shards: list[LocalCluster]) -> None:
         clickhouse_lb.get_sharded_pool(shards=[c.hosts for c in shards], shard_weights=[1])
     with pytest.raises(clickhouse_lb.ConfigurationError, match="cluster="):
         clickhouse_lb.get_sharded_pool(hosts=shards[0].hosts)
+
+
+async def test_the_async_sharded_pool_routes_the_same_way(shards: list[LocalCluster], tables: None) -> None:
+    ids = list(range(-50, 150))
+    weights = [2, 1]
+    async with await clickhouse_lb.get_async_sharded_pool(shards=[c.hosts for c in shards],
+                                                          shard_weights=weights) as sharded:
+        assert isinstance(sharded, clickhouse_lb.AsyncShardedPool)
+        summary = await sharded.insert(TABLE, [[i, "a", 0] for i in ids], column_names=["id", "name", "v"],
+                                       sharding_key="sipHash64(id)")
+    expected = engine_shard(shards[0], "sipHash64(x)", ids, weights)
+    for position, cluster in enumerate(shards):
+        assert ids_on(cluster, 1) == sorted(i for i in ids if expected[i] == position)
+    assert summary.written_rows == len(ids)

@@ -15,8 +15,10 @@ from clickhouse_connect.driver.client import Client
 from clickhouse_lb.pools._client_api import STATEMENT_METHODS
 from clickhouse_lb.pools.aio import AsyncPinnedSession, AsyncReplicaPool
 from clickhouse_lb.pools.pool import PinnedSession, ReplicaPool
+from clickhouse_lb.pools.sharded import ShardedPool
+from clickhouse_lb.pools.sharded_aio import AsyncShardedPool
 
-PAIRS = [(ReplicaPool, AsyncReplicaPool), (PinnedSession, AsyncPinnedSession)]
+PAIRS = [(ReplicaPool, AsyncReplicaPool), (PinnedSession, AsyncPinnedSession), (ShardedPool, AsyncShardedPool)]
 
 #: Where the calling convention itself differs: a context manager, and ``await pool``.
 CONVENTION = {"__enter__": "__aenter__", "__exit__": "__aexit__"}
@@ -55,7 +57,7 @@ def test_each_member_has_the_same_kind_and_parameters(sync: type, aio: type) -> 
         mine, theirs = inspect.getattr_static(sync, name), inspect.getattr_static(aio, name)
         if kind(mine) != kind(theirs):
             differ.append(f"{name}: {kind(mine)} vs {kind(theirs)}")
-        elif name in STATEMENT_METHODS:
+        elif name in STATEMENT_METHODS and sync in (ReplicaPool, PinnedSession):
             # Mirrors of clickhouse-connect's own methods: each pool takes its client's
             # parameters (Client.raw_insert and AsyncClient.raw_insert differ in clickhouse-connect).
             if parameters(mine) != parameters(getattr(Client, name)):
