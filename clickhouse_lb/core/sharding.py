@@ -37,6 +37,8 @@ __all__ = [
     "ShardingKey",
     "key_values",
     "parse_sharding_key",
+    "part_token",
+    "route",
     "shard_indices",
     "slot_table",
     "value_type",
@@ -130,11 +132,19 @@ def shard_indices(selector_values: np.ndarray, slots: Sequence[int]) -> np.ndarr
 
 
 def _as_uint64(values: Sequence[Any], mask: int) -> np.ndarray:
-    """Python ints -> their two's-complement bit patterns under ``mask``, as uint64."""
+    """Integers -> their two's-complement bit patterns under ``mask``, as uint64 (converted
+    in C: as Int64 when they fit, viewed unsigned, else as UInt64)."""
     try:
-        return np.fromiter((int(v) & mask for v in values), dtype=_U64, count=len(values))
-    except TypeError as exc:
-        raise ConfigurationError(f"Bad sharding key value: expected integers ({exc})") from None
+        try:
+            patterns = np.asarray(values, dtype=np.int64).view(_U64)
+        except OverflowError:  # UInt64 values of 2**63 and over
+            patterns = np.asarray(values, dtype=_U64)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ConfigurationError(f"Bad sharding key value: expected integers of the column's type ({exc})") from None
+    if patterns.ndim != 1:
+        raise ConfigurationError("Bad sharding key values: expected one integer per row")
+    masked: np.ndarray = patterns if mask == _MASK64 else patterns & _U64(mask)
+    return masked
 
 
 #: ``IntHash64Impl`` mixes the value XOR this constant (so that intHash64(0) is not 0).
@@ -250,14 +260,8 @@ def route(
 ) -> list[list[int]]:
     """The row indices of each shard position (a shard with no rows gets an empty list)."""
     positions = shard_indices(key_values(key, values, kind, rows), slots)
-    order = np.argsort(positions, kind="stable")
-    counts = np.bincount(positions, minlength=shards)
-    groups: list[list[int]] = []
-    start = 0
-    for count in counts.tolist():
-        groups.append(order[start : start + count].tolist())
-        start += count
-    return groups
+    # One pass per shard beats sorting for the few shards a cluster has.
+    return [np.flatnonzero(positions == shard).tolist() for shard in range(shards)]
 
 
 def part_token(token: object, shard_num: int) -> str | None:

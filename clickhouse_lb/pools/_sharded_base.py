@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Generic, TypeVar
 
 from clickhouse_lb.errors import ConfigurationError, ShardedInsertError
@@ -89,7 +90,7 @@ class ShardedBase(Generic[P]):
         kind = None
         if key.column is not None:
             index = _column_index(column_names, key.column, table)
-            values = data[index] if column_oriented else [row[index] for row in data]
+            values = data[index] if column_oriented else list(map(itemgetter(index), data))
             kind = value_type(column_type_names[index])
         groups = route(key, values, kind, rows, slots=self._slots, shards=len(self.shards))
         token = (settings or {}).get("insert_deduplication_token")
@@ -101,7 +102,7 @@ class ShardedBase(Generic[P]):
             if column_oriented:
                 part: Any = [[column[i] for i in indices] for column in data]
             else:
-                part = [data[i] for i in indices]
+                part = list(map(data.__getitem__, indices))
             own = dict(settings or {})
             if token is not None:
                 own["insert_deduplication_token"] = part_token(token, number)
