@@ -20,15 +20,13 @@ The exit status is 0 only when the run met its claims (see :class:`Claims`).
 from __future__ import annotations
 
 import bisect
-import contextlib
-import importlib.util
 import os
 import signal
 import sys
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -41,17 +39,14 @@ from clickhouse_lb.cli._console import (
     format_table,
     short_error,
 )
+from clickhouse_lb.cli._local import chdb_available, chdb_missing, raise_interrupt, signals, stopping
 from clickhouse_lb.config.settings import LoadBalancing
 from clickhouse_lb.core.events import ErrorRecordedEvent, FailoverEvent, PoolListener, ReplicaRecoveredEvent
 from clickhouse_lb.pools.pool import ReplicaPool, get_pool
 
 __all__ = ["CHDB_MISSING", "Claims", "DemoOptions", "Screen", "Timing", "run_demo"]
 
-CHDB_MISSING = (
-    "clickhouse-lb demo runs a local cluster of real ClickHouse replicas through chdb, which is not "
-    "installed.\nInstall it with:  pip install '.[local]'  (in a checkout of clickhouse-lb), or\n"
-    "                  pip install 'clickhouse-lb[local] @ git+https://github.com/clickhouse-lb/clickhouse-lb'"
-)
+CHDB_MISSING = chdb_missing("demo")
 WHO = "SELECT getMacro('replica')"
 TOUR = (
     LoadBalancing.ROUND_ROBIN,
@@ -672,29 +667,6 @@ class Demo:
 # -- entry point -------------------------------------------------------------------------------
 
 
-def chdb_available() -> bool:
-    """Whether the ``local`` extra (chdb) is installed."""
-    return importlib.util.find_spec("chdb") is not None
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
-@contextlib.contextmanager
-def _signals(handlers: Mapping[int, Any]) -> Iterator[None]:
-    """Install signal handlers for a block (main thread only; elsewhere a no-op)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    saved = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
-    try:
-        yield
-    finally:
-        for signum, handler in saved.items():
-            signal.signal(signum, handler)
-
-
 def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
     """Run the demo; 0 when it met its claims, 1 when not, 2 without chdb, 130 on Ctrl-C."""
     out = out or sys.stdout
@@ -707,7 +679,7 @@ def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
     timing = Timing.scaled(options.duration, len(options.tour))
     cluster = LocalCluster(replicas=options.replicas)
     demo: Demo | None = None
-    with _signals({signal.SIGTERM: _raise_interrupt}):
+    with signals({signal.SIGTERM: raise_interrupt}):
         try:
             start_cluster(cluster, options, timing, screen)
             demo = Demo(cluster, options, timing, screen)
@@ -721,7 +693,7 @@ def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
             screen.line(f"the local cluster failed: {redact(str(exc))}")
             return EXIT_FAILED
         finally:
-            with _signals({signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN}):
+            with stopping():
                 if demo is not None:
                     demo.shutdown()
                 cluster.close()

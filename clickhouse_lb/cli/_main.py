@@ -3,6 +3,8 @@
 * ``clickhouse-lb demo``: start a local 3-replica cluster (the real ClickHouse engine via chdb,
   the ``local`` extra) and show the strategies at work, a replica killed mid-run and its return
   to rotation after decay. See :mod:`clickhouse_lb.cli._demo`.
+* ``clickhouse-lb cluster``: a local cluster in the foreground until Ctrl-C, printing its hosts, a
+  DSN and a SQLAlchemy URL to try things against. See :mod:`clickhouse_lb.cli._cluster`.
 * ``clickhouse-lb status <dsn or hosts>``: ping every replica and print address, up, latency,
   server version, what the pool's health probes see (state, last probe, delay),
   ``errors_count``, ``estimated_recovery_time``, ``in_flight`` and ``latency_ewma``; the exit
@@ -31,6 +33,7 @@ from typing import Any, TextIO
 
 from clickhouse_lb._redact import redact
 from clickhouse_lb._version import __version__
+from clickhouse_lb.cli._cluster import add_cluster_command, options_from_args, run_cluster
 from clickhouse_lb.cli._console import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -357,6 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"clickhouse-lb {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    add_cluster_command(commands)
     _add_demo(commands)
     _add_status(commands)
     return parser
@@ -435,6 +439,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with library_logging(args.verbose):
             if args.command == "status":
                 return run_status(args, out)
+            if args.command == "cluster":
+                return run_cluster(options_from_args(args), out)
             return run_demo_command(args, out)
     except ConfigurationError as exc:
         print(f"clickhouse-lb {args.command}: {redact(str(exc))}", file=sys.stderr)
