@@ -194,15 +194,18 @@ def test_cluster_command_end_to_end(demo_env: dict[str, str], capsys: pytest.Cap
     try:
         lines = read_lines(proc.stdout)
         first = lines.get(timeout=60)
-        assert first is not None and first.startswith("{"), first
+        assert first is not None
+        assert first.startswith("{"), first
         found = json.loads(first)
         rest = "".join(wait_for_line(lines, "serving until Ctrl-C", timeout=10))
-        assert found["dsn"] in rest and found["url"] in rest
+        assert found["dsn"] in rest
+        assert found["url"] in rest
         base_dir = found["base_dir"]
         assert os.path.isdir(base_dir)
         assert len(found["hosts"]) == 3
         assert len(replica_processes(proc.pid)) == 3
-        assert found["dsn"].startswith("clickhouse://user:p%40ss@") and found["dsn"].endswith("/analytics")
+        assert found["dsn"].startswith("clickhouse://user:p%40ss@")
+        assert found["dsn"].endswith("/analytics")
 
         assert main(["status", found["dsn"], "--json", "--min-healthy", "3", "--timeout", "5"]) == 0
         report = json.loads(capsys.readouterr().out)

@@ -43,7 +43,8 @@ def test_shared_port_is_written_once_in_the_url() -> None:
 def test_tls_endpoints_verify_against_the_test_ca() -> None:
     found = _cluster.endpoints(HOSTS, user="default", ca_cert="/tmp/x/tls/ca.pem")
     dsn = parse_dsn(found.dsn)
-    assert dsn.secure and dsn.options == {"ca_cert": "/tmp/x/tls/ca.pem"}
+    assert dsn.secure
+    assert dsn.options == {"ca_cert": "/tmp/x/tls/ca.pem"}
     assert url_parts(found.url) == (HOSTS, "default", None, "default", True)
     from sqlalchemy.engine import make_url
 
