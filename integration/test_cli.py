@@ -238,3 +238,23 @@ def test_cluster_command_end_to_end(demo_env: dict[str, str], capsys: pytest.Cap
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_cluster_command_stops_on_sigterm(demo_env: dict[str, str]) -> None:
+    proc = subprocess.Popen([*CLUSTER, "--json", "--replicas", "1", "--shared-port"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=demo_env)
+    try:
+        lines = read_lines(proc.stdout)
+        first = lines.get(timeout=60)
+        assert first is not None
+        found = json.loads(first)
+        wait_for_line(lines, "serving until Ctrl-C", timeout=10)
+        assert len(replica_processes(proc.pid)) == 1
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert replica_processes(proc.pid) == []
+        assert not os.path.exists(found["base_dir"])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -185,3 +185,20 @@ def test_a_failover_with_logging_unconfigured_prints_one_line() -> None:
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("query failed on replica a:8123")
     assert "date_time_input_format" not in lines[0]
+
+
+def test_discovery_failure_names_each_seed_and_its_error_briefly() -> None:
+    from clickhouse_lb.config.discovery import DiscoveryError
+    from clickhouse_lb.config.replicas import Replica
+    from clickhouse_lb.core.discovery import discover
+
+    def fetch(seed: Replica) -> None:
+        raise refused_as_clickhouse_connect_raises_it()
+
+    with pytest.raises(DiscoveryError) as caught:
+        discover([Replica("seed-1", 8123), Replica("seed-2", 8123)], fetch)
+    message = str(caught.value)
+    assert "seed-1:8123: OperationalError: ConnectionRefusedError" in message
+    assert "seed-2:8123: OperationalError: ConnectionRefusedError" in message
+    assert "date_time_input_format" not in message
+    assert len(message) < 2 * BRIEF_LIMIT

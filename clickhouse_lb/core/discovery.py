@@ -27,7 +27,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from clickhouse_lb._redact import redact
 from clickhouse_lb.config.discovery import (
     DISCOVERY_SETTING_NAMES,
     DiscoveryError,
@@ -37,6 +36,7 @@ from clickhouse_lb.config.discovery import (
     parse_discovery_settings,
 )
 from clickhouse_lb.config.replicas import Replica
+from clickhouse_lb.core.classify import classify
 
 __all__ = [
     "CLUSTER_QUERY",
@@ -129,7 +129,8 @@ def discover(seeds: Sequence[Replica], fetch: Callable[[Replica], T]) -> tuple[R
         try:
             return seed, fetch(seed)
         except Exception as exc:  # any failure of one seed: try the next
-            failures.append(f"{seed.address}: {redact(f'{type(exc).__name__}: {exc}')}")
+            # The kind and root cause only: the request URL holds the whole query in its query string.
+            failures.append(f"{seed.address}: {classify(exc).reason}")
     raise DiscoveryError("No seed answered the system.clusters query: " + "; ".join(failures))
 
 
