@@ -202,3 +202,21 @@ def test_discovery_failure_names_each_seed_and_its_error_briefly() -> None:
     assert "seed-2:8123: OperationalError: ConnectionRefusedError" in message
     assert "date_time_input_format" not in message
     assert len(message) < 2 * BRIEF_LIMIT
+
+
+async def test_the_async_pools_creation_check_error_is_the_same() -> None:
+    from .test_aio import AsyncFakeCluster
+    from .test_aio import make_pool as make_async_pool
+
+    cluster = AsyncFakeCluster("a", "b")
+    for replica in cluster.replicas.values():
+        replica.fail_creation = refused_as_clickhouse_connect_raises_it
+    pool = make_async_pool(cluster, connections_with_failover_max_tries=1)
+    try:
+        with pytest.raises(AllReplicasUnavailableError) as caught:
+            await pool.connect()
+    finally:
+        await pool.close()
+    assert caught.value.operation == "connect"
+    assert str(caught.value).startswith("The pool's creation check failed: none of its 2 replicas answered")
+    assert "write" not in str(caught.value).lower()
