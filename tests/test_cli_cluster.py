@@ -83,3 +83,42 @@ def test_cluster_without_chdb_says_how_to_install(monkeypatch: pytest.MonkeyPatc
     err = capsys.readouterr().err
     assert "clickhouse-lb cluster runs a local cluster" in err
     assert "pip install '.[local]'" in err
+
+
+class BrokenCluster:
+    """A cluster whose start fails the way a replica that does not come up does."""
+
+    closed = 0
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def start(self) -> None:
+        raise self.error
+
+    def close(self) -> None:
+        BrokenCluster.closed += 1
+
+
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        ("cluster", "the local cluster failed: replicas r2 not ready after 60s"),
+        ("other", "starting the cluster failed (RuntimeError): boom password=***"),
+    ],
+)
+def test_a_cluster_that_fails_to_start_is_said_and_closed(
+    error: str, said: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from clickhouse_lb.testing import ClusterError
+
+    exc = ClusterError("replicas r2 not ready after 60s") if error == "cluster" else RuntimeError("boom password=x")
+    monkeypatch.setattr(_cluster, "chdb_available", lambda: True)
+    monkeypatch.setattr(_cluster, "_new_cluster", lambda options: BrokenCluster(exc))
+    before = BrokenCluster.closed
+    assert main(["cluster"]) == 1
+    assert BrokenCluster.closed == before + 1
+    captured = capsys.readouterr()
+    assert said in captured.err
+    assert "Traceback" not in captured.err
+    assert captured.out == ""

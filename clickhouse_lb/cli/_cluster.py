@@ -263,8 +263,11 @@ def run_cluster(options: ClusterOptions, out: TextIO | None = None, err: TextIO 
             _serve(cluster, err)
         except KeyboardInterrupt:
             pass
-        except ClusterError as exc:
-            print(f"clickhouse-lb cluster: the local cluster failed: {redact(str(exc))}", file=err)
+        except Exception as exc:  # a replica that did not start, the database not created: said, not a traceback
+            what = "the local cluster failed"
+            if not isinstance(exc, ClusterError):
+                what = f"starting the cluster failed ({type(exc).__name__})"
+            print(f"clickhouse-lb cluster: {what}: {redact(str(exc))}", file=err)
             return EXIT_FAILED
         finally:
             with stopping():
