@@ -37,7 +37,7 @@ def main() -> None:
         for cluster in clusters:
             cluster.query(0, f"CREATE TABLE {TABLE} (id Int64, name String, v UInt32) ENGINE = MergeTree ORDER BY id")
         with clickhouse_lb.get_sharded_pool(shards=[c.hosts for c in clusters], health_check_interval_ms=0) as sharded:
-            print(f"| key | rows | routed insert (s) | same parts, direct (s) | ratio | split alone (s) |")
+            print("| key | rows | routed insert (s) | same parts, direct (s) | ratio | split alone (s) |")
             print("|---|---|---|---|---|---|")
             for text in KEYS:
                 key = parse_sharding_key(text)
@@ -49,10 +49,10 @@ def main() -> None:
                 split = time.perf_counter() - started
                 routed, direct = [], []
                 for round_ in range(args.rounds):
-                    def run_routed() -> None:
+                    def run_routed(text: str = text) -> None:
                         sharded.insert(TABLE, rows, column_names=names, sharding_key=text)
 
-                    def run_direct() -> None:
+                    def run_direct(parts: list[list[list[object]]] = parts) -> None:
                         for pool, part in zip(sharded.shards, parts):
                             pool.insert(TABLE, part, column_names=names)
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-__all__ = ["SECRET_NAMES", "mask_credentials", "mask_options", "redact", "redact_dsn", "shown"]
+__all__ = ["SECRET_NAMES", "brief", "mask_credentials", "mask_options", "redact", "redact_dsn", "shown"]
 
 #: Parameter names whose values are secrets, wherever they appear (query strings, key=value,
 #: dicts, DSN parameters).
@@ -57,6 +57,28 @@ def redact(text: str) -> str:
     text = _AUTH_HEADER.sub(r"\1\2***", text)
     text = _SECRET_PARAM.sub(r"\1=***", text)
     return _SECRET_ITEM.sub(r"\1'***'", text)
+
+
+#: The longest failure description a log line or an error message carries (per replica).
+BRIEF_LIMIT = 300
+# A request URL's query string: the pool's whole settings (date_time_input_format=...&...), a
+# query_id, the SQL itself. The path and the host stay.
+_URL_QUERY = re.compile(r"(\burl: /[^\s?]*|\bhttps?://[^\s/?#]+[^\s?#]*)\?[^\s)'\"]*")
+# urllib3's connection objects as they name themselves in messages: only their address matters.
+_CONNECTION_REPR = re.compile(r"\b_?\w*HTTPS?Connection(?:Pool)?\(host='([^']*)', port=(\d+)\)")
+
+
+def brief(text: str, limit: int = BRIEF_LIMIT) -> str:
+    """A failure description fit for one log line: redacted, without request URLs' query
+    strings, urllib3's connection reprs shortened to ``host:port``, on one line, at most
+    ``limit`` characters."""
+    text = redact(text)
+    text = _URL_QUERY.sub(r"\1", text)
+    text = _CONNECTION_REPR.sub(r"\1:\2", text)
+    text = " ".join(text.split())
+    if len(text) > limit:
+        text = text[: limit - 5] + "[...]"
+    return text
 
 
 def shown(value: object) -> str:

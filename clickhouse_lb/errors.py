@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from clickhouse_connect.driver.exceptions import NotSupportedError, OperationalError, ProgrammingError
 
-from clickhouse_lb._redact import redact
+from clickhouse_lb._redact import brief, redact
 
 __all__ = [
     "AllReplicasStaleError",
@@ -31,6 +31,12 @@ __all__ = [
     "WriteOutcomeUnknownError",
     "did_you_mean",
 ]
+
+#: Where every setting and option is listed (unknown-name errors point there).
+CONFIGURATION_REFERENCE = "https://github.com/clickhouse-lb/clickhouse-lb/blob/main/docs/configuration.md"
+
+#: The operation of the check ``get_pool`` makes at creation (``pool.connect()``).
+CREATION_CHECK = "connect"
 
 _MAY_HAVE_BEEN_APPLIED = (
     "The write may have been applied: its request reached a replica before the failure. Check before "
@@ -78,12 +84,19 @@ class AttemptFailure:
         return f"{self.address} (attempt {self.attempt}): {self.error}"
 
 
+def _per_replica(last_errors: dict[str, str | None]) -> str:
+    return "\n".join(
+        f"  {address}: {brief(error) if error is not None else 'not tried'}" for address, error in last_errors.items()
+    )
+
+
 class AllReplicasUnavailableError(OperationalError):
     """Every attempt of one statement failed with a replica failure.
 
     ``failures`` lists each attempt in order; ``last_errors`` maps every replica of the pool to
     the last failure seen for it (``None`` for a replica this statement did not reach, for
-    example because the total failover timeout ran out first).
+    example because the total failover timeout ran out first). ``operation``: what failed
+    (``"connect"`` for the check ``get_pool`` makes at creation, else the client method).
     """
 
     def __init__(
@@ -93,23 +106,29 @@ class AllReplicasUnavailableError(OperationalError):
         *,
         may_have_been_applied: bool = False,
         write: bool = False,
+        operation: str | None = None,
     ) -> None:
         self.failures = list(failures)
         self.last_errors = dict(last_errors)
+        self.operation = operation
         #: For a write: True when some attempt's request reached a replica before it failed
         #: (the write may have been applied there); False: no replica received it. Always
         #: False for a read.
         self.may_have_been_applied = may_have_been_applied
-        lines = [
-            f"  {address}: {error if error is not None else 'not tried'}"
-            for address, error in self.last_errors.items()
-        ]
         tries = len(self.failures)
-        super().__init__(
-            f"All {len(self.last_errors)} replicas are unavailable ({tries} attempt"
-            f"{'s' if tries != 1 else ''} failed); last error per replica:\n" + "\n".join(lines)
-            + _write_outcome(write, may_have_been_applied)
-        )
+        attempts = f"{tries} attempt{'s' if tries != 1 else ''}"
+        if operation == CREATION_CHECK:
+            head = (
+                f"The pool's creation check failed: none of its {len(self.last_errors)} replicas answered "
+                f"({attempts}; get_pool checks that one does, as clickhouse_connect.get_client does; "
+                "connect_on_create=False skips the check). Last error per replica:\n"
+            )
+        else:
+            head = (
+                f"All {len(self.last_errors)} replicas are unavailable ({attempts} failed); "
+                "last error per replica:\n"
+            )
+        super().__init__(head + _per_replica(self.last_errors) + _write_outcome(write, may_have_been_applied))
 
 
 class StatementTimeoutError(AllReplicasUnavailableError):
@@ -129,18 +148,19 @@ class StatementTimeoutError(AllReplicasUnavailableError):
         timeout: float,
         may_have_been_applied: bool = False,
         write: bool = False,
+        operation: str | None = None,
     ) -> None:
         write = write or may_have_been_applied  # only a write may have been applied
-        super().__init__(failures, last_errors, may_have_been_applied=may_have_been_applied, write=write)
+        super().__init__(
+            failures, last_errors, may_have_been_applied=may_have_been_applied, write=write, operation=operation
+        )
         self.timeout = timeout
-        lines = [
-            f"  {address}: {error if error is not None else 'not tried'}"
-            for address, error in self.last_errors.items()
-        ]
+        what = "The pool's creation check" if operation == CREATION_CHECK else "Statement"
+        tries = len(self.failures)
         self.args = (
-            f"Statement timed out: failover_timeout={timeout:g}s ran out after {len(self.failures)} "
-            f"attempt{'s' if len(self.failures) != 1 else ''}. Last error per replica:\n"
-            + "\n".join(lines)
+            f"{what} timed out: failover_timeout={timeout:g}s ran out after {tries} "
+            f"attempt{'s' if tries != 1 else ''}. Last error per replica:\n"
+            + _per_replica(self.last_errors)
             + _write_outcome(write, may_have_been_applied),
         )
 

@@ -178,3 +178,83 @@ def test_demo_interrupted_cleans_up(demo_env: dict[str, str]) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+CLUSTER = [sys.executable, "-m", "clickhouse_lb", "cluster"]
+
+
+def test_cluster_command_end_to_end(demo_env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    """``clickhouse-lb cluster --json``: its first line is what a script needs; ``status`` and a
+    pool work against the DSN as printed, the URL through SQLAlchemy; Ctrl-C stops every
+    replica, removes its directory, exit 0."""
+    import clickhouse_lb
+
+    command = [*CLUSTER, "--json", "--user", "user:p@ss", "--database", "analytics"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=demo_env)
+    try:
+        lines = read_lines(proc.stdout)
+        first = lines.get(timeout=60)
+        assert first is not None
+        assert first.startswith("{"), first
+        found = json.loads(first)
+        rest = "".join(wait_for_line(lines, "serving until Ctrl-C", timeout=10))
+        assert found["dsn"] in rest
+        assert found["url"] in rest
+        base_dir = found["base_dir"]
+        assert os.path.isdir(base_dir)
+        assert len(found["hosts"]) == 3
+        assert len(replica_processes(proc.pid)) == 3
+        assert found["dsn"].startswith("clickhouse://user:p%40ss@")
+        assert found["dsn"].endswith("/analytics")
+
+        assert main(["status", found["dsn"], "--json", "--min-healthy", "3", "--timeout", "5"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert sorted(r["address"] for r in report["replicas"]) == sorted(found["hosts"])
+
+        with clickhouse_lb.get_pool(dsn=found["dsn"]) as pool:
+            assert pool.command("SELECT currentDatabase()") == "analytics"
+            pool.command("CREATE TABLE events ON CLUSTER lb_cluster (x UInt32) "
+                         "ENGINE = ReplicatedMergeTree ORDER BY x")
+            pool.insert("events", [[1], [2], [3]], column_names=["x"])
+            assert pool.query("SELECT count() FROM events").result_rows == [(3,)]
+
+        import sqlalchemy
+
+        engine = sqlalchemy.create_engine(found["url"])
+        try:
+            with engine.connect() as connection:
+                assert connection.execute(sqlalchemy.text("SELECT currentDatabase()")).scalar() == "analytics"
+        finally:
+            engine.dispose()
+
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0, rest_of(lines, 5) + proc.stderr.read()  # type: ignore[union-attr]
+        tail = rest_of(lines, 5)
+        assert "stopped" in tail
+        assert "Traceback" not in proc.stderr.read()  # type: ignore[union-attr]
+        assert replica_processes(proc.pid) == []
+        assert not os.path.exists(base_dir)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_cluster_command_stops_on_sigterm(demo_env: dict[str, str]) -> None:
+    proc = subprocess.Popen([*CLUSTER, "--json", "--replicas", "1", "--shared-port"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=demo_env)
+    try:
+        lines = read_lines(proc.stdout)
+        first = lines.get(timeout=60)
+        assert first is not None
+        found = json.loads(first)
+        wait_for_line(lines, "serving until Ctrl-C", timeout=10)
+        assert len(replica_processes(proc.pid)) == 1
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert replica_processes(proc.pid) == []
+        assert not os.path.exists(found["base_dir"])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

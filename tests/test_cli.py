@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from clickhouse_lb.cli import _console, _demo
+from clickhouse_lb.cli import _console, _demo, _status
 from clickhouse_lb.cli import _main as cli
 from clickhouse_lb.cli._main import build_parser, format_table, library_logging, main, run_status, short_error
 from clickhouse_lb.config.settings import LoadBalancing
@@ -35,7 +35,7 @@ def status_args(*argv: str) -> argparse.Namespace:
     return build_parser().parse_args(["status", *argv])
 
 
-def fake_factory(cluster: FakeCluster, seen: dict[str, Any]) -> cli.PoolFactory:
+def fake_factory(cluster: FakeCluster, seen: dict[str, Any]) -> _status.PoolFactory:
     """A get_pool stand-in: records what status asked for, returns a pool over fake replicas."""
 
     def factory(hosts: Any, *, dsn: str | None = None, **options: Any) -> ReplicaPool:
@@ -413,7 +413,7 @@ def test_summary_counts_the_failover_part_only_and_agrees_with_its_claims() -> N
 
 def test_status_watch_refreshes_count_times(abc: FakeCluster, monkeypatch: pytest.MonkeyPatch) -> None:
     pauses: list[float] = []
-    monkeypatch.setattr(cli.time, "sleep", pauses.append)  # no real waiting between refreshes
+    monkeypatch.setattr(_status.time, "sleep", pauses.append)  # no real waiting between refreshes
     out = io.StringIO()
     assert run_status(status_args("a,b,c", "--watch", "0.5", "--count", "3"), out, fake_factory(abc, {})) == 0
     assert out.getvalue().count("3/3 replicas answered") == 3

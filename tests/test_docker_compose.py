@@ -1,13 +1,18 @@
-"""docker-compose.yml describes the cluster the integration suite expects.
+"""docker-compose.yml describes the cluster the integration suite expects and the docs name.
 
 No Docker engine runs here, so the file is checked as data: three clickhouse-server replicas and
 one Keeper of one pinned release, HTTP on loopback, healthchecks, and configuration files whose
-names agree (hostnames, macros, the remote_servers cluster, the Keeper address). Where a compose
-CLI is installed, its own validation (``config``) must pass as well.
+names agree (hostnames, macros, the remote_servers cluster, the Keeper address); every
+``ch-N[:PORT]`` the README and docs/ use is a service of it listening on that port; the
+``cluster_host_map`` it documents for discovery from the host is the one its ports make. Where a
+compose CLI is installed (Debian's ``docker-compose`` needs no engine for this), its own
+validation (``config``) must pass and its reading of the file must agree.
 """
 
 from __future__ import annotations
 
+import ast
+import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
@@ -34,7 +39,7 @@ def services() -> dict[str, Any]:
 
 
 def servers() -> dict[str, dict[str, Any]]:
-    return {name: spec for name, spec in services().items() if name.startswith("clickhouse-")}
+    return {name: spec for name, spec in services().items() if name != "keeper"}
 
 
 def mounted(spec: dict[str, Any], target_suffix: str) -> Path:
@@ -47,7 +52,7 @@ def mounted(spec: dict[str, Any], target_suffix: str) -> Path:
 
 def test_three_replicas_and_a_keeper_of_one_pinned_release() -> None:
     names = set(services())
-    assert names == {"keeper", "clickhouse-r1", "clickhouse-r2", "clickhouse-r3"}
+    assert names == {"keeper", "ch-1", "ch-2", "ch-3"}  # the docs' host names
     images = {name: spec["image"] for name, spec in services().items()}
     tags = {image.rpartition(":")[2] for image in images.values()}
     assert len(tags) == 1, images  # one release for the servers and Keeper
@@ -87,6 +92,71 @@ def test_configuration_files_exist_and_agree() -> None:
     assert ET.parse(keeper).getroot().find(".//keeper_server") is not None
 
 
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+DOC_HOST = re.compile(r"(?<![\w.-])(ch-\d+)(?::(\d+))?(?![\w-])")
+
+
+def inside_ports(spec: dict[str, Any]) -> set[int]:
+    """The ports a service listens on inside the compose network: the container side of
+    ``ports`` and the ``expose`` list."""
+    published = {int(str(p).split("/")[0].rpartition(":")[2]) for p in spec.get("ports", [])}
+    return published | {int(str(p).split("/")[0]) for p in spec.get("expose", [])}
+
+
+def network_names(name: str, spec: dict[str, Any]) -> set[str]:
+    """What a service answers to on the compose network: its name, hostname and aliases."""
+    names = {name, spec.get("hostname", name)}
+    networks = spec.get("networks") or {}
+    if isinstance(networks, dict):
+        for network in networks.values():
+            names.update((network or {}).get("aliases", []))
+    return names
+
+
+def test_every_host_and_port_the_docs_use_is_in_the_compose_file() -> None:
+    listening: dict[str, set[int]] = {}
+    for name, spec in servers().items():
+        for alias in network_names(name, spec):
+            listening[alias] = inside_ports(spec)
+    used = []
+    wrong = []
+    for path in DOCS:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            for match in DOC_HOST.finditer(line):
+                host, port = match.group(1), match.group(2)
+                used.append(match.group(0))
+                where = f"{path.relative_to(ROOT)}:{number}: {match.group(0)}"
+                if host not in listening:
+                    wrong.append(f"{where} (no such service)")
+                elif port is not None and 0 < int(port) < 65536 and int(port) not in listening[host]:
+                    # (a port out of range is an example of the error it causes, not an address)
+                    wrong.append(f"{where} (listens on {sorted(listening[host])})")
+    assert len(used) > 50  # the scan sees the examples
+    assert wrong == []
+
+
+def test_the_documented_host_map_is_the_one_the_ports_make() -> None:
+    from clickhouse_lb.core.discovery import http_port_for
+    from clickhouse_lb.testing.docker import DockerCluster
+
+    made = {}
+    for spec in servers().values():
+        (port,) = spec["ports"]
+        host_ip, host_port, container_port = str(port).split(":")
+        made[f"{spec['hostname']}:{container_port}"] = f"{host_ip}:{host_port}"
+    assert DockerCluster().host_map == made
+    # system.clusters lists remote_servers' host:9000; the port rule makes it the map's key.
+    cluster = ET.parse(mounted(next(iter(servers().values())), "/cluster.xml")).getroot()
+    listed = {f"{r.findtext('host')}:{http_port_for(int(r.findtext('port') or 0))}"
+              for r in cluster.findall("remote_servers/*/shard/replica")}
+    assert listed == set(made)
+    # The map the file's header comment shows, as written there.
+    header = "".join(line.lstrip("#").strip() for line in COMPOSE.read_text().splitlines() if line.startswith("#"))
+    shown = re.search(r"cluster_host_map=(\{[^}]*\})", header)
+    assert shown is not None
+    assert ast.literal_eval(shown.group(1)) == made
+
+
 def test_compose_cli_accepts_the_file_where_one_is_installed() -> None:
     """Runs ``docker compose config`` or ``docker-compose config`` when either exists (neither
     needs a running engine for this); the checks above hold either way."""
@@ -97,6 +167,12 @@ def test_compose_cli_accepts_the_file_where_one_is_installed() -> None:
         if probe.returncode != 0:
             continue  # e.g. a docker client without the compose plugin
         result = subprocess.run(
-            [*command, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, timeout=60, check=False
+            [*command, "-f", str(COMPOSE), "config"], capture_output=True, text=True, timeout=60, check=False
         )
         assert result.returncode == 0, result.stderr
+        # The CLI's reading (anchors merged, ports normalised) agrees with the checks above.
+        resolved = yaml.safe_load(result.stdout)["services"]
+        assert set(resolved) == set(services())
+        for name, spec in servers().items():
+            assert inside_ports(resolved[name]) == inside_ports(spec), name
+            assert resolved[name]["hostname"] == spec["hostname"] == name

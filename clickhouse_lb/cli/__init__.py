@@ -1,4 +1,4 @@
-"""The ``clickhouse-lb`` command: ``status``, ``demo`` (entry point :func:`main`)."""
+"""The ``clickhouse-lb`` command: ``status``, ``demo``, ``cluster`` (entry point :func:`main`)."""
 
 from clickhouse_lb.cli._main import main
 

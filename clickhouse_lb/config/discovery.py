@@ -1,17 +1,45 @@
-"""Discovery settings (``cluster``, ``shard``, ``cluster_http_port``, ``cluster_discovery_interval_ms``)."""
+"""Discovery settings (``cluster``, ``shard``, ``cluster_http_port``, ``cluster_discovery_interval_ms``,
+``cluster_host_map``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from clickhouse_lb._redact import shown
 from clickhouse_lb.config._values import bounded
+from clickhouse_lb.config.replicas import parse_host
 from clickhouse_lb.errors import ConfigurationError
 
 
 class DiscoveryError(ConfigurationError):
     """No seed answered, or the cluster (or shard) has no replicas."""
+
+
+@dataclass(frozen=True)
+class HostMapping:
+    """One entry of ``cluster_host_map``: a replica ``system.clusters`` names ``listed_host``
+    (on ``listed_port``, its HTTP port after the port rule; None: any port) is reached at
+    ``host`` (on ``port``; None: the same port)."""
+
+    listed_host: str
+    listed_port: int | None
+    host: str
+    port: int | None
+
+
+def map_address(host_map: Sequence[HostMapping], host: str, port: int) -> tuple[str, int]:
+    """Where the pool reaches a replica listed as ``host:port``: the entry for ``host:port``,
+    else the entry for ``host`` alone, else ``host:port`` itself (host names compared
+    case-insensitively, as DNS does)."""
+    lowered = host.lower()
+    exact = next((m for m in host_map if m.listed_host == lowered and m.listed_port == port), None)
+    entry = exact or next((m for m in host_map if m.listed_host == lowered and m.listed_port is None), None)
+    if entry is None:
+        return host, port
+    return entry.host, port if entry.port is None else entry.port
 
 
 @dataclass(frozen=True)
@@ -25,6 +53,9 @@ class DiscoverySettings:
     #: The HTTP port of every discovered replica; None: the port rule of the module doc.
     cluster_http_port: int | None = None
     cluster_discovery_interval_ms: int = 30000
+    #: Where replicas listed under other names are reached (``{"ch-1:8123": "127.0.0.1:8123"}``):
+    #: discovery from outside a Docker network or a NAT, whose names resolve only inside it.
+    cluster_host_map: tuple[HostMapping, ...] = ()
 
     @property
     def enabled(self) -> bool:
@@ -53,6 +84,7 @@ def parse_discovery_settings(values: Mapping[str, Any]) -> DiscoverySettings:
     shard = values.get("shard")
     http_port = values.get("cluster_http_port")
     interval = values.get("cluster_discovery_interval_ms")
+    host_map = parse_host_map(values.get("cluster_host_map"))
     return DiscoverySettings(
         cluster=cluster.strip() if cluster is not None else None,
         shard=None if shard is None else int(bounded("shard", shard) or 0),
@@ -62,4 +94,64 @@ def parse_discovery_settings(values: Mapping[str, Any]) -> DiscoverySettings:
             if interval is None
             else int(bounded("cluster_discovery_interval_ms", interval) or 0)
         ),
+        cluster_host_map=host_map,
     )
+
+
+_HOST_MAP_FORMS = (
+    "expected a mapping {'ch-1:8123': '127.0.0.1:8123', ...} (listed host[:port] -> reachable host[:port]), "
+    "or the same as text: 'ch-1:8123=127.0.0.1:8123,ch-2:8123=127.0.0.1:8124'"
+)
+# host:port with the port written (IPv6 in brackets); a bare host or IPv6 address has none.
+_PORT_GIVEN = re.compile(r"^(?:[^:\[\]]+|\[[^\]]+\]):[^:]*$")
+
+
+def _shown(value: object) -> str:
+    """The map or one of its names as a message quotes it; not at all when it holds a '@'
+    (``user:pw@host``: parse_host's own message shows it masked)."""
+    text = shown(value)
+    return "(not shown: it holds '@')" if "@" in text else text
+
+
+def _endpoint(text: object, role: str, whole: object) -> tuple[str, int | None]:
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigurationError(
+            f"Bad cluster_host_map {_shown(whole)}: {role} {_shown(text)} is not a host; {_HOST_MAP_FORMS}"
+        )
+    try:
+        replica = parse_host(text)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"Bad cluster_host_map {_shown(whole)}: {role} {_shown(text)}: {exc}") from None
+    return replica.host, replica.port if _PORT_GIVEN.match(text.strip()) else None
+
+
+def parse_host_map(value: object) -> tuple[HostMapping, ...]:
+    """``cluster_host_map`` from a mapping or its text form (see :data:`_HOST_MAP_FORMS`)."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        pairs: list[tuple[object, object]] = []
+        for item in (part.strip() for part in value.split(",")):
+            if not item:
+                continue
+            left, sep, right = item.partition("=")
+            if not sep:
+                raise ConfigurationError(
+                    f"Bad cluster_host_map {_shown(value)}: {_shown(item)} has no '='; {_HOST_MAP_FORMS}"
+                )
+            pairs.append((left.strip(), right.strip()))
+    elif isinstance(value, Mapping):
+        pairs = list(value.items())
+    else:
+        raise ConfigurationError(f"Bad cluster_host_map {_shown(value)}: {_HOST_MAP_FORMS}")
+    entries: list[HostMapping] = []
+    seen: set[tuple[str, int | None]] = set()
+    for listed, reached in pairs:
+        listed_host, listed_port = _endpoint(listed, "listed", value)
+        key = (listed_host.lower(), listed_port)
+        if key in seen:
+            raise ConfigurationError(f"Bad cluster_host_map {_shown(value)}: {_shown(listed)} is mapped twice")
+        seen.add(key)
+        host, port = _endpoint(reached, "reachable", value)
+        entries.append(HostMapping(key[0], listed_port, host, port))
+    return tuple(entries)

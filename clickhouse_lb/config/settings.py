@@ -19,7 +19,7 @@ from clickhouse_lb._redact import shown
 from clickhouse_lb.config._values import LIMITS, as_bool, bounded
 from clickhouse_lb.config.attempt_settings import ATTEMPT_SETTING_NAMES, normalize_attempt_setting
 from clickhouse_lb.config.liveness import LIVENESS_DEFAULTS
-from clickhouse_lb.errors import ConfigurationError, did_you_mean
+from clickhouse_lb.errors import CONFIGURATION_REFERENCE, ConfigurationError, did_you_mean
 
 __all__ = [
     "BALANCING_SETTING_NAMES",
@@ -122,12 +122,26 @@ BALANCING_SETTING_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Balancin
 _NUMERIC_SETTINGS = frozenset(name for name in BALANCING_SETTING_NAMES if name in LIMITS)
 
 
+#: An unknown-name error suggests at most this many names, the closest first.
+_CLOSEST_NAMES = 5
+#: A set of names this small is listed whole when none is close.
+_LISTED_WHOLE = 8
+
+
 def unknown_name_error(kind: str, name: str, valid: Iterable[str]) -> ConfigurationError:
-    """An error for an unknown option: the name, the closest valid names, and where the list is."""
+    """An error for an unknown option: the name, at most five closest valid names (or a small
+    set whole), and where every name is listed."""
     valid = sorted(valid)
-    close = difflib.get_close_matches(name, valid, n=3, cutoff=0.6) if isinstance(name, str) else []
-    hint = f" Did you mean {', '.join(close)}?" if close else ""
-    return ConfigurationError(f"Unknown {kind} {shown(name)}.{hint} Valid: {', '.join(valid)}")
+    close = difflib.get_close_matches(name, valid, n=_CLOSEST_NAMES, cutoff=0.6) if isinstance(name, str) else []
+    if close:
+        hint = f" Did you mean {', '.join(close)}?"
+    elif len(valid) <= _LISTED_WHOLE:
+        hint = f" Valid: {', '.join(valid)}."
+    else:
+        hint = ""
+    return ConfigurationError(
+        f"Unknown {kind} {shown(name)}.{hint} Every {kind} is in the configuration reference: {CONFIGURATION_REFERENCE}"
+    )
 
 
 def parse_local_hostname(value: object) -> str | None:

@@ -39,7 +39,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from clickhouse_lb._redact import redact
+from clickhouse_lb._redact import brief
 from clickhouse_lb.errors import AttemptAbandonedError, ReplicaConnectError
 
 __all__ = ["PING_DISPROVABLE_KINDS", "REACHABILITY_KINDS", "REPLICA_ERROR_CODES", "Failure", "classify", "error_code"]
@@ -158,15 +158,27 @@ def _one_line(exc: BaseException) -> str:
 
 def _describe(exc: BaseException) -> str:
     """One line for logs and status: the error, plus its root transport cause when the error
-    itself is as vague as clickhouse-connect's "Error executing HTTP request"."""
+    itself is as vague as clickhouse-connect's "Error executing HTTP request"; at most a few
+    hundred characters, without the request's query string (see :func:`brief`)."""
     described = _one_line(exc)
     root = None
+    retried = False
     for cause in _causes(exc):
-        if cause is not exc and type(cause).__name__ != "MaxRetryError":
+        if cause is exc:
+            continue
+        if type(cause).__name__ == "MaxRetryError":
+            retried = True
+        else:
             root = cause
-    if root is not None and str(root) not in described:
-        described = f"{described} ({_one_line(root)})"
-    return redact(described)
+    if root is not None:
+        if retried or str(root) in described:
+            # clickhouse-connect wraps urllib3's MaxRetryError ("... Max retries exceeded with
+            # url: /?<every setting> (Caused by <root>) executing HTTP request attempt 1 ..."):
+            # the root cause is all of it that says what failed.
+            described = f"{type(exc).__name__}: {_one_line(root)}"
+        else:
+            described = f"{described} ({_one_line(root)})"
+    return brief(described)
 
 
 def classify(exc: BaseException) -> Failure:

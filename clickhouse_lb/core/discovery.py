@@ -27,14 +27,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from clickhouse_lb._redact import redact
 from clickhouse_lb.config.discovery import (
     DISCOVERY_SETTING_NAMES,
     DiscoveryError,
     DiscoverySettings,
+    HostMapping,
+    map_address,
     parse_discovery_settings,
 )
 from clickhouse_lb.config.replicas import Replica
+from clickhouse_lb.core.classify import classify
 
 __all__ = [
     "CLUSTER_QUERY",
@@ -90,10 +92,16 @@ def http_port_for(port: int, *, http_port: int | None = None) -> int:
 
 
 def replicas_from_rows(
-    rows: Iterable[ClusterRow], *, cluster: str, shard: int | None = None, http_port: int | None = None
+    rows: Iterable[ClusterRow],
+    *,
+    cluster: str,
+    shard: int | None = None,
+    http_port: int | None = None,
+    host_map: Sequence[HostMapping] = (),
 ) -> list[Replica]:
     """The replicas of ``cluster`` (of one ``shard`` when given), named by ``host_name`` (the
-    hostname strategies compare names), or ``host_address`` when the name is empty."""
+    hostname strategies compare names), or ``host_address`` when the name is empty; a replica
+    ``host_map`` maps (``cluster_host_map``) goes by its reachable address instead."""
     rows = list(rows)
     chosen = [r for r in rows if shard is None or r.shard_num == shard]
     if not chosen:
@@ -104,7 +112,9 @@ def replicas_from_rows(
     replicas: list[Replica] = []
     seen: set[str] = set()
     for row in chosen:
-        replica = Replica(row.host_name or row.host_address, http_port_for(row.port, http_port=http_port))
+        listed_port = http_port_for(row.port, http_port=http_port)
+        host, port = map_address(host_map, row.host_name or row.host_address, listed_port)
+        replica = Replica(host, port)
         if replica.address.lower() not in seen:  # one server listed in several shards
             seen.add(replica.address.lower())
             replicas.append(replica)
@@ -149,7 +159,8 @@ def discover(seeds: Sequence[Replica], fetch: Callable[[Replica], T]) -> tuple[R
         try:
             return seed, fetch(seed)
         except Exception as exc:  # any failure of one seed: try the next
-            failures.append(f"{seed.address}: {redact(f'{type(exc).__name__}: {exc}')}")
+            # The kind and root cause only: the request URL holds the whole query in its query string.
+            failures.append(f"{seed.address}: {classify(exc).reason}")
     raise DiscoveryError("No seed answered the system.clusters query: " + "; ".join(failures))
 
 

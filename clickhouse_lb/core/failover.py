@@ -248,10 +248,10 @@ class StatementAttempts:
         if self.deadline.seconds is not None and self.out_of_time():
             return StatementTimeoutError(
                 attempts, last, timeout=self.deadline.seconds,
-                may_have_been_applied=may_have_been_applied, write=self.write,
+                may_have_been_applied=may_have_been_applied, write=self.write, operation=self.operation,
             )
         return AllReplicasUnavailableError(
-            attempts, last, may_have_been_applied=may_have_been_applied, write=self.write
+            attempts, last, may_have_been_applied=may_have_been_applied, write=self.write, operation=self.operation
         )
 
 

@@ -43,7 +43,7 @@ from clickhouse_lb.core._statements import settings_positions
 from clickhouse_lb.core.balancer import Balancer
 from clickhouse_lb.core.events import Listener, logger
 from clickhouse_lb.core.failover import async_policy, run_async
-from clickhouse_lb.errors import ConfigurationError
+from clickhouse_lb.errors import CREATION_CHECK, ConfigurationError
 from clickhouse_lb.pools._async_client_api import AsyncClientAPI
 from clickhouse_lb.pools._base import (
     ClientSlot,
@@ -233,7 +233,7 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         ``pool = await get_async_pool(...)`` calls it (awaiting the pool is this call)."""
         self._check_open()
         if self._reference_or_none() is None:
-            attempts = self._attempts("connect", await self._plan(), retry_after_send=True)
+            attempts = self._attempts(CREATION_CHECK, await self._plan(), write=False)
             await run_async(attempts, self._client, self._policy)
         return self
 
@@ -304,7 +304,7 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         """A client method that only reads (``create_insert_context``), on one replica with
         failover; no balancing settings are taken out of its arguments."""
         self._check_open()
-        attempts = self._attempts(method, await self._plan(), retry_after_send=True)
+        attempts = self._attempts(method, await self._plan(), write=False)
 
         async def attempt(index: int) -> Any:
             client = await self._client(index)

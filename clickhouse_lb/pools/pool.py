@@ -38,6 +38,7 @@ from clickhouse_lb.core.balancer import Balancer
 from clickhouse_lb.core.events import Listener, logger
 from clickhouse_lb.core.failover import run_sync, sync_policy
 from clickhouse_lb.core.shared_state import SharedReplicaSet
+from clickhouse_lb.errors import CREATION_CHECK
 from clickhouse_lb.pools._base import (
     ClientSlot,
     PinnedBase,
@@ -204,7 +205,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         ``connect_on_create=False``."""
         self._check_open()
         if self._reference_or_none() is None:
-            attempts = self._attempts("connect", self._balancer.plan_indices(), retry_after_send=True)
+            attempts = self._attempts(CREATION_CHECK, self._balancer.plan_indices(), write=False)
             run_sync(attempts, self._client, self._policy)
         return self
 
@@ -278,7 +279,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         """A client method that only reads (e.g. ``create_insert_context``), on one replica
         with failover; no balancing settings are taken out of its arguments."""
         self._check_open()
-        attempts = self._attempts(method, self._balancer.plan_indices(), retry_after_send=True)
+        attempts = self._attempts(method, self._balancer.plan_indices(), write=False)
         return run_sync(attempts, lambda index: getattr(self._client(index), method)(*args, **kwargs), self._policy)
 
     create_insert_context = read_statement(Client.create_insert_context)

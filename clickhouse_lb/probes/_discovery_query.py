@@ -70,7 +70,8 @@ class ClusterReader:
         settings = self.settings
         assert settings.cluster is not None
         return replicas_from_rows(
-            rows, cluster=settings.cluster, shard=settings.shard, http_port=settings.cluster_http_port
+            rows, cluster=settings.cluster, shard=settings.shard, http_port=settings.cluster_http_port,
+            host_map=settings.cluster_host_map,
         )
 
     def shards(self, seeds: Sequence[Replica]) -> list[ShardLayout]:

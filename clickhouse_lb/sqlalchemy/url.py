@@ -46,7 +46,7 @@ from clickhouse_lb.config.pool_config import (
     sync_client_option_names,
 )
 from clickhouse_lb.config.replicas import DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, Replica, parse_replicas
-from clickhouse_lb.errors import ConfigurationError, did_you_mean
+from clickhouse_lb.errors import CONFIGURATION_REFERENCE, ConfigurationError, did_you_mean
 from clickhouse_lb.sqlalchemy._compat import url_database
 
 __all__ = ["DIALECT_PARAMETERS", "EngineArgs", "engine_args_from_url"]
@@ -126,12 +126,12 @@ def _check_not_a_typo(name: str) -> None:
     if name in _SERVER_LOOKALIKES:
         return
     valid = sorted((*POOL_SETTING_NAMES, *DIALECT_PARAMETERS))
-    close = difflib.get_close_matches(name, valid, n=3, cutoff=0.85)
+    close = difflib.get_close_matches(name, valid, n=5, cutoff=0.85)
     if close or name.startswith(_BALANCING_PREFIXES):
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise ConfigurationError(
-            f"Unknown balancing parameter {name!r} in the URL.{hint} Valid: {', '.join(valid)}. "
-            f"(To send a server setting of that name, write ch_{name}=...)"
+            f"Unknown balancing parameter {name!r} in the URL.{hint} Every parameter is in the configuration "
+            f"reference: {CONFIGURATION_REFERENCE}. (To send a server setting of that name, write ch_{name}=...)"
         )
 
 

@@ -124,6 +124,10 @@ class LocalCluster(ClusterBase):
     :param shared_port: every replica listens on the same port (one free on all the replicas'
         addresses), each on its own address; needs distinct addresses (Linux).
     :param port: that shared port, chosen by you (implies ``shared_port``).
+    :param advertised_hosts: what ``system.clusters`` lists for each replica instead of its
+        address: ``"host"`` (with the replica's port) or ``"host:port"``, one per replica, as
+        servers inside a Docker network list names only that network resolves (for
+        ``cluster_host_map`` tests).
     """
 
     def __init__(
@@ -140,6 +144,7 @@ class LocalCluster(ClusterBase):
         cluster_name: str = "lb_cluster",
         shared_port: bool = False,
         port: int | None = None,
+        advertised_hosts: list[str] | None = None,
     ) -> None:
         if names is not None and len(names) != replicas:
             raise ValueError("names must have one entry per replica")
@@ -152,6 +157,7 @@ class LocalCluster(ClusterBase):
                 f"cluster_name must be a non-empty name of letters, digits, '_' or '-', not {cluster_name!r}"
             )
         self._names = list(names) if names is not None else [f"r{i + 1}" for i in range(replicas)]
+        self._advertised = _advertised(advertised_hosts, replicas)
         self._own_dir = base_dir is None
         self._base_dir = Path(base_dir) if base_dir is not None else None
         distinct = _default_distinct() if distinct_addresses is None else distinct_addresses
@@ -482,11 +488,11 @@ class LocalCluster(ClusterBase):
 
     def _write_cluster_file(self) -> None:
         """Describe the cluster for the replicas' system.clusters."""
-        listed = [self._replicas[i] for i in self.described]
-        description = {
-            "cluster": self.cluster_name,
-            "replicas": [{"name": r.name, "host": r.host, "port": r.port} for r in listed],
-        }
+        def row(r: _Replica) -> dict[str, object]:
+            host, port = self._advertised[r.index] if self._advertised else (r.host, None)
+            return {"name": r.name, "host": host, "port": port or r.port}
+
+        description = {"cluster": self.cluster_name, "replicas": [row(self._replicas[i]) for i in self.described]}
         path = self.base_dir / "cluster.json"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(description))
@@ -659,6 +665,21 @@ class LocalCluster(ClusterBase):
         state = json.loads(body)
         assert isinstance(state, dict)
         return state
+
+
+def _advertised(hosts: list[str] | None, replicas: int) -> list[tuple[str, int | None]] | None:
+    """``advertised_hosts`` as ``(host, port or None)`` pairs."""
+    if hosts is None:
+        return None
+    if len(hosts) != replicas:
+        raise ValueError(f"advertised_hosts must have one entry per replica ({replicas}), not {len(hosts)}")
+    pairs: list[tuple[str, int | None]] = []
+    for text in hosts:
+        host, sep, port = str(text).rpartition(":") if ":" in str(text) else (str(text), "", "")
+        if not host or (sep and not (port.isdigit() and 0 < int(port) < 65536)):
+            raise ValueError(f"advertised_hosts: expected 'host' or 'host:port', not {text!r}")
+        pairs.append((host, int(port) if sep else None))
+    return pairs
 
 
 def _free_common_port(hosts: list[str], attempts: int = 50) -> int:

@@ -1,8 +1,10 @@
 """``DockerCluster``: the repository's docker-compose.yml (real clickhouse-server replicas + Keeper).
 
 Three ``clickhouse/clickhouse-server`` replicas of one shard (macros ``replica`` = r1..r3,
-``shard`` = 01, ReplicatedMergeTree through ClickHouse Keeper), HTTP ports published on
-``127.0.0.1:8123``, ``8124``, ``8125``. Fault injection goes through ``docker compose``:
+``shard`` = 01, ReplicatedMergeTree through ClickHouse Keeper), services ``ch-1``..``ch-3``
+(the docs' host names, inside the compose network), HTTP ports published on
+``127.0.0.1:8123``, ``8124``, ``8125`` (:attr:`DockerCluster.host_map` maps the names
+``system.clusters`` lists to them, for ``cluster_host_map``). Fault injection goes through ``docker compose``:
 ``kill`` (SIGKILL), ``pause``/``unpause`` (cgroup freezer: the kernel still accepts connections),
 ``start`` after a kill; :meth:`DockerCluster.stop_replication` / ``start_replication`` send
 ``SYSTEM STOP|START FETCHES`` and ``SYSTEM STOP|START REPLICATION QUEUES`` to the replica.
@@ -25,7 +27,7 @@ from pathlib import Path
 from clickhouse_lb.testing._base import ClusterBase, ClusterError
 
 _DEFAULT_COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
-_SERVICES = ("clickhouse-r1", "clickhouse-r2", "clickhouse-r3")
+_SERVICES = ("ch-1", "ch-2", "ch-3")
 _PORTS = (8123, 8124, 8125)
 
 
@@ -84,6 +86,12 @@ class DockerCluster(ClusterBase):
     @property
     def hosts(self) -> list[str]:
         return [f"127.0.0.1:{port}" for port in _PORTS]
+
+    @property
+    def host_map(self) -> dict[str, str]:
+        """``cluster_host_map`` for discovery from the host: the names ``system.clusters``
+        lists (``ch-1:9000``, HTTP ``ch-1:8123`` by the port rule) -> the published ports."""
+        return {f"{service}:8123": f"127.0.0.1:{port}" for service, port in zip(_SERVICES, _PORTS)}
 
     @property
     def names(self) -> list[str]:
