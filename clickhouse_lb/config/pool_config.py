@@ -41,7 +41,6 @@ from clickhouse_lb.errors import ConfigurationError
 __all__ = [
     "PoolConfig",
     "async_client_option_names",
-    "balancing_arguments",
     "resolve_pool_config",
     "sync_client_option_names",
 ]
@@ -254,13 +253,6 @@ def _compress(value: Any) -> bool | str:
     raise ConfigurationError(
         f"Bad compress {shown(value)}: expected true, false or one of {', '.join(COMPRESS_CHOICES)}"
     )
-
-
-def balancing_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """The balancing settings among a factory's arguments (``get_pool``'s ``locals()``): both
-    factories spell every setting out as a keyword, for ``help()`` and type checkers, and
-    hand them on through here."""
-    return {name: arguments[name] for name in POOL_SETTING_NAMES if name in arguments}
 
 
 def resolve_pool_config(
