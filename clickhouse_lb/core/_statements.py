@@ -175,7 +175,7 @@ def prepare_call(
         return PreparedCall(
             args, kwargs, NO_OVERRIDES, write=_write_now(text), text=text, settings_position=settings_position
         )
-    if settings is not None and not isinstance(settings, Mapping):
+    if settings is not None and type(settings) is not dict and not isinstance(settings, Mapping):  # dict: no ABC check
         raise ConfigurationError(
             f"Bad settings {shown(settings)} for {method}(): expected a mapping of server setting names to "
             "values, such as settings={'max_threads': 4}"
