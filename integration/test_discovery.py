@@ -197,3 +197,35 @@ def test_describe_changes_what_system_clusters_lists(own_cluster: LocalCluster) 
     finally:
         own_cluster.describe()
     assert own_cluster.described == [0, 1, 2]
+
+
+def test_discovered_replicas_keep_every_option_the_user_gave(cluster: ClusterBase) -> None:
+    """Issue 23: discovery re-derived the pool's timeouts from options it had taken out, so the
+    discovered replicas' clients waited 300 s (clickhouse-connect's default) instead of 7."""
+    with clickhouse_lb.get_pool(
+        hosts=[cluster.hosts[1]], cluster="lb_cluster", load_balancing="round_robin",
+        send_receive_timeout=7, connect_timeout_with_failover_ms=2500, settings={"max_threads": 3},
+    ) as pool:
+        assert sorted(pool.addresses) == sorted(cluster.hosts)
+        answers = {pool.query("SELECT getMacro('replica'), getSetting('max_threads')").result_rows[0]
+                   for _ in range(3 * len(cluster.hosts))}
+        assert len({who for who, _ in answers}) == len(cluster.hosts)  # every replica answered ...
+        assert {int(threads) for _, threads in answers} == {3}  # ... with the server setting given
+        timeouts = {(slot.client.timeout.connect_timeout, slot.client.timeout.read_timeout)
+                    for slot in pool._view.slots}
+        assert timeouts == {(2.5, 7.0)}  # and every replica's client with the timeouts given
+        assert pool.config.attempts.timeouts.receive == 7.0
+
+
+def test_async_discovered_replicas_keep_the_timeouts_given(cluster: ClusterBase) -> None:
+    async def run() -> tuple[float | None, float | None]:
+        pool = clickhouse_lb.get_async_pool(hosts=[cluster.hosts[0]], cluster="lb_cluster", send_receive_timeout=7)
+        try:
+            assert (await pool.query("SELECT 1")).result_rows == [(1,)]
+            assert len(pool.addresses) == len(cluster.hosts)
+            timeouts = pool.config.attempts.timeouts
+            return timeouts.send, timeouts.receive
+        finally:
+            await pool.close()
+
+    assert asyncio.run(run()) == (7.0, 7.0)

@@ -5,18 +5,21 @@ from __future__ import annotations
 import pytest
 
 from clickhouse_lb.config.attempt_settings import (
+    derive_attempt_settings,
     normalize_attempt_setting,
-    parse_attempt_settings,
     split_statement_attempt_settings,
 )
 from clickhouse_lb.config.hedging import HedgePolicy
 from clickhouse_lb.config.liveness import LivenessPolicy
-from clickhouse_lb.config.timeouts import Timeouts
+from clickhouse_lb.config.settings import parse_balancing_settings
+from clickhouse_lb.config.timeouts import Timeouts, pool_timeouts
 from clickhouse_lb.errors import ConfigurationError
 
 
 def parse(values: dict[str, object], options: dict[str, object] | None = None):  # type: ignore[no-untyped-def]
-    return parse_attempt_settings(values, options or {}, connect_timeout_with_failover_ms=1000, replicas=3)
+    # As a pool of 3 replicas derives them: the settings stored once (ms), then computed.
+    timeouts, rest = pool_timeouts(options or {}, connect_timeout_with_failover_ms=1000, replicas=3)
+    return derive_attempt_settings(parse_balancing_settings(values), timeouts), rest
 
 
 def test_defaults_check_liveness_and_do_not_hedge() -> None:
@@ -63,7 +66,7 @@ def test_a_statement_changes_its_own_attempts_only() -> None:
         ({"use_hedged_requests": 2}, "use_hedged_requests 2: expected 0 or 1"),
         ({"receive_data_timeout_ms": "soon"}, "receive_data_timeout_ms 'soon'.*'auto'"),
         ({"liveness_ping_timeout_ms": -1}, "liveness_ping_timeout_ms -1"),
-        ({"hedge": 1}, "Unknown attempt setting 'hedge'; valid: use_hedged_requests"),
+        ({"hedge": 1}, "Unknown balancing setting 'hedge'.*configuration reference"),
     ],
 )
 def test_bad_values_name_the_value_and_the_choices(values: dict[str, object], message: str) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from clickhouse_lb.config.hedging import HedgePolicy, parse_receive_data_timeout
 from clickhouse_lb.config.liveness import LivenessPolicy
@@ -35,7 +35,6 @@ from clickhouse_lb.config.timeouts import (
     STATEMENT_TIMEOUT_NAMES,
     Timeouts,
     parse_seconds,
-    pool_timeouts,
     split_statement_timeouts,
 )
 from clickhouse_lb.errors import ConfigurationError
@@ -47,8 +46,8 @@ __all__ = [
     "STATEMENT_ATTEMPT_SETTING_NAMES",
     "AttemptSettings",
     "StatementAttemptSettings",
+    "derive_attempt_settings",
     "normalize_attempt_setting",
-    "parse_attempt_settings",
     "split_statement_attempt_settings",
 ]
 
@@ -129,46 +128,37 @@ class StatementAttemptSettings:
 NO_STATEMENT_SETTINGS = StatementAttemptSettings()
 
 
-def parse_attempt_settings(
-    values: Mapping[str, Any],
-    client_options: Mapping[str, Any],
-    *,
-    connect_timeout_with_failover_ms: float,
-    replicas: int,
-) -> tuple[AttemptSettings, dict[str, Any]]:
-    """The pool's attempt settings from its keywords (``values``, by the names above) and its
-    client options (the timeout ones are taken out; the rest is returned for the clients)."""
-    for name in values:
-        if name not in ATTEMPT_SETTING_NAMES:
-            raise ConfigurationError(f"Unknown attempt setting {name!r}; valid: {', '.join(ATTEMPT_SETTING_NAMES)}")
-    timeouts, rest = pool_timeouts(
-        client_options, connect_timeout_with_failover_ms=connect_timeout_with_failover_ms, replicas=replicas
-    )
-    defaults = LivenessPolicy()
-    check_after = values.get("liveness_check_after_ms")
-    ping_timeout = values.get("liveness_ping_timeout_ms")
-    interval = values.get("liveness_check_interval_ms")
+class _AttemptValues(Protocol):
+    """The balancing settings this module reads (:class:`~clickhouse_lb.config.settings.BalancingSettings`,
+    which stores them once, in milliseconds, as normalised by :func:`normalize_attempt_setting`)."""
+
+    @property
+    def use_hedged_requests(self) -> bool: ...
+    @property
+    def receive_data_timeout_ms(self) -> float | str: ...
+    @property
+    def liveness_check_after_ms(self) -> float: ...
+    @property
+    def liveness_ping_timeout_ms(self) -> float: ...
+    @property
+    def liveness_check_interval_ms(self) -> float: ...
+
+
+def derive_attempt_settings(settings: _AttemptValues, timeouts: Timeouts) -> AttemptSettings:
+    """The pool's attempt settings, computed from the settings as stored (milliseconds) and the
+    pool's timeouts: a derived value, never a second copy that could drift from its input."""
+    check_after = settings.liveness_check_after_ms
+    delay = settings.receive_data_timeout_ms
     liveness = LivenessPolicy(
-        check_after=(
-            defaults.check_after if check_after is None
-            else _milliseconds("liveness_check_after_ms", check_after, zero_is_off=True)
-        ),
-        ping_timeout=(
-            defaults.ping_timeout if ping_timeout is None
-            else _milliseconds("liveness_ping_timeout_ms", ping_timeout) or defaults.ping_timeout
-        ),
-        interval=(
-            defaults.interval if interval is None
-            else _milliseconds("liveness_check_interval_ms", interval) or defaults.interval
-        ),
+        check_after=check_after / 1000.0 if check_after else None,
+        ping_timeout=settings.liveness_ping_timeout_ms / 1000.0,
+        interval=settings.liveness_check_interval_ms / 1000.0,
     )
-    hedged = values.get("use_hedged_requests")
-    delay = values.get("receive_data_timeout_ms")
     hedging = HedgePolicy(
-        enabled=False if hedged is None else _flag("use_hedged_requests", hedged),
-        delay=None if delay is None else parse_receive_data_timeout(delay),
+        enabled=bool(settings.use_hedged_requests),
+        delay=None if isinstance(delay, str) else float(delay) / 1000.0,
     )
-    return AttemptSettings(timeouts, liveness, hedging), rest
+    return AttemptSettings(timeouts, liveness, hedging)
 
 
 def split_statement_attempt_settings(

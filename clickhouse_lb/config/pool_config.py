@@ -13,16 +13,12 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from clickhouse_lb._redact import mask_options, shown
 from clickhouse_lb.config._values import LIMITS, as_bool, bounded
-from clickhouse_lb.config.attempt_settings import (
-    ATTEMPT_SETTING_NAMES,
-    CLIENT_TIMEOUT_OPTIONS,
-    AttemptSettings,
-    parse_attempt_settings,
-)
+from clickhouse_lb.config.attempt_settings import CLIENT_TIMEOUT_OPTIONS, AttemptSettings, derive_attempt_settings
 from clickhouse_lb.config.discovery import (
     DISCOVERY_SETTING_NAMES,
     NO_DISCOVERY,
@@ -38,12 +34,13 @@ from clickhouse_lb.config.settings import (
     parse_balancing_settings,
     unknown_name_error,
 )
+from clickhouse_lb.config.timeouts import parse_seconds, pool_timeouts
+from clickhouse_lb.config.tls import uses_tls
 from clickhouse_lb.errors import ConfigurationError
 
 __all__ = [
     "PoolConfig",
     "async_client_option_names",
-    "balancing_arguments",
     "resolve_pool_config",
     "sync_client_option_names",
 ]
@@ -146,10 +143,15 @@ def async_client_option_names() -> frozenset[str]:
 @dataclass(frozen=True)
 class PoolConfig:
     """Everything a pool needs: replicas, balancing settings, options for every replica's
-    client, and how the background health probes run."""
+    client, and how the background health probes run. Each setting is stored once, as
+    resolved from what the user gave; what follows from them (:attr:`attempts`,
+    :attr:`secure`) is computed, so ``dataclasses.replace`` (discovery, shared state) keeps
+    every option."""
 
     replicas: list[Replica]
     settings: BalancingSettings
+    #: What each replica's client is given, less the timeouts (the pool gives each client
+    #: its own, exact values: :attr:`attempts`).
     client_options: dict[str, Any]
     health: HealthSettings = DEFAULT_HEALTH
     lag: LagSettings = DEFAULT_LAG
@@ -161,28 +163,36 @@ class PoolConfig:
     discovery: DiscoverySettings = NO_DISCOVERY
     #: The hosts the user gave, when ``replicas`` were discovered from them.
     seeds: tuple[Replica, ...] = ()
-
-    #: How attempts wait (timeouts, liveness, hedging): derived from the settings and the
-    #: timeout options, which are then taken out of ``client_options`` (the pool gives each
-    #: client its own, exact values).
-    attempts: AttemptSettings = field(init=False)
+    #: The timeout options the user gave (:data:`CLIENT_TIMEOUT_OPTIONS`), in seconds.
+    timeout_options: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        attempts, rest = parse_attempt_settings(
-            {name: getattr(self.settings, name) for name in ATTEMPT_SETTING_NAMES},
-            self.client_options,
+        mixed = sorted(name for name in CLIENT_TIMEOUT_OPTIONS if name in self.client_options)
+        if mixed:
+            raise ValueError(f"timeout options {mixed} belong in timeout_options (seconds), not client_options")
+
+    @cached_property
+    def attempts(self) -> AttemptSettings:
+        """How attempts wait (timeouts, liveness, hedging): from the settings and the timeout
+        options; the connect timeout depends on the number of replicas, as on the server."""
+        timeouts, _ = pool_timeouts(
+            self.timeout_options,
             connect_timeout_with_failover_ms=self.settings.connect_timeout_with_failover_ms,
             replicas=len(self.replicas),
         )
-        object.__setattr__(self, "attempts", attempts)
-        object.__setattr__(self, "client_options", rest)
+        return derive_attempt_settings(self.settings, timeouts)
+
+    @property
+    def secure(self) -> bool:
+        """The replicas speak HTTPS (:func:`clickhouse_lb.config.tls.uses_tls`)."""
+        return uses_tls(self.client_options)
 
     def __repr__(self) -> str:
         shown = mask_options(self.client_options)
         return (
             f"PoolConfig(replicas={self.replicas!r}, settings={self.settings!r}, client_options={shown!r}, "
-            f"health={self.health!r}, lag={self.lag!r}, share_state={self.share_state!r}, "
-            f"attempts={self.attempts!r}, discovery={self.discovery!r})"
+            f"timeout_options={dict(self.timeout_options)!r}, health={self.health!r}, lag={self.lag!r}, "
+            f"share_state={self.share_state!r}, attempts={self.attempts!r}, discovery={self.discovery!r})"
         )
 
 
@@ -243,13 +253,6 @@ def _compress(value: Any) -> bool | str:
     raise ConfigurationError(
         f"Bad compress {shown(value)}: expected true, false or one of {', '.join(COMPRESS_CHOICES)}"
     )
-
-
-def balancing_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """The balancing settings among a factory's arguments (``get_pool``'s ``locals()``): both
-    factories spell every setting out as a keyword, for ``help()`` and type checkers, and
-    hand them on through here."""
-    return {name: arguments[name] for name in POOL_SETTING_NAMES if name in arguments}
 
 
 def resolve_pool_config(
@@ -321,16 +324,20 @@ def resolve_pool_config(
             options["settings"] = server_settings
         given = merged_balancing
     if hosts is not None:
-        secure = bool(options.get("secure")) or str(options.get("interface", "")).lower() == "https"
-        replicas = parse_replicas(hosts, default_port=DEFAULT_HTTPS_PORT if secure else DEFAULT_HTTP_PORT)
+        replicas = parse_replicas(hosts, default_port=DEFAULT_HTTPS_PORT if uses_tls(options) else DEFAULT_HTTP_PORT)
     if not replicas:
         raise ConfigurationError(
             "No replicas given: pass hosts=['ch-1:8123', 'ch-2:8123'] or dsn='clickhouse://ch-1:8123,ch-2:8123/db'"
         )
     options = {name: check_client_option(name, value) for name, value in options.items()}
+    given_timeouts = {name: options.pop(name) for name in CLIENT_TIMEOUT_OPTIONS if name in options}
+    timeout_options = {name: parse_seconds(name, value) for name, value in given_timeouts.items() if value is not None}
     settings = parse_balancing_settings(given)
     health = parse_health_settings({k: v for k, v in own.items() if k in HEALTH_SETTING_NAMES})
     lag = parse_lag_settings({k: v for k, v in own.items() if k in LAG_SETTING_NAMES})
     discovery = parse_discovery_settings({k: v for k, v in own.items() if k in DISCOVERY_SETTING_NAMES})
     share = True if share_state is None else as_bool(SHARE_STATE, share_state)
-    return PoolConfig(replicas, settings, options, health, lag, share_state=share, discovery=discovery)
+    return PoolConfig(
+        replicas, settings, options, health, lag,
+        share_state=share, discovery=discovery, timeout_options=timeout_options,
+    )

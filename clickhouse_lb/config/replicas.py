@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+import idna
+
 from clickhouse_lb._redact import mask_credentials, redact_dsn, shown
 from clickhouse_lb.config._values import as_bool, as_priority, parse_priorities
 from clickhouse_lb.config.settings import BALANCING_SETTING_NAMES
@@ -44,7 +46,9 @@ class Replica:
     priority: int = 1
 
     def __post_init__(self) -> None:
-        check_host_name(self.host)
+        host = check_host_name(self.host)
+        if host != self.host:  # an internationalised name: kept as the ASCII name DNS resolves
+            object.__setattr__(self, "host", host)
         port = self.port
         if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
             raise ConfigurationError(f"Bad port {shown(port)} for replica {self.host!r}: expected 1..65535")
@@ -68,11 +72,15 @@ _MAX_HOST = 253
 def check_host_name(host: object) -> str:
     """A replica host as the pool keeps it: a DNS name (RFC 1123 labels, at most 253
     characters, one trailing dot allowed), an IPv4 address, or an IPv6 address (without
-    brackets; a ``%zone`` suffix allowed). Anything else (spaces, CR/LF, NUL, zero-width or
-    other non-ASCII characters, ``host:port:port``, '999.1.1.1') is a ConfigurationError."""
+    brackets; a ``%zone`` suffix allowed). An internationalised name (``bücher.example``)
+    becomes its IDNA (punycode) form, ``xn--bcher-kva.example``, as urllib3 encodes it.
+    Anything else (spaces, CR/LF, NUL, zero-width characters, ``host:port:port``,
+    '999.1.1.1') is a ConfigurationError."""
     expected = "expected a host name (RFC 1123), an IPv4 address or an IPv6 address"
     if not isinstance(host, str) or not host:
         raise ConfigurationError(f"Bad replica host {shown(host)}: {expected}")
+    if not host.isascii():
+        host = _idna(host, expected)
     if ":" in host:
         try:
             ipaddress.IPv6Address(host)
@@ -93,6 +101,16 @@ def check_host_name(host: object) -> str:
     if len(name) > _MAX_HOST or not all(_LABEL.fullmatch(label) for label in labels):
         raise ConfigurationError(f"Bad replica host {shown(mask_credentials(host))}: {expected}")
     return host
+
+
+def _idna(host: str, expected: str) -> str:
+    try:
+        return idna.encode(host.lower(), strict=True, std3_rules=True).decode("ascii")
+    except (idna.IDNAError, UnicodeError) as exc:
+        raise ConfigurationError(
+            f"Bad replica host {shown(mask_credentials(host))}: {expected}, or an internationalised "
+            f"host name IDNA accepts ({exc})"
+        ) from None
 
 
 def _parse_port(text: str, original: str) -> int:

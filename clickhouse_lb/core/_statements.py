@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from clickhouse_lb._redact import shown
 from clickhouse_lb.config._values import as_bool
 from clickhouse_lb.config.attempt_settings import (
     NO_STATEMENT_SETTINGS,
@@ -21,6 +22,7 @@ from clickhouse_lb.config.attempt_settings import (
     split_statement_attempt_settings,
 )
 from clickhouse_lb.config.settings import NO_OVERRIDES, StatementOverrides, split_statement_settings
+from clickhouse_lb.errors import ConfigurationError
 
 __all__ = ["INSERT_METHODS", "PreparedCall", "is_read_only", "prepare_call", "settings_positions"]
 
@@ -172,6 +174,11 @@ def prepare_call(
         text = _statement_text(args, kwargs)
         return PreparedCall(
             args, kwargs, NO_OVERRIDES, write=_write_now(text), text=text, settings_position=settings_position
+        )
+    if settings is not None and type(settings) is not dict and not isinstance(settings, Mapping):  # dict: no ABC check
+        raise ConfigurationError(
+            f"Bad settings {shown(settings)} for {method}(): expected a mapping of server setting names to "
+            "values, such as settings={'max_threads': 4}"
         )
     overrides, rest = split_statement_settings(settings) if settings else (NO_OVERRIDES, settings)
     attempt_settings, rest = split_statement_attempt_settings(rest) if rest else (NO_STATEMENT_SETTINGS, rest)

@@ -101,13 +101,6 @@ class StateKey:
     least_loaded_decay_time: float = 10.0
 
 
-def _secure(options: dict[str, Any]) -> bool:
-    secure = options.get("secure")
-    if isinstance(secure, str):
-        secure = secure.strip().lower() in ("1", "true", "yes", "on")
-    return bool(secure) or str(options.get("interface", "")).strip().lower() == "https"
-
-
 def state_key(config: PoolConfig) -> StateKey:
     """The sharing key of a pool configuration (pure: no I/O, no clock)."""
     options = config.client_options
@@ -115,7 +108,7 @@ def state_key(config: PoolConfig) -> StateKey:
     database = options.get("database")
     return StateKey(
         replicas=tuple((r.host.lower(), r.port, r.priority) for r in config.replicas),
-        secure=_secure(options),
+        secure=config.secure,
         # clickhouse-connect's default user, so that "no user" and "default" share.
         username=str(options.get("username") or options.get("user") or "default"),
         database=str(database) if database else None,

@@ -464,11 +464,7 @@ class PoolBase(ClientMembers):
             for index in change.added:
                 slots[index] = self._new_slot()
             self._view = ReplicaSetView(balancer, health, tuple(slots))
-            config = dataclasses.replace(self.config, replicas=list(change.replicas))
-            # replace() re-derives the attempt settings from client options that the first
-            # derivation took out: keep the pool's own.
-            object.__setattr__(config, "attempts", self.config.attempts)
-            self.config = config
+            self.config = dataclasses.replace(self.config, replicas=list(change.replicas))
             if self._prober is not None and health is not None:
                 self._prober.retarget(health, balancer.addresses)
         removed = [old.slots[i] for i in change.removed]
@@ -502,9 +498,7 @@ class PoolBase(ClientMembers):
         )
 
     def _ping_url(self, index: int) -> str:
-        options = self.config.client_options
-        secure = bool(options.get("secure")) or str(options.get("interface", "")).lower() == "https"
-        return f"{'https' if secure else 'http'}://{self.config.replicas[index].address}/ping"
+        return f"{'https' if self.config.secure else 'http'}://{self.config.replicas[index].address}/ping"
 
     def __repr__(self) -> str:
         return (

@@ -6,21 +6,21 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from clickhouse_lb.config.pool_config import balancing_arguments, resolve_pool_config, sync_client_option_names
+from clickhouse_lb.config.pool_config import resolve_pool_config, sync_client_option_names
 from clickhouse_lb.config.replicas import Replica
 from clickhouse_lb.core.discovery import ShardLayout
 from clickhouse_lb.pools._base import discovery_reader
+from clickhouse_lb.pools._factory_arguments import factory_arguments
 
 
 def discover_shards(
     hosts: str | Replica | Iterable[str | Replica] | None, cluster: str, options: dict[str, Any]
 ) -> list[ShardLayout]:
-    named = {**options, "cluster": cluster}
-    balancing = balancing_arguments(named)
-    client_options = {k: v for k, v in options.items() if k not in balancing and k not in _POOL_ONLY}
+    arguments = factory_arguments(hosts, {**options, "cluster": cluster})
     config = resolve_pool_config(
-        hosts, dsn=None, balancing=balancing, client_options=client_options,
-        valid_client_options=sync_client_option_names(),
+        arguments.hosts, dsn=arguments.dsn, balancing=arguments.balancing,
+        client_options=arguments.client_options, valid_client_options=sync_client_option_names(),
+        share_state=arguments.share_state,
     )
     reader = discovery_reader(config)
     try:
@@ -28,6 +28,3 @@ def discover_shards(
     finally:
         reader.close()
 
-
-#: get_pool keywords that are neither balancing settings nor client options.
-_POOL_ONLY = frozenset({"listeners", "share_state", "connect_on_create", "dsn"})

@@ -33,11 +33,10 @@ from clickhouse_connect.driver.exceptions import ProgrammingError
 from clickhouse_lb.config.pool_config import (
     PoolConfig,
     async_client_option_names,
-    balancing_arguments,
     resolve_pool_config,
 )
 from clickhouse_lb.config.replicas import Replica
-from clickhouse_lb.config.settings import NO_OVERRIDES, LoadBalancing, StatementOverrides
+from clickhouse_lb.config.settings import NO_OVERRIDES, StatementOverrides
 from clickhouse_lb.core._driver_logs import handled_by_pool
 from clickhouse_lb.core._statements import settings_positions
 from clickhouse_lb.core.balancer import Balancer
@@ -57,6 +56,7 @@ from clickhouse_lb.pools._base import (
 from clickhouse_lb.pools._client_api import STATEMENT_METHODS
 from clickhouse_lb.pools._client_members import async_read_statement
 from clickhouse_lb.pools._drive_async import AsyncDriver
+from clickhouse_lb.pools._factory_arguments import factory_arguments, pool_factory
 from clickhouse_lb.probes.workers import AsyncProbeWorker
 
 __all__ = ["AsyncPinnedSession", "AsyncReplicaPool", "get_async_pool"]
@@ -455,43 +455,8 @@ class AsyncPinnedSession(AsyncClientAPI, PinnedBase[AsyncClient]):
         await self.close()
 
 
-def get_async_pool(
-    hosts: str | Replica | Iterable[str | Replica] | None = None,
-    *,
-    dsn: str | None = None,
-    load_balancing: str | LoadBalancing | None = None,
-    local_hostname: str | None = None,
-    load_balancing_first_offset: int | None = None,
-    distributed_replica_error_half_life: float | None = None,
-    distributed_replica_error_cap: int | None = None,
-    distributed_replica_max_ignored_errors: int | None = None,
-    connections_with_failover_max_tries: int | None = None,
-    connect_timeout_with_failover_ms: int | None = None,
-    failover_backoff_ms: int | None = None,
-    failover_timeout: float | None = None,
-    auto_insert_deduplication_token: bool | None = None,
-    least_loaded_decay_time: float | None = None,
-    health_check_interval_ms: int | None = None,
-    health_check_fast_interval_ms: int | None = None,
-    health_check_timeout_ms: int | None = None,
-    health_check_rise: int | None = None,
-    health_check_fall: int | None = None,
-    max_replica_delay_for_distributed_queries: int | None = None,
-    fallback_to_stale_replicas_for_distributed_queries: bool | None = None,
-    use_hedged_requests: bool | int | None = None,
-    receive_data_timeout_ms: float | str | None = None,
-    liveness_check_after_ms: float | None = None,
-    liveness_ping_timeout_ms: float | None = None,
-    liveness_check_interval_ms: float | None = None,
-    cluster: str | None = None,
-    shard: int | None = None,
-    cluster_http_port: int | None = None,
-    cluster_discovery_interval_ms: int | None = None,
-    listeners: Iterable[Listener] = (),
-    share_state: bool | None = None,
-    connect_on_create: bool = True,
-    **client_options: Any,
-) -> AsyncReplicaPool:
+@pool_factory
+def get_async_pool(hosts: Any = None, **arguments: Any) -> AsyncReplicaPool:
     """An :class:`AsyncReplicaPool`: the same arguments as :func:`clickhouse_lb.get_pool`
     (hosts or a DSN, ClickHouse's balancing settings, ``listeners``), and every other keyword
     goes to each replica's ``clickhouse_connect.get_async_client`` (``username``,
@@ -510,14 +475,15 @@ def get_async_pool(
     ['ch-1:8123', 'ch-2:8123']
     """
     require_native_async_client()
+    given = factory_arguments(hosts, arguments)
     config = resolve_pool_config(
-        hosts,
-        dsn=dsn,
-        balancing=balancing_arguments(locals()),
-        client_options=client_options,
+        given.hosts,
+        dsn=given.dsn,
+        balancing=given.balancing,
+        client_options=given.client_options,
         valid_client_options=async_client_option_names(),
-        share_state=share_state,
+        share_state=given.share_state,
     )
-    pool = AsyncReplicaPool(config, listeners=listeners)
-    pool._connect_on_await = connect_on_create
+    pool = AsyncReplicaPool(config, listeners=given.listeners)
+    pool._connect_on_await = given.connect_on_create
     return pool

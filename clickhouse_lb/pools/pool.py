@@ -26,12 +26,10 @@ from urllib3 import Timeout
 
 from clickhouse_lb.config.pool_config import (
     PoolConfig,
-    balancing_arguments,
     resolve_pool_config,
     sync_client_option_names,
 )
 from clickhouse_lb.config.replicas import Replica
-from clickhouse_lb.config.settings import LoadBalancing
 from clickhouse_lb.core._driver_logs import handled_by_pool
 from clickhouse_lb.core._statements import settings_positions
 from clickhouse_lb.core.balancer import Balancer
@@ -51,6 +49,7 @@ from clickhouse_lb.pools._base import (
 from clickhouse_lb.pools._client_api import STATEMENT_METHODS, SyncClientAPI
 from clickhouse_lb.pools._client_members import read_statement
 from clickhouse_lb.pools._drive_sync import SyncDriver
+from clickhouse_lb.pools._factory_arguments import factory_arguments, pool_factory
 from clickhouse_lb.pools._transport import current_attempt, quiet_transport, set_client_timeouts, tracking_pool_manager
 from clickhouse_lb.pools._watchdog import Watchdog
 from clickhouse_lb.probes._shared import Forwarder, SharedProbes
@@ -426,43 +425,8 @@ class PinnedSession(SyncClientAPI, PinnedBase[Client]):
         self.close()
 
 
-def get_pool(
-    hosts: str | Replica | Iterable[str | Replica] | None = None,
-    *,
-    dsn: str | None = None,
-    load_balancing: str | LoadBalancing | None = None,
-    local_hostname: str | None = None,
-    load_balancing_first_offset: int | None = None,
-    distributed_replica_error_half_life: float | None = None,
-    distributed_replica_error_cap: int | None = None,
-    distributed_replica_max_ignored_errors: int | None = None,
-    connections_with_failover_max_tries: int | None = None,
-    connect_timeout_with_failover_ms: int | None = None,
-    failover_backoff_ms: int | None = None,
-    failover_timeout: float | None = None,
-    auto_insert_deduplication_token: bool | None = None,
-    least_loaded_decay_time: float | None = None,
-    health_check_interval_ms: int | None = None,
-    health_check_fast_interval_ms: int | None = None,
-    health_check_timeout_ms: int | None = None,
-    health_check_rise: int | None = None,
-    health_check_fall: int | None = None,
-    max_replica_delay_for_distributed_queries: int | None = None,
-    fallback_to_stale_replicas_for_distributed_queries: bool | None = None,
-    use_hedged_requests: bool | int | None = None,
-    receive_data_timeout_ms: float | str | None = None,
-    liveness_check_after_ms: float | None = None,
-    liveness_ping_timeout_ms: float | None = None,
-    liveness_check_interval_ms: float | None = None,
-    cluster: str | None = None,
-    shard: int | None = None,
-    cluster_http_port: int | None = None,
-    cluster_discovery_interval_ms: int | None = None,
-    listeners: Iterable[Listener] = (),
-    share_state: bool | None = None,
-    connect_on_create: bool = True,
-    **client_options: Any,
-) -> ReplicaPool:
+@pool_factory
+def get_pool(hosts: Any = None, **arguments: Any) -> ReplicaPool:
     """A :class:`ReplicaPool` over ``hosts`` (``["ch-1:8123", ...]``, ``"ch-1:8123,ch-2:8123"``,
     :class:`~clickhouse_lb.Replica` objects) or a ``dsn``
     (``clickhouse://user:pw@ch-1:8123,ch-2:8123/db?load_balancing=in_order``).
@@ -514,16 +478,17 @@ def get_pool(
     ``connect_on_create=False`` builds the pool without any I/O (each replica's client is
     created on first use): for applications that start before the cluster does.
     """
+    given = factory_arguments(hosts, arguments)
     config = resolve_pool_config(
-        hosts,
-        dsn=dsn,
-        balancing=balancing_arguments(locals()),
-        client_options=client_options,
+        given.hosts,
+        dsn=given.dsn,
+        balancing=given.balancing,
+        client_options=given.client_options,
         valid_client_options=sync_client_option_names(),
-        share_state=share_state,
+        share_state=given.share_state,
     )
-    pool = ReplicaPool(config, listeners=listeners)
-    if connect_on_create:
+    pool = ReplicaPool(config, listeners=given.listeners)
+    if given.connect_on_create:
         try:
             pool.connect()
         except BaseException:

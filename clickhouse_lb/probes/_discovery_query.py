@@ -17,6 +17,7 @@ import urllib3
 
 from clickhouse_lb.config.discovery import DiscoverySettings
 from clickhouse_lb.config.replicas import Replica
+from clickhouse_lb.config.tls import uses_tls
 from clickhouse_lb.core.discovery import (
     CLUSTER_QUERY,
     ClusterRow,
@@ -46,7 +47,7 @@ class ClusterReader:
         self.timeout = urllib3.Timeout(connect=connect_timeout, read=read_timeout)
         self._options = dict(options)
         self._headers = auth_headers(options)
-        secure = ping_url("x", options).startswith("https")
+        secure = uses_tls(options)
         kwargs: dict[str, Any] = {"ssl_context": _ssl_context(options)} if secure else {}
         self._http = urllib3.PoolManager(num_pools=8, maxsize=1, retries=False, **kwargs)
         query = {"query": CLUSTER_QUERY + " FORMAT JSONEachRow", "param_cluster": settings.cluster}

@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 import urllib3
 
+from clickhouse_lb.config.tls import uses_tls
 from clickhouse_lb.core.classify import classify
 from clickhouse_lb.core.health import ProbeOutcome
 
@@ -27,8 +28,7 @@ DELAY_QUERY = "SELECT max(absolute_delay) FROM system.replicas"
 
 def ping_url(address: str, options: Mapping[str, Any]) -> str:
     """``http(s)://host:port/ping`` for a replica address, HTTPS as the pool's clients use it."""
-    secure = bool(options.get("secure")) or str(options.get("interface", "")).lower() == "https"
-    return f"{'https' if secure else 'http'}://{address}/ping"
+    return f"{'https' if uses_tls(options) else 'http'}://{address}/ping"
 
 
 def delay_url(address: str, options: Mapping[str, Any]) -> str:
@@ -75,7 +75,7 @@ class SyncPinger:
 
     def __init__(self, options: Mapping[str, Any], timeout: float) -> None:
         self.timeout = timeout
-        secure = ping_url("x", options).startswith("https")
+        secure = uses_tls(options)
         kwargs: dict[str, Any] = {"ssl_context": _ssl_context(options)} if secure else {}
         self._http = urllib3.PoolManager(num_pools=64, maxsize=1, retries=False, **kwargs)
         self._headers = auth_headers(options)
@@ -110,7 +110,7 @@ class AsyncPinger:
         import aiohttp
 
         self.timeout = timeout
-        secure = ping_url("x", options).startswith("https")
+        secure = uses_tls(options)
         connector = aiohttp.TCPConnector(ssl=_ssl_context(options) if secure else False, limit_per_host=1)
         self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout))
         self._headers = auth_headers(options)

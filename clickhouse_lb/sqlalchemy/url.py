@@ -46,6 +46,7 @@ from clickhouse_lb.config.pool_config import (
     sync_client_option_names,
 )
 from clickhouse_lb.config.replicas import DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, Replica, parse_replicas
+from clickhouse_lb.config.tls import uses_tls
 from clickhouse_lb.errors import CONFIGURATION_REFERENCE, ConfigurationError, did_you_mean
 from clickhouse_lb.sqlalchemy._compat import url_database
 
@@ -231,18 +232,13 @@ def engine_args_from_url(
             f"No hosts in URL {shown!r}: expected {scheme}://user:pw@ch-1,ch-2:8123/db "
             f"or {scheme}://user:pw@/db?host=ch-1:8123&host=ch-2:8123"
         )
-    secure = False
-    for name in ("secure", "https"):
-        value = _single(query, name)
-        if value is not None:
-            secure = secure or as_bool(name, value)
+    flags = [as_bool(name, value) for name in ("secure", "https") if (value := _single(query, name)) is not None]
     interface = _single(query, "interface")
-    if interface is not None:
-        if interface.strip().lower() not in ("http", "https"):
-            raise ConfigurationError(
-                f"Bad interface {interface!r}{did_you_mean(interface, ('http', 'https'))}: expected http or https"
-            )
-        secure = secure or interface.strip().lower() == "https"
+    if interface is not None and interface.strip().lower() not in ("http", "https"):
+        raise ConfigurationError(
+            f"Bad interface {interface!r}{did_you_mean(interface, ('http', 'https'))}: expected http or https"
+        )
+    secure = uses_tls({"secure": any(flags), "interface": interface})
     session_text = _single(query, "autogenerate_session_id")
     session = default_session if session_text is None else as_bool("autogenerate_session_id", session_text)
     priority = _single(query, "priority")

@@ -1,0 +1,283 @@
+"""The pool's own cost per statement in CPU instructions (valgrind's callgrind), not seconds.
+
+Instruction counts repeat to a fraction of a percent on a loaded machine, so this is the
+hot path's regression figure. Each target (a pool of 3 replicas, ``in_order``, every other
+setting its default; and a bare clickhouse-connect client) runs in its own Python process
+under callgrind, over the same FAKE transport: urllib3's connections get an in-memory socket
+that answers each request with the bytes a real replica answered it with (recorded once from
+a LocalCluster into bench/callgrind_responses.json). No network, no server, no clock-bound
+waits: the counts are the client-side work only.
+
+In each process, callgrind dumps its counters (all threads: the watchdog's too) each time a
+phase ends with a call of ``os.getppid`` (a C function nothing on the measured path calls); a phase of
+N statements and one of 2N are run per statement kind, and their difference / N is one
+statement's cost (start-up, imports and first-use work cancel out). The pool's own cost is the
+pool's per-statement count less the bare client's.
+
+    python bench/callgrind_statement_cost.py [--n 100] [--record]
+
+``PYTHONPATH`` picks the clickhouse_lb measured (e.g. ``PYTHONPATH=/work/main`` for main's tree):
+the script is the same for both. ``--record`` re-records the answers (needs the [local] extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import gc
+import glob
+import io
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+RESPONSES = Path(__file__).with_name("callgrind_responses.json")
+HOSTS = ["10.255.0.1:8123", "10.255.0.2:8123", "10.255.0.3:8123"]  # never reached: the socket is fake
+TABLE = "callgrind_t"
+KINDS = ("query", "command", "insert")
+
+
+def request_key(request: bytes) -> str:
+    """The statement a request carries (its SQL, from the URL's ``query=`` or the body), without
+    what changes from run to run (query ids, session settings)."""
+    head, _, body = request.partition(b"\r\n\r\n")
+    target = head.split(b"\r\n", 1)[0].split(b" ")[1].decode("latin-1")
+    query = parse_qs(urlsplit(target).query).get("query")
+    if query:
+        sql = query[0]
+    elif urlsplit(target).path.endswith("/ping"):
+        sql = "PING"
+    else:
+        if b"\r\n" in body[:8] and head.lower().count(b"transfer-encoding: chunked"):
+            body = body.split(b"\r\n", 1)[1]
+        sql = body.decode("utf-8", "replace")
+        insert = re.search(r"INSERT INTO .*?FORMAT \w+", sql)  # an insert's body may be compressed
+        if insert:
+            sql = insert.group(0)
+    return " ".join(sql.split())[:120]
+
+
+class FakeSocket:
+    """What an urllib3 connection needs of a socket: writes are kept until the response is read;
+    each read is the recorded answer to the request written. ``fileno`` is one end of a socket
+    pair that never gets data, so urllib3's "is the connection still up?" check says yes."""
+
+    answers: dict[str, bytes] = {}
+
+    def __init__(self) -> None:
+        self._pair = socket.socketpair()
+        self._sent = bytearray()
+
+    def sendall(self, data: bytes | memoryview) -> None:
+        self._sent += data
+
+    def send(self, data: bytes | memoryview) -> int:
+        self._sent += data
+        return len(data)
+
+    def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> io.BufferedReader:
+        request = bytes(self._sent)
+        self._sent.clear()
+        answer = self.answers.get(request_key(request))
+        if answer is None:
+            raise RuntimeError(f"no recorded answer for {request_key(request)!r}: run with --record")
+        return io.BufferedReader(io.BytesIO(answer))  # type: ignore[arg-type]
+
+    def fileno(self) -> int:
+        return self._pair[0].fileno()
+
+    def close(self) -> None:
+        for end in self._pair:
+            end.close()
+
+    def shutdown(self, how: int) -> None:
+        pass
+
+    def settimeout(self, value: float | None) -> None:
+        pass
+
+    def gettimeout(self) -> float | None:
+        return None
+
+    def setsockopt(self, *args: Any) -> None:
+        pass
+
+
+def install_fake_transport() -> None:
+    import urllib3.connection
+
+    FakeSocket.answers = {key: base64.b64decode(value) for key, value in json.loads(RESPONSES.read_text()).items()}
+    urllib3.connection.HTTPConnection._new_conn = lambda self: FakeSocket()  # type: ignore[method-assign]
+
+
+def statements(target: Any) -> dict[str, Callable[[], object]]:
+    return {
+        "query": lambda: target.query("SELECT 1"),
+        "command": lambda: target.command(f"CREATE TABLE IF NOT EXISTS {TABLE} (x UInt8) ENGINE = Memory"),
+        "insert": lambda: target.insert(TABLE, [[1]], column_names=["x"], column_type_names=["UInt8"]),
+    }
+
+
+def make_target(kind: str, hosts: list[str]) -> Any:
+    import clickhouse_connect
+
+    if kind == "bare":
+        host, _, port = hosts[0].rpartition(":")
+        return clickhouse_connect.get_client(host=host, port=int(port), autogenerate_session_id=False,
+                                             query_retries=0)
+    import clickhouse_lb
+
+    # Nothing that runs on a clock: background probes off, and the liveness check armed (as by
+    # default) but far later than any statement here takes under callgrind (50-100x slower).
+    return clickhouse_lb.get_pool(hosts, load_balancing="in_order", health_check_interval_ms=0,
+                                  liveness_check_after_ms=60_000)
+
+
+def run_phases(kind: str, n: int) -> None:
+    """The process callgrind watches: warm up, then each statement kind N and 2N times, each
+    phase ended by ``os.getppid()`` (the C function callgrind dumps its counters after)."""
+    install_fake_transport()
+    target = make_target(kind, HOSTS)
+    calls = statements(target)
+    for call in calls.values():
+        for _ in range(20):
+            call()
+    # The start-up heap (imports, the clients) is left out of later collections: a full
+    # collection of it would land in whichever phase reaches the threshold first, a one-time
+    # cost of millions of instructions. The young generations are collected as usual.
+    gc.collect()
+    gc.freeze()
+    os.getppid()  # dump 1: start-up and warm-up
+    for name in KINDS:
+        call = calls[name]
+        for count in (n, 2 * n):
+            for _ in range(count):
+                call()
+            os.getppid()  # the end of a phase: callgrind dumps its counters
+    target.close()
+
+
+def totals(prefix: str) -> list[int]:
+    counts: list[tuple[int, int]] = []
+    for path in glob.glob(prefix + ".*"):
+        part = int(path.rsplit(".", 1)[1]) if path.rsplit(".", 1)[1].isdigit() else 0
+        if part == 0:
+            continue
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(("summary:", "totals:")):
+                counts.append((part, int(line.split()[1])))
+                break
+    return [count for _, count in sorted(counts)]
+
+
+def measure(kind: str, n: int) -> dict[str, float]:
+    """Instructions per statement of each kind for one target (``pool`` or ``bare``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        prefix = os.path.join(tmp, "callgrind.out")
+        command = [
+            "valgrind", "--tool=callgrind", f"--callgrind-out-file={prefix}", "--dump-after=os_getppid",
+            "--dump-instr=no", "--compress-strings=no", sys.executable, __file__, "--phases", kind, "--n", str(n),
+        ]
+        # A fixed hash seed: set and dict layouts (and so their probing) repeat from run to run.
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        counts = totals(prefix)
+    expected = 1 + 2 * len(KINDS)
+    if len(counts) != expected:
+        raise RuntimeError(f"expected {expected} callgrind dumps, got {len(counts)}: {counts}")
+    phases = counts[1:expected]
+    if os.environ.get("CALLGRIND_VERBOSE"):
+        print(kind, "phase totals:", phases, file=sys.stderr)
+    return {name: (phases[2 * i + 1] - phases[2 * i]) / n for i, name in enumerate(KINDS)}
+
+
+def record() -> None:
+    """Answers of a real replica to every request the measured processes send."""
+    import urllib3.connection
+
+    from clickhouse_lb.testing import LocalCluster
+
+    answers: dict[str, str] = {}
+    original = urllib3.connection.HTTPConnection._new_conn
+
+    class Recording:
+        def __init__(self, real: socket.socket) -> None:
+            self._real = real
+            self._sent = bytearray()
+
+        def sendall(self, data: bytes) -> None:
+            self._sent += data
+            self._real.sendall(data)
+
+        def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> Any:
+            key = request_key(bytes(self._sent))
+            self._sent.clear()
+            raw = self._real.makefile("rb", buffering=0)
+            got = bytearray()
+
+            class Tee(io.RawIOBase):
+                def readable(self) -> bool:
+                    return True
+
+                def readinto(self, buffer: Any) -> int:
+                    size = raw.readinto(buffer) or 0
+                    got.extend(bytes(buffer[:size]))
+                    answers[key] = base64.b64encode(bytes(got)).decode()
+                    return size
+
+            return io.BufferedReader(Tee())
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._real, name)
+
+    urllib3.connection.HTTPConnection._new_conn = (  # type: ignore[method-assign]
+        lambda self: Recording(original(self))
+    )
+    with LocalCluster(replicas=3) as cluster:
+        for kind in ("bare", "pool"):
+            target = make_target(kind, cluster.hosts)
+            for call in statements(target).values():
+                call()
+                call()
+            target.close()
+    RESPONSES.write_text(json.dumps(answers, indent=1, sort_keys=True) + "\n")
+    print(f"recorded {len(answers)} answers into {RESPONSES}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=100, help="statements per phase (and 2N)")
+    parser.add_argument("--record", action="store_true", help="re-record the replica's answers")
+    parser.add_argument("--phases", choices=("pool", "bare"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.phases:
+        run_phases(args.phases, args.n)
+        return 0
+    if args.record:
+        record()
+        return 0
+    import clickhouse_lb
+
+    started = time.monotonic()
+    bare = measure("bare", args.n)
+    pool = measure("pool", args.n)
+    print(f"clickhouse_lb from {Path(clickhouse_lb.__file__).parent}; N={args.n}; "
+          f"{time.monotonic() - started:.0f} s under callgrind")
+    print("| statement | bare client (instr/stmt) | pool (instr/stmt) | pool's own (instr/stmt) |")
+    print("|---|---:|---:|---:|")
+    for name in KINDS:
+        print(f"| {name} | {bare[name]:,.0f} | {pool[name]:,.0f} | {pool[name] - bare[name]:,.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
