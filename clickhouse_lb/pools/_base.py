@@ -37,6 +37,7 @@ from clickhouse_lb.core.failover import StatementAttempts
 from clickhouse_lb.core.health import HealthMonitor, probe_statuses_off
 from clickhouse_lb.core.hedging import LatencyWindow
 from clickhouse_lb.core.lag import order_by_freshness
+from clickhouse_lb.core.retry_budget import RetryBudget
 from clickhouse_lb.core.shared_state import SharedReplicaSet, acquire_state
 from clickhouse_lb.core.stats import PoolStats, StatsSnapshot
 from clickhouse_lb.errors import ReplicaConnectError, SessionLostError
@@ -226,6 +227,9 @@ class PoolBase(ClientMembers):
         self._hedges_lock = threading.Lock()
         self._stats = PoolStats()
         balancer.listeners.add(self._stats)
+        budget = config.retry_budget
+        #: Limits the requests the pool sends on its own (shared with the pools sharing its state).
+        self._budget = RetryBudget(budget) if self._shared is None else self._shared.retry_budget(budget)
         #: The health monitor decides the background probes (None when
         #: health_check_interval_ms=0); the pools add the worker that sends them, and the slots.
         self._view = ReplicaSetView(
@@ -391,9 +395,12 @@ class PoolBase(ClientMembers):
         self._stats.count_statement()  # self._started(), inlined: this runs for every statement
         if self._prober is not None:
             self._prober.ensure_started()
+        budget = self._budget
+        budget.record_statement()
         balancer = (view or self._view).balancer
         return StatementAttempts(
-            balancer, order, operation=operation, retry_after_send=retry_after_send, write=write, statement=statement
+            balancer, order, operation=operation, retry_after_send=retry_after_send, write=write, statement=statement,
+            budget=budget,
         )
 
     # -- discovery -------------------------------------------------------------------------
@@ -494,11 +501,12 @@ class PoolBase(ClientMembers):
             window=self._latencies,
             # A run that failed while the other of a hedged race went on uses up its place in
             # the schedule, as a failed attempt does.
-            count_failure=attempts.failed,
+            count_failure=attempts.run_failed,
             count_slowdown=balancer.record_slowdown,
             hedge_candidate=attempts.hedge_candidate,
             count_hedge=self._count_hedge,
             query_id=call.query_id,
+            budget=self._budget,
         )
 
     def _ping_url(self, index: int) -> str:
