@@ -91,9 +91,9 @@ def _config(**options: Any) -> Any:
 
 
 def test_settings_default_and_come_from_keywords_or_a_dsn() -> None:
-    assert _config().retry_budget == RetryBudgetSettings(0.1, 1.0, 10_000)
+    assert _config().retry_budget == RetryBudgetSettings(0.1, 0.2, 10_000)
     assert _config(retry_budget_ratio=0.25, retry_budget_window_ms="2000").retry_budget == RetryBudgetSettings(
-        0.25, 1.0, 2000
+        0.25, 0.2, 2000
     )
     dsn = resolve_pool_config(None, dsn="clickhouse://a:8123/?retry_budget_min_per_second=0.5", balancing={},
                               client_options={}, valid_client_options=sync_client_option_names())
