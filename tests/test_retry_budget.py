@@ -185,3 +185,15 @@ async def test_the_async_pool_keeps_the_same_budget() -> None:
     with pytest.raises(RetryBudgetExhaustedError):
         await pool.query("SELECT 1")
     assert cluster.counts() == {"a": 1, "b": 0}
+
+
+def test_pools_that_share_their_state_share_one_budget_per_setting() -> None:
+    from clickhouse_lb.core.balancer import new_replica_set_state
+    from clickhouse_lb.core.shared_state import SharedReplicaSet
+
+    shared = SharedReplicaSet(new_replica_set_state(2, _config().settings))
+    settings = RetryBudgetSettings()
+    first = RetryBudget.of_pool(settings, shared)
+    assert RetryBudget.of_pool(settings, shared) is first
+    assert RetryBudget.of_pool(RetryBudgetSettings(retry_budget_ratio=0.5), shared) is not first
+    assert RetryBudget.of_pool(settings, None) is not first  # share_state=False: the pool's own

@@ -86,11 +86,13 @@ class StatementAttempts:
     ) -> None:
         """``statement``: where ``write`` and ``retry_after_send`` come from instead (a
         :class:`~clickhouse_lb.core._statements.PreparedCall`: decided only when a failure asks).
-        ``budget``: the pool's retry budget (None: re-sends unlimited)."""
+        ``budget``: the pool's retry budget, which counts the statement (None: re-sends unlimited)."""
         self._balancer = balancer
         self._load = balancer.state.replica_load
         self._attempt_started = 0.0
         self._budget = budget
+        if budget is not None:
+            budget.record_statement()
         settings = balancer.settings
         timeout = settings.failover_timeout
         deadline = NO_DEADLINE if timeout is None else Deadline(timeout)

@@ -29,12 +29,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from clickhouse_lb.config.retry_budget import RetryBudgetSettings
 
 __all__ = ["RetryBudget"]
 
 _BUCKETS = 10
+
+
+class _Shared(Protocol):
+    """What pools share (:class:`clickhouse_lb.core.shared_state.SharedReplicaSet`)."""
+
+    def retry_budget(self, settings: RetryBudgetSettings) -> RetryBudget: ...
 
 
 class RetryBudget:
@@ -53,6 +60,11 @@ class RetryBudget:
         self._statements = [0] * _BUCKETS
         self._retries = [0] * _BUCKETS
         self._lock = threading.Lock()
+
+    @classmethod
+    def of_pool(cls, settings: RetryBudgetSettings, shared: _Shared | None) -> RetryBudget:
+        """A pool's budget: the one of the pools it shares its balancing state with, if any."""
+        return cls(settings) if shared is None else shared.retry_budget(settings)
 
     @property
     def enabled(self) -> bool:

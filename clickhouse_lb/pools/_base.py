@@ -227,9 +227,8 @@ class PoolBase(ClientMembers):
         self._hedges_lock = threading.Lock()
         self._stats = PoolStats()
         balancer.listeners.add(self._stats)
-        budget = config.retry_budget
         #: Limits the requests the pool sends on its own (shared with the pools sharing its state).
-        self._budget = RetryBudget(budget) if self._shared is None else self._shared.retry_budget(budget)
+        self._budget = RetryBudget.of_pool(config.retry_budget, self._shared)
         #: The health monitor decides the background probes (None when
         #: health_check_interval_ms=0); the pools add the worker that sends them, and the slots.
         self._view = ReplicaSetView(
@@ -395,12 +394,10 @@ class PoolBase(ClientMembers):
         self._stats.count_statement()  # self._started(), inlined: this runs for every statement
         if self._prober is not None:
             self._prober.ensure_started()
-        budget = self._budget
-        budget.record_statement()
         balancer = (view or self._view).balancer
         return StatementAttempts(
             balancer, order, operation=operation, retry_after_send=retry_after_send, write=write, statement=statement,
-            budget=budget,
+            budget=self._budget,
         )
 
     # -- discovery -------------------------------------------------------------------------
