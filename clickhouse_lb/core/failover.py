@@ -70,7 +70,7 @@ class StatementAttempts:
 
     __slots__ = (
         "_attempt_started", "_balancer", "_budget", "_load", "_retry_after_send", "_statement", "_write",
-        "operation", "policy", "verdict",
+        "deadline", "operation", "policy", "verdict",
     )
 
     def __init__(
@@ -96,6 +96,8 @@ class StatementAttempts:
         settings = balancer.settings
         timeout = settings.failover_timeout
         deadline = NO_DEADLINE if timeout is None else Deadline(timeout)
+        #: The statement's deadline (its policy's, for the attempts' waits).
+        self.deadline = deadline
         self.policy = FailoverPolicy(order, settings.connections_with_failover_max_tries,
                                      settings.failover_backoff_ms, deadline)
         self.operation = operation
@@ -104,10 +106,6 @@ class StatementAttempts:
         self._statement = statement
         #: The decision after the last attempt that ended (None: none ended yet).
         self.verdict: Verdict | None = None
-
-    @property
-    def deadline(self) -> Deadline:
-        return self.policy.deadline
 
     @property
     def write(self) -> bool:
@@ -123,10 +121,12 @@ class StatementAttempts:
 
     def begin(self) -> int:
         """The replica index for the next attempt (every earlier attempt failed)."""
-        index = self.policy.next_index()
+        policy = self.policy
+        done = len(policy.history)
+        order = policy.order
+        index = order[done % len(order)]  # policy.next_index(), inlined: this runs for every statement
         if logger.isEnabledFor(logging.DEBUG):
-            logger.debug("%s: attempt %d on %s", self.operation, len(self.policy.history) + 1,
-                         self._balancer.addresses[index])
+            logger.debug("%s: attempt %d on %s", self.operation, done + 1, self._balancer.addresses[index])
         # The attempt is in flight from here until succeeded()/failed() (one at a time).
         self._attempt_started = self._load.start(index)
         return index
@@ -318,65 +318,6 @@ def _replaying(first: BaseException, then: Callable[..., Any]) -> Callable[..., 
     return attempt
 
 
-def run_sync(attempts: StatementAttempts, call: Callable[[int], T], policy: Retrying = _SYNC_POLICY) -> T:
-    """Run ``call(replica_index)`` until it succeeds, per the statement's failover rules.
-    clickhouse-connect's per-attempt transport warnings are the pool's to report meanwhile
-    (:mod:`clickhouse_lb.core._driver_logs`)."""
-    token = enter_pool()
-    try:
-        attempt: Callable[..., T] = attempts.attempt
-        if DIRECT_FIRST_ATTEMPT:
-            try:
-                return attempts.attempt(call)
-            except Exception as exc:
-                if not attempts.goes_on():
-                    error = attempts.final_error(exc)
-                    if error is exc:
-                        raise
-                    raise error from exc
-                attempt = _replaying(exc, attempts.attempt)
-        try:
-            result: T = _bound(policy, attempts)(attempt, call)
-            return result
-        except Exception as exc:
-            error = attempts.final_error(exc)
-            if error is exc:
-                raise
-            raise error from exc
-    finally:
-        leave_pool(token)
-
-
-async def run_async(
-    attempts: StatementAttempts, call: Callable[[int], Awaitable[T]], policy: AsyncRetrying = _ASYNC_POLICY
-) -> T:
-    """The asyncio twin of :func:`run_sync` (tenacity's AsyncRetrying). A cancelled attempt
-    is not a replica failure: it counts nothing and cancels the statement."""
-    token = enter_pool()
-    try:
-        attempt: Callable[..., Awaitable[T]] = attempts.attempt_async
-        if DIRECT_FIRST_ATTEMPT:
-            try:
-                return await attempts.attempt_async(call)
-            except Exception as exc:
-                if not attempts.goes_on():
-                    error = attempts.final_error(exc)
-                    if error is exc:
-                        raise
-                    raise error from exc
-                attempt = _replaying_async(exc, attempts.attempt_async)
-        try:
-            result: T = await _bound(policy, attempts)(attempt, call)
-            return result
-        except Exception as exc:
-            error = attempts.final_error(exc)
-            if error is exc:
-                raise
-            raise error from exc
-    finally:
-        leave_pool(token)
-
-
 def _replaying_async(first: BaseException, then: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     pending = [first]
 
@@ -386,3 +327,62 @@ def _replaying_async(first: BaseException, then: Callable[..., Awaitable[Any]]) 
         return await then(*args)
 
     return attempt
+
+
+def run_sync(attempts: StatementAttempts, call: Callable[[int], T], policy: Retrying = _SYNC_POLICY) -> T:
+    """Run ``call(replica_index)`` until it succeeds, per the statement's failover rules.
+    clickhouse-connect's per-attempt transport warnings are the pool's to report meanwhile
+    (:mod:`clickhouse_lb.core._driver_logs`)."""
+    token = enter_pool()
+    try:
+        return _run_sync(attempts, call, policy)
+    except Exception as exc:
+        error = attempts.final_error(exc)
+        if error is exc:
+            raise
+        raise error from exc
+    finally:
+        leave_pool(token)
+
+
+def _run_sync(attempts: StatementAttempts, call: Callable[[int], T], policy: Retrying) -> T:
+    attempt: Callable[..., T] = attempts.attempt
+    if DIRECT_FIRST_ATTEMPT:
+        try:
+            return attempts.attempt(call)
+        except Exception as exc:
+            if not attempts.goes_on():
+                raise
+            attempt = _replaying(exc, attempts.attempt)
+    result: T = _bound(policy, attempts)(attempt, call)
+    return result
+
+
+async def run_async(
+    attempts: StatementAttempts, call: Callable[[int], Awaitable[T]], policy: AsyncRetrying = _ASYNC_POLICY
+) -> T:
+    """The asyncio twin of :func:`run_sync` (tenacity's AsyncRetrying). A cancelled attempt
+    is not a replica failure: it counts nothing and cancels the statement."""
+    token = enter_pool()
+    try:
+        return await _run_async(attempts, call, policy)
+    except Exception as exc:
+        error = attempts.final_error(exc)
+        if error is exc:
+            raise
+        raise error from exc
+    finally:
+        leave_pool(token)
+
+
+async def _run_async(attempts: StatementAttempts, call: Callable[[int], Awaitable[T]], policy: AsyncRetrying) -> T:
+    attempt: Callable[..., Awaitable[T]] = attempts.attempt_async
+    if DIRECT_FIRST_ATTEMPT:
+        try:
+            return await attempts.attempt_async(call)
+        except Exception as exc:
+            if not attempts.goes_on():
+                raise
+            attempt = _replaying_async(exc, attempts.attempt_async)
+    result: T = await _bound(policy, attempts)(attempt, call)
+    return result

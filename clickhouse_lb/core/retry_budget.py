@@ -47,7 +47,8 @@ class _Shared(Protocol):
 class RetryBudget:
     """The budget of one pool (or of the pools that share a balancing state)."""
 
-    __slots__ = ("_clock", "_epoch", "_lock", "_retries", "_statements", "_width", "settings")
+    __slots__ = ("_clock", "_current", "_current_end", "_epoch", "_lock", "_retries", "_statements", "_width",
+                 "settings")
 
     def __init__(self, settings: RetryBudgetSettings, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
@@ -60,6 +61,9 @@ class RetryBudget:
         self._statements = [0] * _BUCKETS
         self._retries = [0] * _BUCKETS
         self._lock = threading.Lock()
+        # The bucket statements go to until ``_current_end`` (no division per statement).
+        self._current = 0
+        self._current_end = -1.0
 
     @classmethod
     def of_pool(cls, settings: RetryBudgetSettings, shared: _Shared | None) -> RetryBudget:
@@ -84,8 +88,15 @@ class RetryBudget:
 
     def record_statement(self) -> None:
         """A statement started (it adds ``retry_budget_ratio`` to the budget)."""
-        if self._width:
-            self._statements[self._bucket(self._clock())] += 1
+        if not self._width:
+            return
+        now = self._clock()
+        if now < self._current_end:  # the usual case: still in the bucket of the last statement
+            self._statements[self._current] += 1
+            return
+        slot = self._current = self._bucket(now)
+        self._current_end = (int(now / self._width) + 1) * self._width
+        self._statements[slot] += 1
 
     def _balance(self, now: float) -> float:
         oldest = int(now / self._width) - _BUCKETS + 1
