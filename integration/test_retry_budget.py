@@ -44,5 +44,5 @@ def test_hedging_every_slow_read_stays_within_the_default_budget(healthy_clickho
     assert unlimited_runs >= 1.6 * unlimited_done  # the control: without a budget nearly every read runs twice
     done, runs = run_reads(cluster, 120)
     assert done == 120
-    # The default budget: 0.1 per statement (12) plus 1 per second of the 10 s window (10).
+    # The default budget: 0.1 per statement (12) plus 0.2 per second of the 10 s window (2).
     assert runs <= 1.25 * done
