@@ -6,7 +6,11 @@ Measured side by side in alternating rounds, so machine noise hits both equally;
 is a ratio (target: the pool within 3% of the bare client). Also reports the pool's pure
 Python overhead per statement against an in-process fake client (no I/O at all).
 
-    python bench/bench_pool_overhead.py [--rounds 20] [--per-round 100] [--overhead-only]
+    python bench/bench_pool_overhead.py [--rounds 20] [--per-round 100] [--overhead-only] [--first-attempt]
+
+``--first-attempt``: the pool's own work per statement with the first attempt run directly
+(clickhouse_lb.core.failover.DIRECT_FIRST_ATTEMPT, the default) and with tenacity running every
+attempt, alternated in one run.
 """
 
 from __future__ import annotations
@@ -58,7 +62,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--per-round", type=int, default=100)
     parser.add_argument("--overhead-only", action="store_true", help="only the pure Python work per strategy")
+    parser.add_argument("--first-attempt", action="store_true",
+                        help="only the direct first attempt against tenacity for every attempt")
     args = parser.parse_args()
+    if args.first_attempt:
+        print_first_attempt_variants()
+        return 0
     if args.overhead_only:
         print_overheads()
         return 0
@@ -98,6 +107,21 @@ def print_overheads() -> None:
     print("|---|---:|")
     for strategy in OVERHEAD_STRATEGIES:
         print(f"| {strategy} | {python_overhead_us(strategy):.1f} |")
+
+
+def print_first_attempt_variants(rounds: int = 4) -> None:
+    from clickhouse_lb.core import failover
+
+    samples: dict[bool, list[float]] = {True: [], False: []}
+    for i in range(rounds):
+        for direct in (True, False) if i % 2 == 0 else (False, True):
+            failover.DIRECT_FIRST_ATTEMPT = direct
+            samples[direct].append(python_overhead_us("in_order"))
+    failover.DIRECT_FIRST_ATTEMPT = True
+    print(f"| first attempt (in_order) | pool's own Python work per statement (us; {rounds} alternated rounds) |")
+    print("|---|---|")
+    for direct, label in ((True, "run directly, tenacity after a failure"), (False, "tenacity runs every attempt")):
+        print(f"| {label} | {' / '.join(f'{v:.1f}' for v in samples[direct])} |")
 
 
 if __name__ == "__main__":

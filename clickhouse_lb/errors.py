@@ -25,6 +25,7 @@ __all__ = [
     "ConfigurationError",
     "PoolMemberError",
     "ReplicaConnectError",
+    "RetryBudgetExhaustedError",
     "SessionLostError",
     "ShardedInsertError",
     "StatementTimeoutError",
@@ -161,6 +162,41 @@ class StatementTimeoutError(AllReplicasUnavailableError):
             f"{what} timed out: failover_timeout={timeout:g}s ran out after {tries} "
             f"attempt{'s' if tries != 1 else ''}. Last error per replica:\n"
             + _per_replica(self.last_errors)
+            + _write_outcome(write, may_have_been_applied),
+        )
+
+
+class RetryBudgetExhaustedError(AllReplicasUnavailableError):
+    """A failover that would have sent the statement again was refused: the pool's retry budget
+    (``retry_budget_ratio``, ``retry_budget_min_per_second``, ``retry_budget_window_ms``) is
+    spent, because many statements needed extra requests lately (every replica slow or
+    failing). Like its base class it names what each replica did."""
+
+    def __init__(
+        self,
+        failures: Sequence[AttemptFailure],
+        last_errors: dict[str, str | None],
+        *,
+        budget: str,
+        may_have_been_applied: bool = False,
+        write: bool = False,
+        operation: str | None = None,
+    ) -> None:
+        super().__init__(
+            failures, last_errors, may_have_been_applied=may_have_been_applied, write=write, operation=operation
+        )
+        #: The budget's settings, as text.
+        self.budget = budget
+        lines = [
+            f"  {address}: {error if error is not None else 'not tried'}"
+            for address, error in self.last_errors.items()
+        ]
+        self.args = (
+            f"Retry budget spent ({budget}): after {len(self.failures)} failed attempt"
+            f"{'s' if len(self.failures) != 1 else ''} the pool did not send the statement again. "
+            "Raise retry_budget_ratio or retry_budget_min_per_second if the replicas can take the "
+            "extra load (retry_budget_window_ms=0 turns the budget off). Last error per replica:\n"
+            + "\n".join(lines)
             + _write_outcome(write, may_have_been_applied),
         )
 

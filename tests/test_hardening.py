@@ -275,5 +275,5 @@ def test_the_failover_schedule_is_computed_not_materialised() -> None:
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert peak < 100_000  # replicas x tries would be 200,000 entries (1.6 MB of pointers alone)
-    assert attempts.remaining() == 200 * 1000
-    assert [attempts.scheduled(n) for n in range(450)] == (order * 3)[:450]
+    assert attempts.policy.remaining == 200 * 1000
+    assert [attempts.policy.scheduled(n) for n in range(450)] == (order * 3)[:450]

@@ -92,6 +92,10 @@ LIMITS: dict[str, Bounds] = {
     "liveness_ping_timeout_ms": Bounds("seconds", 1.0, _HOUR_MS, "ms"),
     "liveness_check_interval_ms": Bounds("seconds", 1.0, _HOUR_MS, "ms"),
     "receive_data_timeout_ms": Bounds("seconds", 1.0, _HOUR_MS, "ms, or 'auto'"),
+    # the retry budget of extra requests (clickhouse_lb.config.retry_budget); fractional numbers
+    "retry_budget_ratio": Bounds("seconds", 0.0, 1.0, "extra requests per statement in the window"),
+    "retry_budget_min_per_second": Bounds("seconds", 0.0, 1e6, "extra requests per second (the floor)"),
+    "retry_budget_window_ms": Bounds("int", 0, _HOUR_MS, "ms (0: no budget)"),
 }
 
 

@@ -28,6 +28,12 @@ from clickhouse_lb.config.discovery import (
 from clickhouse_lb.config.health import DEFAULT_HEALTH, HEALTH_SETTING_NAMES, HealthSettings, parse_health_settings
 from clickhouse_lb.config.lag import DEFAULT_LAG, LAG_SETTING_NAMES, LagSettings, parse_lag_settings
 from clickhouse_lb.config.replicas import DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, Replica, parse_dsn, parse_replicas
+from clickhouse_lb.config.retry_budget import (
+    DEFAULT_RETRY_BUDGET,
+    RETRY_BUDGET_SETTING_NAMES,
+    RetryBudgetSettings,
+    parse_retry_budget_settings,
+)
 from clickhouse_lb.config.settings import (
     BALANCING_SETTING_NAMES,
     BalancingSettings,
@@ -165,6 +171,8 @@ class PoolConfig:
     seeds: tuple[Replica, ...] = ()
     #: The timeout options the user gave (:data:`CLIENT_TIMEOUT_OPTIONS`), in seconds.
     timeout_options: Mapping[str, float] = field(default_factory=dict)
+    #: The limit on the requests the pool sends on its own (clickhouse_lb.core.retry_budget).
+    retry_budget: RetryBudgetSettings = DEFAULT_RETRY_BUDGET
 
     def __post_init__(self) -> None:
         mixed = sorted(name for name in CLIENT_TIMEOUT_OPTIONS if name in self.client_options)
@@ -192,15 +200,17 @@ class PoolConfig:
         return (
             f"PoolConfig(replicas={self.replicas!r}, settings={self.settings!r}, client_options={shown!r}, "
             f"timeout_options={dict(self.timeout_options)!r}, health={self.health!r}, lag={self.lag!r}, "
-            f"share_state={self.share_state!r}, attempts={self.attempts!r}, discovery={self.discovery!r})"
+            f"share_state={self.share_state!r}, attempts={self.attempts!r}, discovery={self.discovery!r}, "
+            f"retry_budget={self.retry_budget!r})"
         )
 
 
 #: Every setting a pool takes by name: balancing, health probes, replica lag.
 POOL_SETTING_NAMES: tuple[str, ...] = (
-    *BALANCING_SETTING_NAMES, *HEALTH_SETTING_NAMES, *LAG_SETTING_NAMES, *DISCOVERY_SETTING_NAMES
+    *BALANCING_SETTING_NAMES, *HEALTH_SETTING_NAMES, *LAG_SETTING_NAMES, *DISCOVERY_SETTING_NAMES,
+    *RETRY_BUDGET_SETTING_NAMES,
 )
-_OWN_SECTIONS = (*HEALTH_SETTING_NAMES, *LAG_SETTING_NAMES, *DISCOVERY_SETTING_NAMES)
+_OWN_SECTIONS = (*HEALTH_SETTING_NAMES, *LAG_SETTING_NAMES, *DISCOVERY_SETTING_NAMES, *RETRY_BUDGET_SETTING_NAMES)
 #: ``compress=``: a boolean, or one of these algorithms (clickhouse-connect's).
 COMPRESS_CHOICES = ("lz4", "zstd", "br", "brotli", "gzip", "deflate")
 _BOOL_OPTIONS = frozenset(
@@ -336,8 +346,9 @@ def resolve_pool_config(
     health = parse_health_settings({k: v for k, v in own.items() if k in HEALTH_SETTING_NAMES})
     lag = parse_lag_settings({k: v for k, v in own.items() if k in LAG_SETTING_NAMES})
     discovery = parse_discovery_settings({k: v for k, v in own.items() if k in DISCOVERY_SETTING_NAMES})
+    budget = parse_retry_budget_settings({k: v for k, v in own.items() if k in RETRY_BUDGET_SETTING_NAMES})
     share = True if share_state is None else as_bool(SHARE_STATE, share_state)
     return PoolConfig(
         replicas, settings, options, health, lag,
-        share_state=share, discovery=discovery, timeout_options=timeout_options,
+        share_state=share, discovery=discovery, timeout_options=timeout_options, retry_budget=budget,
     )

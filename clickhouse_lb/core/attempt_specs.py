@@ -19,6 +19,7 @@ from clickhouse_lb.config.attempt_settings import AttemptSettings
 from clickhouse_lb.core.deadline import Deadline
 from clickhouse_lb.core.hedging import LatencyWindow, hedge_delay
 from clickhouse_lb.core.race import AttemptSpec
+from clickhouse_lb.core.retry_budget import RetryBudget
 from clickhouse_lb.core.watch import AttemptWatch
 
 __all__ = ["StatementPlan"]
@@ -43,7 +44,7 @@ class StatementPlan:
     the SQL, which the common statement, answered at once, never needs."""
 
     __slots__ = (
-        "addresses", "clock", "count_failure", "count_hedge", "count_slowdown", "deadline", "hedge_candidate",
+        "addresses", "budget", "clock", "count_failure", "count_hedge", "count_slowdown", "deadline", "hedge_candidate",
         "hedgeable", "query_id", "settings", "statement", "window",
     )
 
@@ -61,6 +62,7 @@ class StatementPlan:
         count_hedge: Callable[[int], object] = lambda index: None,
         query_id: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        budget: RetryBudget | None = None,
     ) -> None:
         self.settings = settings
         self.deadline = deadline
@@ -78,6 +80,9 @@ class StatementPlan:
         #: gives each run a fresh one where it may have to KILL it.
         self.query_id = query_id
         self.clock = clock
+        #: The pool's retry budget: a hedge, or giving up on a hung run to send it elsewhere,
+        #: happens only while it lasts (None: unlimited).
+        self.budget = budget
 
     @property
     def write(self) -> bool:
@@ -112,6 +117,7 @@ class StatementPlan:
             receive_timeout=settings.timeouts.receive,
             deadline_at=self.deadline.at,
             retry_safe=self.retry_safe,
+            budget=self.budget,
         )
 
     def first_wake(self, started: float) -> float:
@@ -142,6 +148,7 @@ class StatementPlan:
         deadline_at = self.deadline.at
         receive = settings.timeouts.receive
         retry_safe = self.retry_safe
+        budget = self.budget
 
         def watch(index: int, started: float) -> AttemptWatch:
             return AttemptWatch(
@@ -151,13 +158,14 @@ class StatementPlan:
                 deadline_at=deadline_at,
                 hedge_after=hedge_after,
                 retry_safe=retry_safe,
+                budget=budget,
             )
 
         return AttemptSpec(
             first=first,
             clock=self.clock,
             watch=watch,
-            hedge_index=self.hedge_candidate if hedge_after is not None else _no_hedge,
+            hedge_index=self._hedge_index if hedge_after is not None else _no_hedge,
             query_id=self.run_query_id(hedge_after),
             address=self.addresses.__getitem__,
             write=self.write,
@@ -167,6 +175,13 @@ class StatementPlan:
             on_latency=self.window.add if self.hedgeable else _ignore,
             on_hedge=self.count_hedge,
         )
+
+    def _hedge_index(self, running: set[int]) -> int | None:
+        """The replica to launch a hedge on, if the retry budget allows one more request."""
+        index = self.hedge_candidate(running)
+        if index is None or self.budget is None or self.budget.try_spend():
+            return index
+        return None
 
 
 def _no_hedge(running: set[int]) -> int | None:

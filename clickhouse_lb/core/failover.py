@@ -1,59 +1,58 @@
-"""One statement's attempts over the replicas: the first runs directly, tenacity drives the
-failover after it (sync and async).
+"""One statement's attempts over the replicas, carried out by tenacity (sync and async).
 
-The attempts walk the plan in passes (r1, r2, r3, r1, r2, r3, ...), each replica at most
-``connections_with_failover_max_tries`` times. After each failed attempt:
+The decisions are :class:`~clickhouse_lb.core.policy.FailoverPolicy`'s (immutable, from the
+attempt history); :class:`StatementAttempts` holds the statement's current policy and is the one
+place where an attempt's end has effects: the in-flight count, the error counted against the
+replica at once (so that concurrent statements already route away), the retry budget, and the
+log lines and listener events. tenacity is the one retry loop: its ``stop``, ``wait`` and
+``retry`` callbacks read the verdict recorded for the last attempt, its ``before_sleep`` announces
+the failover, its ``retry_error_callback`` raises the pool's error for a statement that stopped.
 
-* a query failure (see :mod:`clickhouse_lb.core.classify`) is raised at once, unchanged;
-* a replica failure counts an error against the replica at once (so that concurrent
-  statements already route away), then the next attempt starts, unless the statement is
-  not safe to repeat: a write whose request may have reached the server is retried only
-  when it carries an ``insert_deduplication_token`` or ``settings={"idempotent": True}``;
-  otherwise it raises :class:`~clickhouse_lb.errors.WriteOutcomeUnknownError` (also when
-  the attempt was abandoned on a hung replica);
-* when no attempt is left, one :class:`~clickhouse_lb.errors.AllReplicasUnavailableError`
-  lists every replica with its last failure; when the statement's ``failover_timeout`` ran
-  out, its subclass :class:`~clickhouse_lb.errors.StatementTimeoutError` does.
+A statement ends with the error of its last attempt unchanged (a query failure: see
+:mod:`clickhouse_lb.core.classify`), :class:`~clickhouse_lb.errors.WriteOutcomeUnknownError` (a
+write whose request may have reached the server and that may not be repeated: give it an
+``insert_deduplication_token`` or ``settings={"idempotent": True}``),
+:class:`~clickhouse_lb.errors.AllReplicasUnavailableError` (no attempt left), its subclass
+:class:`~clickhouse_lb.errors.StatementTimeoutError` (``failover_timeout`` ran out) or
+:class:`~clickhouse_lb.errors.RetryBudgetExhaustedError` (a re-send refused by the retry budget).
 
-The deadline holds: each attempt is watched (:mod:`clickhouse_lb.core.race`,
-:mod:`clickhouse_lb.pools._watchdog`), which stops waiting for it at the deadline (and closes its
-connection), and the backoff is cut to it.
-
-Between replicas there is no pause; between passes an optional exponential backoff with
-full jitter (``failover_backoff_ms``).
+**The direct first attempt** (:data:`DIRECT_FIRST_ATTEMPT`): the first attempt runs before
+tenacity is entered, because tenacity's per-call bookkeeping (about 13-22 us, BENCHMARKS.md
+"One policy, one loop") costs as much as the pool's whole work for a statement answered at once.
+When it fails, tenacity starts from that failure (its first call replays it), so every decision
+after it is tenacity's, exactly as without the shortcut.
 """
 
 from __future__ import annotations
 
 import logging
-import random
-import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from tenacity import AsyncRetrying, RetryCallState, RetryError, Retrying
+from tenacity import AsyncRetrying, RetryCallState, Retrying
 
 from clickhouse_lb.core._driver_logs import enter_pool, leave_pool
 from clickhouse_lb.core.balancer import Balancer
-from clickhouse_lb.core.classify import Failure
 from clickhouse_lb.core.deadline import Deadline
 from clickhouse_lb.core.events import FailoverEvent, logger
+from clickhouse_lb.core.policy import NO_DEADLINE, STOPS, FailoverPolicy, Verdict
 from clickhouse_lb.core.race import RaceFailure
+from clickhouse_lb.core.retry_budget import RetryBudget
 from clickhouse_lb.errors import (
     AllReplicasUnavailableError,
     AttemptFailure,
+    RetryBudgetExhaustedError,
     StatementTimeoutError,
     WriteOutcomeUnknownError,
 )
 
-__all__ = ["StatementAttempts", "async_policy", "run_async", "run_sync", "sync_policy"]
+__all__ = ["DIRECT_FIRST_ATTEMPT", "StatementAttempts", "async_policy", "run_async", "run_sync", "sync_policy"]
 
 T = TypeVar("T")
 
-_MAX_BACKOFF_SECONDS = 10.0
-
-#: The deadline of every statement without a ``failover_timeout`` (it holds no state).
-_NO_DEADLINE = Deadline(None)
+#: Run each statement's first attempt before entering tenacity (see the module doc); False:
+#: tenacity runs every attempt (bench/bench_pool_overhead.py measures both).
+DIRECT_FIRST_ATTEMPT = True
 
 
 class _Statement(Protocol):
@@ -67,22 +66,11 @@ class _Statement(Protocol):
 
 
 class StatementAttempts:
-    """The failover state of one statement: its schedule, its failures, its decisions."""
+    """One statement's current :class:`FailoverPolicy` and the effects of its attempts."""
 
     __slots__ = (
-        "_attempt_started",
-        "_balancer",
-        "_load",
-        "_retry_after_send",
-        "_statement",
-        "_write",
-        "deadline",
-        "failures",
-        "operation",
-        "order",
-        "size",
-        "started",
-        "total",
+        "_attempt_started", "_balancer", "_budget", "_load", "_retry_after_send", "_statement", "_write",
+        "deadline", "operation", "policy", "verdict",
     )
 
     def __init__(
@@ -94,26 +82,30 @@ class StatementAttempts:
         retry_after_send: bool = True,
         write: bool = True,
         statement: _Statement | None = None,
+        budget: RetryBudget | None = None,
     ) -> None:
         """``statement``: where ``write`` and ``retry_after_send`` come from instead (a
-        :class:`~clickhouse_lb.core._statements.PreparedCall`: decided only when a failure asks)."""
+        :class:`~clickhouse_lb.core._statements.PreparedCall`: decided only when a failure asks).
+        ``budget``: the pool's retry budget, which counts the statement (None: re-sends unlimited)."""
         self._balancer = balancer
         self._load = balancer.state.replica_load
         self._attempt_started = 0.0
-        tries = balancer.settings.connections_with_failover_max_tries
-        self.size = len(order)
-        # The schedule is the plan repeated ``tries`` times, computed (scheduled(n)), never
-        # materialised: replicas x tries may be large.
-        self.order = order
-        self.total = self.size * tries
+        self._budget = budget
+        if budget is not None:
+            budget.record_statement()
+        settings = balancer.settings
+        timeout = settings.failover_timeout
+        deadline = NO_DEADLINE if timeout is None else Deadline(timeout)
+        #: The statement's deadline (its policy's, for the attempts' waits).
+        self.deadline = deadline
+        self.policy = FailoverPolicy(order, settings.connections_with_failover_max_tries,
+                                     settings.failover_backoff_ms, deadline)
         self.operation = operation
         self._retry_after_send = retry_after_send
         self._write = write
         self._statement = statement
-        self.failures: list[tuple[int, Failure]] = []
-        self.started = time.monotonic()
-        timeout = balancer.settings.failover_timeout
-        self.deadline = _NO_DEADLINE if timeout is None else Deadline(timeout)
+        #: The decision after the last attempt that ended (None: none ended yet).
+        self.verdict: Verdict | None = None
 
     @property
     def write(self) -> bool:
@@ -125,16 +117,16 @@ class StatementAttempts:
         """The statement may be repeated after its request was sent."""
         return self._retry_after_send if self._statement is None else self._statement.retry_after_send
 
-    def scheduled(self, number: int) -> int:
-        """The replica index of attempt ``number`` (0-based): the plan, pass after pass."""
-        return self.order[number % self.size]
+    # -- one attempt ------------------------------------------------------------------------
 
     def begin(self) -> int:
         """The replica index for the next attempt (every earlier attempt failed)."""
-        number = len(self.failures)
-        index = self.order[number % self.size]
+        policy = self.policy
+        done = len(policy.history)
+        order = policy.order
+        index = order[done % len(order)]  # policy.next_index(), inlined: this runs for every statement
         if logger.isEnabledFor(logging.DEBUG):
-            logger.debug("%s: attempt %d on %s", self.operation, number + 1, self._balancer.addresses[index])
+            logger.debug("%s: attempt %d on %s", self.operation, done + 1, self._balancer.addresses[index])
         # The attempt is in flight from here until succeeded()/failed() (one at a time).
         self._attempt_started = self._load.start(index)
         return index
@@ -144,174 +136,147 @@ class StatementAttempts:
         self._balancer.record_success(index)
 
     def failed(self, index: int, exc: BaseException, *, ran_on: int | None = None) -> None:
-        """Classify a failed attempt and, for a replica failure, count it at once. A cancelled
-        or interrupted attempt (not an ``Exception``) only leaves the in-flight count.
-        ``ran_on``: the replica the attempt's last run failed on, when a hedge took it elsewhere."""
+        """An attempt ended with ``exc``: count it and decide (:attr:`verdict`). A cancelled or
+        interrupted attempt (not an ``Exception``) only leaves the in-flight count. ``ran_on``:
+        the replica the attempt's last run failed on, when a hedge took it elsewhere."""
         self._load.finish(index, self._attempt_started)
-        if isinstance(exc, Exception):
-            self.run_failed(index if ran_on is None else ran_on, exc)
+        if not isinstance(exc, Exception):
+            self.verdict = Verdict.RAISE
+            return
+        self.run_failed(index if ran_on is None else ran_on, exc)
+        verdict = self.policy.verdict(retry_after_send=self.retry_after_send)
+        budget = self._budget
+        if verdict is Verdict.RETRY and budget is not None and self.policy.resends() and not budget.try_spend():
+            verdict = Verdict.BUDGET
+        self.verdict = verdict
 
-    def run_failed(self, index: int, exc: Exception) -> None:
+    def run_failed(self, index: int, exc: BaseException) -> None:
         """A run on replica ``index`` failed (a hedged read's other run may go on): counted,
-        and it uses up its place in the schedule, as a failed attempt does."""
-        self.failures.append((index, self._balancer.count_failure(index, exc)))
-
-    def should_retry(self, exc: BaseException) -> bool:
-        """tenacity's retry predicate: retry replica failures that are safe to repeat."""
-        if not isinstance(exc, Exception) or not self.failures:
-            return False  # cancellation, KeyboardInterrupt, or a failure we did not classify
-        index, failure = self.failures[-1]
-        if not failure.replica:
-            return False
-        if self.out_of_time():
-            return True  # on to the stop: the statement ends with StatementTimeoutError
-        if failure.sent and not self.retry_after_send:
-            logger.warning(
-                "%s on %s failed after the request was sent (%s); not retried: the write may "
-                "have been applied (give inserts an insert_deduplication_token, other statements "
-                "settings={'idempotent': True}, to make them retryable)",
-                self.operation,
-                self._balancer.addresses[index],
-                failure.reason,
-            )
-            return False
-        attempt = len(self.failures)
-        if attempt < self.total:
-            self._announce_failover(index, failure, attempt)
-        return True
-
-    def _announce_failover(self, index: int, failure: Failure, attempt: int) -> None:
-        balancer = self._balancer
-        address = balancer.addresses[index]
-        next_address = balancer.addresses[self.scheduled(attempt)]
-        # One WARNING per outage (this or the probes' "is down"); the rest of it at INFO.
-        log = logger.warning if balancer.announce_outage(index) else logger.info
-        log(
-            "%s failed on replica %s (attempt %d/%d): %s; failing over to %s",
-            self.operation,
-            address,
-            attempt,
-            self.total,
-            failure.reason,
-            next_address,
-        )
-        if balancer.listeners:
-            balancer.listeners.failover(FailoverEvent(self.operation, address, attempt, failure.reason, next_address))
-
-    def wait(self, retry_state: RetryCallState) -> float:
-        """No pause between replicas; backoff with full jitter before each new pass."""
-        base_ms = self._balancer.settings.failover_backoff_ms
-        done = len(self.failures)
-        if not base_ms or done % self.size:
-            return 0.0
-        pass_number = done // self.size
-        ceiling = min(_MAX_BACKOFF_SECONDS, base_ms / 1000.0 * 2 ** (pass_number - 1))
-        return self.deadline.cut_sleep(random.uniform(0.0, ceiling))
-
-    def remaining(self) -> int:
-        return self.total - len(self.failures)
-
-    def out_of_time(self) -> bool:
-        """Past the statement's ``failover_timeout`` (counted from its first attempt)."""
-        return self.deadline.expired
+        and it uses up its place in the schedule, as a failed attempt does (a cancelled run,
+        not an ``Exception``, counts nothing)."""
+        if isinstance(exc, Exception):
+            self.policy = self.policy.increment(index, self._balancer.count_failure(index, exc))
 
     def hedge_candidate(self, running: set[int]) -> int | None:
-        """The replica a hedged read goes to: the next one of the schedule not already running."""
-        for number in range(len(self.failures) + 1, self.total):
-            index = self.scheduled(number)
-            if index not in running:
-                return index
-        return None
+        return self.policy.hedge_candidate(running)
 
-    def unconfirmed_write(self, exc: BaseException) -> WriteOutcomeUnknownError | None:
-        """The error for a write given up because its request was sent (None otherwise)."""
-        if not self.failures or not isinstance(exc, Exception):
-            return None
-        index, failure = self.failures[-1]
-        if not (failure.replica and failure.sent and not self.retry_after_send):
-            return None
-        error = WriteOutcomeUnknownError(self.operation, self._balancer.addresses[index], failure.reason)
+    def attempt(self, call: Callable[[int], T]) -> T:
+        """Run one attempt: ``call(replica index)``, its end recorded (an attempt run through
+        :mod:`clickhouse_lb.core.race` raises :class:`RaceFailure`: its error is raised)."""
+        index = self.begin()
+        try:
+            result = call(index)
+        except BaseException as exc:  # a cancelled attempt too must leave the in-flight count
+            ran_on, error = _unwrap(exc)
+            self.failed(index, error, ran_on=ran_on)
+            if error is exc:
+                raise
+        else:
+            self.succeeded(index)
+            return result
+        raise error  # outside the handler: the race's wrapper is not chained to it
+
+    async def attempt_async(self, call: Callable[[int], Awaitable[T]]) -> T:
+        """:meth:`attempt` for a coroutine ``call``."""
+        index = self.begin()
+        try:
+            result = await call(index)
+        except BaseException as exc:
+            ran_on, error = _unwrap(exc)
+            self.failed(index, error, ran_on=ran_on)
+            if error is exc:
+                raise
+        else:
+            self.succeeded(index)
+            return result
+        raise error
+
+    # -- tenacity's callbacks ---------------------------------------------------------------
+
+    def goes_on(self) -> bool:
+        """After a failed attempt: a retry, or the pool's own error (not the attempt's)."""
+        verdict = self.verdict
+        return verdict is Verdict.RETRY or verdict in STOPS
+
+    def retry(self, retry_state: RetryCallState) -> bool:
+        """Go on to ``stop`` (see :meth:`goes_on`); False: the attempt's outcome is the
+        statement's (tenacity returns or raises it; :meth:`final_error` may translate an error)."""
+        outcome = retry_state.outcome
+        return outcome is not None and outcome.failed and self.goes_on()
+
+    def stop(self, retry_state: RetryCallState) -> bool:
+        return self.verdict in STOPS
+
+    def wait(self, retry_state: RetryCallState) -> float:
+        return self.policy.backoff()
+
+    def announce(self, retry_state: RetryCallState) -> None:
+        """tenacity's ``before_sleep``: the statement fails over (one WARNING per outage, this
+        or the probes' "is down"; the rest of it at INFO) and listeners hear of it."""
+        policy = self.policy
+        last = policy.last
+        assert last is not None
+        balancer = self._balancer
+        address = balancer.addresses[last.replica]
+        attempt = len(policy.history)
+        next_address = balancer.addresses[policy.next_index()]
+        log = logger.warning if balancer.announce_outage(last.replica) else logger.info
+        log("%s failed on replica %s (attempt %d/%d): %s; failing over to %s",
+            self.operation, address, attempt, policy.total, last.failure.reason, next_address)
+        if balancer.listeners:
+            balancer.listeners.failover(FailoverEvent(self.operation, address, attempt, last.failure.reason,
+                                                      next_address))
+
+    def give_up(self, retry_state: RetryCallState) -> Any:
+        """tenacity's ``retry_error_callback``: the statement stopped with the pool's own error."""
+        outcome = retry_state.outcome
+        cause = outcome.exception() if outcome is not None else None
+        raise self.stopped() from cause
+
+    # -- the statement's end ----------------------------------------------------------------
+
+    def final_error(self, exc: Exception) -> BaseException:
+        """The error the statement raises for its last attempt's ``exc`` (itself, unless the
+        attempt was a write that may have been applied)."""
+        if self.verdict is not Verdict.UNCONFIRMED:
+            return exc
+        last = self.policy.last
+        assert last is not None
+        address = self._balancer.addresses[last.replica]
+        logger.warning(
+            "%s on %s failed after the request was sent (%s); not retried: the write may have been applied "
+            "(give inserts an insert_deduplication_token, other statements settings={'idempotent': True}, "
+            "to make them retryable)", self.operation, address, last.failure.reason,
+        )
+        error = WriteOutcomeUnknownError(self.operation, address, last.failure.reason)
         error.__cause__ = exc
         return error
 
-    def exhausted(self) -> AllReplicasUnavailableError:
-        """The error for a statement whose every attempt failed on a replica."""
+    def stopped(self) -> AllReplicasUnavailableError:
+        """The error for a statement that stopped (:data:`~clickhouse_lb.core.policy.STOPS`)."""
+        policy = self.policy
         addresses = self._balancer.addresses
         last: dict[str, str | None] = dict.fromkeys(addresses)
         attempts = []
-        for number, (index, failure) in enumerate(self.failures, 1):
+        for number, (index, failure) in enumerate(policy.history, 1):
             last[addresses[index]] = failure.reason
             attempts.append(AttemptFailure(addresses[index], number, failure.reason))
-        logger.error("%s failed on every replica: %s", self.operation, "; ".join(map(str, attempts[-self.size :])))
-        sent = any(failure.sent for _, failure in self.failures)
-        may_have_been_applied = self.write and sent
-        if self.deadline.seconds is not None and self.out_of_time():
-            return StatementTimeoutError(
-                attempts, last, timeout=self.deadline.seconds,
-                may_have_been_applied=may_have_been_applied, write=self.write, operation=self.operation,
-            )
-        return AllReplicasUnavailableError(
-            attempts, last, may_have_been_applied=may_have_been_applied, write=self.write, operation=self.operation
-        )
-
-
-# tenacity's stop, wait and retry callbacks: the statement's StatementAttempts is the first
-# argument of the call tenacity drives (``policy(_attempt, attempts, call)``), so one policy
-# object serves every statement of a pool.
-
-
-def _attempts_of(retry_state: RetryCallState) -> StatementAttempts:
-    attempts = retry_state.args[0]
-    assert isinstance(attempts, StatementAttempts)
-    return attempts
-
-
-def _stop(retry_state: RetryCallState) -> bool:
-    """After the schedule's last attempt, or at the statement's deadline."""
-    attempts = _attempts_of(retry_state)
-    return attempts.remaining() == 0 or attempts.out_of_time()
-
-
-def _wait(retry_state: RetryCallState) -> float:
-    return _attempts_of(retry_state).wait(retry_state)
-
-
-def _retry(retry_state: RetryCallState) -> bool:
-    outcome = retry_state.outcome
-    if outcome is None or not outcome.failed:
-        return False
-    exc = outcome.exception()
-    return exc is not None and _attempts_of(retry_state).should_retry(exc)
-
-
-def sync_policy() -> Retrying:
-    """The failover policy of a sync pool: built once, copied per statement that fails over
-    (as tenacity's own ``@retry`` does per call)."""
-    return Retrying(stop=_stop, wait=_wait, retry=_retry, reraise=False)
-
-
-def async_policy() -> AsyncRetrying:
-    """The asyncio twin of :func:`sync_policy`."""
-    return AsyncRetrying(stop=_stop, wait=_wait, retry=_retry, reraise=False)
-
-
-_SYNC_POLICY = sync_policy()
-_ASYNC_POLICY = async_policy()
-
-
-def _first_attempt_failed(attempts: StatementAttempts, index: int, exc: BaseException) -> None:
-    """Decide after a failed first attempt: raise, give up, or let tenacity go on."""
-    ran_on, error = _unwrap(exc)
-    attempts.failed(index, error, ran_on=ran_on)
-    if not attempts.should_retry(error):
-        unconfirmed = attempts.unconfirmed_write(error)
-        if unconfirmed is not None:
-            raise unconfirmed from error
-        if error is not exc:  # not chained to the race's wrapper (we are inside its handler)
-            raise error from error.__cause__
-        raise error
-    if attempts.remaining() == 0 or attempts.out_of_time():
-        raise attempts.exhausted() from error
+        shown = "; ".join(map(str, attempts[-len(policy.order):]))
+        may_have_been_applied = self.write and policy.sent_any()
+        if self.verdict is Verdict.TIMEOUT and policy.deadline.seconds is not None:
+            logger.error("%s failed on every replica: %s", self.operation, shown)
+            return StatementTimeoutError(attempts, last, timeout=policy.deadline.seconds,
+                                         may_have_been_applied=may_have_been_applied, write=self.write,
+                                         operation=self.operation)
+        if self.verdict is Verdict.BUDGET:
+            budget = repr(self._budget)
+            logger.error("%s not sent again, the retry budget is spent (%s): %s", self.operation, budget, shown)
+            return RetryBudgetExhaustedError(attempts, last, budget=budget,
+                                             may_have_been_applied=may_have_been_applied, write=self.write,
+                                             operation=self.operation)
+        logger.error("%s failed on every replica: %s", self.operation, shown)
+        return AllReplicasUnavailableError(attempts, last, may_have_been_applied=may_have_been_applied,
+                                           write=self.write, operation=self.operation)
 
 
 def _unwrap(exc: BaseException) -> tuple[int | None, BaseException]:
@@ -322,70 +287,77 @@ def _unwrap(exc: BaseException) -> tuple[int | None, BaseException]:
     return None, exc
 
 
-def _attempt(attempts: StatementAttempts, call: Callable[[int], T]) -> T:
-    index = attempts.begin()
-    try:
-        result = call(index)
-    except BaseException as exc:
-        ran_on, error = _unwrap(exc)
-        attempts.failed(index, error, ran_on=ran_on)
-        if error is exc:
-            raise
-    else:
-        attempts.succeeded(index)
-        return result
-    raise error  # outside the handler: the race's wrapper is not chained to it
+def sync_policy() -> Retrying:
+    """A sync pool's tenacity loop, built once; each statement gets a copy bound to its
+    :class:`StatementAttempts` (as tenacity's own ``@retry`` copies per call)."""
+    return Retrying(reraise=False)
 
 
-async def _async_attempt(attempts: StatementAttempts, call: Callable[[int], Awaitable[T]]) -> T:
-    index = attempts.begin()
-    try:
-        result = await call(index)
-    except BaseException as exc:
-        ran_on, error = _unwrap(exc)
-        attempts.failed(index, error, ran_on=ran_on)
-        if error is exc:
-            raise
-    else:
-        attempts.succeeded(index)
-        return result
-    raise error  # outside the handler: the race's wrapper is not chained to it
+def async_policy() -> AsyncRetrying:
+    """The asyncio twin of :func:`sync_policy`."""
+    return AsyncRetrying(reraise=False)
+
+
+_SYNC_POLICY = sync_policy()
+_ASYNC_POLICY = async_policy()
+
+
+def _bound(loop: Any, attempts: StatementAttempts) -> Any:
+    return loop.copy(stop=attempts.stop, wait=attempts.wait, retry=attempts.retry,
+                     before_sleep=attempts.announce, retry_error_callback=attempts.give_up)
+
+
+def _replaying(first: BaseException, then: Callable[..., Any]) -> Callable[..., Any]:
+    """``then``, except that its first call raises ``first``: tenacity starts from a failed
+    direct first attempt as if it had run it itself."""
+    pending = [first]
+
+    def attempt(*args: Any) -> Any:
+        if pending:
+            raise pending.pop()
+        return then(*args)
+
+    return attempt
+
+
+def _replaying_async(first: BaseException, then: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    pending = [first]
+
+    async def attempt(*args: Any) -> Any:
+        if pending:
+            raise pending.pop()
+        return await then(*args)
+
+    return attempt
 
 
 def run_sync(attempts: StatementAttempts, call: Callable[[int], T], policy: Retrying = _SYNC_POLICY) -> T:
     """Run ``call(replica_index)`` until it succeeds, per the statement's failover rules.
-
-    The first attempt runs directly (the common case: it succeeds, and tenacity's per-call
-    bookkeeping would cost as much as the statement's own client work); once it fails,
-    ``policy`` (:func:`sync_policy`) drives the remaining attempts. clickhouse-connect's
-    per-attempt transport warnings are the pool's to report meanwhile
+    clickhouse-connect's per-attempt transport warnings are the pool's to report meanwhile
     (:mod:`clickhouse_lb.core._driver_logs`)."""
     token = enter_pool()
     try:
         return _run_sync(attempts, call, policy)
+    except Exception as exc:
+        error = attempts.final_error(exc)
+        if error is exc:
+            raise
+        raise error from exc
     finally:
         leave_pool(token)
 
 
 def _run_sync(attempts: StatementAttempts, call: Callable[[int], T], policy: Retrying) -> T:
-    index = attempts.begin()
-    try:
-        result = call(index)
-    except BaseException as exc:  # a cancelled attempt too must leave the in-flight count
-        _first_attempt_failed(attempts, index, exc)
-    else:
-        attempts.succeeded(index)
-        return result
-    try:
-        retried: T = policy.copy()(_attempt, attempts, call)
-        return retried
-    except RetryError as exc:
-        raise attempts.exhausted() from exc.last_attempt.exception()
-    except Exception as exc:
-        unconfirmed = attempts.unconfirmed_write(exc)
-        if unconfirmed is None:
-            raise
-        raise unconfirmed from exc
+    attempt: Callable[..., T] = attempts.attempt
+    if DIRECT_FIRST_ATTEMPT:
+        try:
+            return attempts.attempt(call)
+        except Exception as exc:
+            if not attempts.goes_on():
+                raise
+            attempt = _replaying(exc, attempts.attempt)
+    result: T = _bound(policy, attempts)(attempt, call)
+    return result
 
 
 async def run_async(
@@ -396,26 +368,23 @@ async def run_async(
     token = enter_pool()
     try:
         return await _run_async(attempts, call, policy)
+    except Exception as exc:
+        error = attempts.final_error(exc)
+        if error is exc:
+            raise
+        raise error from exc
     finally:
         leave_pool(token)
 
 
 async def _run_async(attempts: StatementAttempts, call: Callable[[int], Awaitable[T]], policy: AsyncRetrying) -> T:
-    index = attempts.begin()
-    try:
-        result = await call(index)
-    except BaseException as exc:  # a cancelled attempt too must leave the in-flight count
-        _first_attempt_failed(attempts, index, exc)
-    else:
-        attempts.succeeded(index)
-        return result
-    try:
-        retried: T = await policy.copy()(_async_attempt, attempts, call)
-        return retried
-    except RetryError as exc:
-        raise attempts.exhausted() from exc.last_attempt.exception()
-    except Exception as exc:
-        unconfirmed = attempts.unconfirmed_write(exc)
-        if unconfirmed is None:
-            raise
-        raise unconfirmed from exc
+    attempt: Callable[..., Awaitable[T]] = attempts.attempt_async
+    if DIRECT_FIRST_ATTEMPT:
+        try:
+            return await attempts.attempt_async(call)
+        except Exception as exc:
+            if not attempts.goes_on():
+                raise
+            attempt = _replaying_async(exc, attempts.attempt_async)
+    result: T = await _bound(policy, attempts)(attempt, call)
+    return result

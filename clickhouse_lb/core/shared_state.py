@@ -63,6 +63,9 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from clickhouse_lb.config.retry_budget import RetryBudgetSettings
+from clickhouse_lb.core.retry_budget import RetryBudget
+
 if TYPE_CHECKING:
     from clickhouse_lb.config.pool_config import PoolConfig
     from clickhouse_lb.core.state import ReplicaSetState
@@ -130,12 +133,22 @@ class SharedReplicaSet:
     """What the pools over one replica set share: the balancing state, and the probe workers
     that live as long as it does (see the module documentation)."""
 
-    __slots__ = ("_lock", "_probes", "state")
+    __slots__ = ("_budgets", "_lock", "_probes", "state")
 
     def __init__(self, state: ReplicaSetState) -> None:
         self.state = state
         self._lock = threading.Lock()
         self._probes: dict[Hashable, Any] = {}
+        self._budgets: dict[RetryBudgetSettings, RetryBudget] = {}
+
+    def retry_budget(self, settings: RetryBudgetSettings) -> RetryBudget:
+        """The retry budget shared by the pools with these budget settings, made once: pools
+        built per query must not each get a fresh one (clickhouse_lb.core.retry_budget)."""
+        with self._lock:
+            budget = self._budgets.get(settings)
+            if budget is None:
+                budget = self._budgets[settings] = RetryBudget(settings)
+            return budget
 
     def probes(self, key: Hashable, factory: Callable[[], P]) -> P:
         """The shared probes for ``key`` (the health settings), made by ``factory`` once."""

@@ -29,10 +29,15 @@ healthy replica is pinged once a second while a long query runs.
 from __future__ import annotations
 
 from enum import Enum
+from typing import Protocol
 
 from clickhouse_lb.config.liveness import LIVENESS_DEFAULTS, LivenessPolicy
 
 __all__ = ["AttemptWatch", "LivenessPolicy", "Wake"]
+
+
+class _Budget(Protocol):
+    def available(self) -> bool: ...
 
 
 class Wake(str, Enum):
@@ -45,8 +50,8 @@ class Wake(str, Enum):
 class AttemptWatch:
     """The waits of one attempt. Times are the driver's clock readings (monotonic seconds)."""
 
-    __slots__ = ("_failed_checks", "_inconclusive", "_next_check", "deadline_at", "hedge_at", "liveness", "receive_at",
-                 "retry_safe", "started")
+    __slots__ = ("_budget", "_failed_checks", "_inconclusive", "_next_check", "deadline_at", "hedge_at", "liveness",
+                 "receive_at", "retry_safe", "started")
 
     def __init__(
         self,
@@ -57,7 +62,10 @@ class AttemptWatch:
         deadline_at: float | None = None,
         hedge_after: float | None = None,
         retry_safe: bool = True,
+        budget: _Budget | None = None,
     ) -> None:
+        """``budget``: the pool's retry budget; while it is spent, a hung run that would be
+        sent elsewhere keeps waiting instead (until its receive timeout or the deadline)."""
         self.started = started
         self.liveness = liveness
         self.receive_at = None if receive_timeout is None else started + receive_timeout
@@ -67,6 +75,7 @@ class AttemptWatch:
         self._next_check = None if liveness.check_after is None else started + liveness.check_after
         self._failed_checks = 0
         self._inconclusive = 0
+        self._budget = budget
 
     def next_wake(self, now: float) -> tuple[Wake, float]:
         """The next reason to wake up and how many seconds from ``now`` (0: it is due).
@@ -112,6 +121,9 @@ class AttemptWatch:
         self._failed_checks += 1
         needed = 1 if self.retry_safe else max(1, self.liveness.failed_checks_for_writes)
         if self._failed_checks >= needed:
+            if self.retry_safe and self._budget is not None and not self._budget.available():
+                self._next_check = now + self.liveness.interval  # no re-send left: keep waiting
+                return False
             self._next_check = None
             return True
         # Not yet conclusive for an unsafe write: check again soon rather than a second later.

@@ -37,6 +37,7 @@ from clickhouse_lb.core.failover import StatementAttempts
 from clickhouse_lb.core.health import HealthMonitor, probe_statuses_off
 from clickhouse_lb.core.hedging import LatencyWindow
 from clickhouse_lb.core.lag import order_by_freshness
+from clickhouse_lb.core.retry_budget import RetryBudget
 from clickhouse_lb.core.shared_state import SharedReplicaSet, acquire_state
 from clickhouse_lb.core.stats import PoolStats, StatsSnapshot
 from clickhouse_lb.errors import ReplicaConnectError, SessionLostError
@@ -226,6 +227,8 @@ class PoolBase(ClientMembers):
         self._hedges_lock = threading.Lock()
         self._stats = PoolStats()
         balancer.listeners.add(self._stats)
+        #: Limits the requests the pool sends on its own (shared with the pools sharing its state).
+        self._budget = RetryBudget.of_pool(config.retry_budget, self._shared)
         #: The health monitor decides the background probes (None when
         #: health_check_interval_ms=0); the pools add the worker that sends them, and the slots.
         self._view = ReplicaSetView(
@@ -393,7 +396,8 @@ class PoolBase(ClientMembers):
             self._prober.ensure_started()
         balancer = (view or self._view).balancer
         return StatementAttempts(
-            balancer, order, operation=operation, retry_after_send=retry_after_send, write=write, statement=statement
+            balancer, order, operation=operation, retry_after_send=retry_after_send, write=write, statement=statement,
+            budget=self._budget,
         )
 
     # -- discovery -------------------------------------------------------------------------
@@ -490,11 +494,12 @@ class PoolBase(ClientMembers):
             window=self._latencies,
             # A run that failed while the other of a hedged race went on uses up its place in
             # the schedule, as a failed attempt does.
-            count_failure=attempts.failed,
+            count_failure=attempts.run_failed,
             count_slowdown=balancer.record_slowdown,
             hedge_candidate=attempts.hedge_candidate,
             count_hedge=self._count_hedge,
             query_id=call.query_id,
+            budget=self._budget,
         )
 
     def _ping_url(self, index: int) -> str:
