@@ -129,13 +129,35 @@ def test_adaptive_hedging_learns_the_usual_latency(cluster: ClusterBase) -> None
         cluster.hosts, load_balancing="in_order", use_hedged_requests=1, receive_data_timeout_ms="auto"
     ) as pool:
         for _ in range(40):
-            assert pool.command(WHO) == "r1"  # the first is not hedged either: the delay is 2 s until learned
+            assert pool.command(WHO) == "r1"  # not hedged: the delay is 2 s, then at least r1's own 3x
         pool.client(cluster.hosts[1]).command("SELECT 1")
         cluster.set_delay(0, 5)
         started = time.monotonic()
         assert pool.command(WHO) in ("r2", "r3")
         assert time.monotonic() - started < 3.5  # hedged after the learned delay (<= 2 s), not 5 s
         assert pool.replicas[0].slowdowns_count >= 1
+
+
+def test_hedging_with_its_defaults_hedges_a_slow_replica_from_the_second_read(cluster: ClusterBase) -> None:
+    """The issue's case: ``use_hedged_requests=1`` alone ("auto" delay), ``in_order``, replica 0
+    answering 1.5 s late. Before, every read took 1.5 s, 11 of 11: the delay learnt from the slow
+    replica's own answers."""
+    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", use_hedged_requests=1) as pool:
+        for host in cluster.hosts:  # every replica's client exists (creating one is a query of its own)
+            pool.client(host).command("SELECT 1")
+        cluster.set_delay(0, 1.5)
+        try:
+            durations = []
+            for _ in range(11):
+                started = time.monotonic()
+                pool.command(WHO)
+                durations.append(time.monotonic() - started)
+        finally:
+            cluster.set_delay(0, 0)
+        # 0.5 s separates hedged reads (the 2nd after 0.2 s, the rest at once or after 50 ms)
+        # from the slow replica's 1.5 s by 3x.
+        assert max(durations[1:]) < 0.5, durations
+        assert pool.replicas[0].errors_count == 0  # slow is not down
 
 
 def test_failover_timeout_holds_on_hung_replicas(cluster: ClusterBase) -> None:
