@@ -9,8 +9,8 @@ main's; ``--after``: this one), from a neutral working directory so that the che
 package is the one imported; the parent owns the cluster and its faults.
 
 1. Healthy cluster: ``--threads`` threads x ``--reads`` reads (``SELECT getMacro('replica')``),
-   default strategy and ``in_order``: hedges started per 100 statements (``pool.hedged_requests``),
-   median and p99 latency.
+   the default strategy (``random``), ``in_order`` and ``round_robin``: hedges started per 100
+   statements (``pool.hedged_requests``), median and p99 latency.
 2. One slow replica: ``in_order``, replica 0 answering 1.5 s late, 11 reads one after the other
    (the issue's case): the first read, and the median and worst of the 10 after it.
 
@@ -107,7 +107,7 @@ def main() -> None:
         print(f"### Healthy cluster: {args.threads} threads x {args.reads} reads, `use_hedged_requests=1`\n")
         print("| strategy | round | code | hedges per 100 statements | median | p99 |")
         print("|---|---|---|---|---|---|")
-        for strategy in ("random", "in_order"):
+        for strategy in ("random", "in_order", "round_robin"):
             for round_ in range(1, args.rounds + 1):
                 for label, checkout in versions:
                     job = {"settings": {"load_balancing": strategy}, "threads": args.threads, "reads": args.reads}

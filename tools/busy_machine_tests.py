@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -104,6 +105,8 @@ def main() -> int:
         parser.error(f"expected --hogs >= 0, --runs >= 1, --gil-floats >= 0, --gil-pause >= 0; got {args.hogs}, "
                      f"{args.runs}, {args.gil_floats}, {args.gil_pause}")
     floats = 0 if args.no_gil else args.gil_floats
+    # Terminated (a CI job's timeout): still stop pytest (subprocess.call kills it) and the hogs.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(args.hogs)]
     outcomes: list[tuple[int, float, float]] = []
     try:
