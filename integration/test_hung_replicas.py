@@ -193,14 +193,14 @@ def test_failover_timeout_cuts_the_backoff(cluster: ClusterBase) -> None:
 
 
 def test_a_write_on_a_hung_replica_says_it_may_have_been_applied(cluster: ClusterBase, table: str) -> None:
-    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", failover_timeout=15) as pool:
+    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", failover_timeout=30) as pool:
         assert pool.command(WHO) == "r1"
         cluster.pause(0)
         started = time.monotonic()
         with pytest.raises(WriteOutcomeUnknownError) as caught:
             pool.command(f"INSERT INTO {table} VALUES (1)")  # no deduplication token: not retryable
-        # Three failed liveness checks (about 1 s), a third of the 15 s deadline.
-        assert time.monotonic() - started < 5.0
+        # Three failed liveness checks (about 1 s; 5.6 s on a busy machine), a third of the 30 s deadline.
+        assert time.monotonic() - started < 10.0
         assert caught.value.may_have_been_applied
         assert "may have been applied" in str(caught.value)
         abandoned = caught.value.__cause__
@@ -236,7 +236,9 @@ def test_a_write_bounded_by_the_deadline_raises_a_statement_timeout(cluster: Clu
 
 
 def test_an_insert_with_a_token_fails_over_from_a_hung_replica(cluster: ClusterBase, table: str) -> None:
-    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order") as pool:
+    # Probes off: the errors counted are the insert's own (on a busy machine a probe sweep also
+    # met the paused replica and counted one more).
+    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", health_check_interval_ms=0) as pool:
         pool.insert(table, [[1]], column_names=["id"])
         pool.client(cluster.hosts[1]).command("SELECT 1")
         cluster.pause(0)

@@ -24,6 +24,11 @@ one, which is how a slow replica is found from the second statement on (and cost
 request per ``AUTO_HORIZON`` on a cluster whose reads are all slow). Figures older than
 ``AUTO_HORIZON`` are forgotten: a replica idle for a minute may not answer as it did.
 
+Latencies are measured on this process's clock: while another thread holds the GIL for
+seconds, the answers it delays count as slow ones, and until the peak EWMA forgets them (its
+10 s decay time) the delay can exceed a slow replica's lateness. Discounting this process's own
+stalls is for the stall-aware judgement the probes and liveness checks use.
+
 Off by default in the pool, unlike on the server: every hedge is a second full query on another
 replica, and the pool cannot see the server's load; hedge when tail latency matters more than
 cluster load.
