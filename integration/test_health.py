@@ -134,7 +134,7 @@ def test_a_replica_killed_while_idle_is_marked_down_before_the_next_statement(cl
 
 
 def test_a_replica_paused_while_idle_is_avoided_without_any_statement_waiting(cluster: ClusterBase) -> None:
-    timeout = 10  # what a statement sent to the paused replica would wait
+    timeout = 30  # what a statement sent to the paused replica would wait
     with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", send_receive_timeout=timeout) as pool:
         assert str(pool.command(WHO)) == cluster.names[0]
         wait_until(lambda: all(r.probe_state == "up" for r in pool.replicas), BOUND, "a first sweep")
@@ -143,7 +143,7 @@ def test_a_replica_paused_while_idle_is_avoided_without_any_statement_waiting(cl
         for _ in range(5):
             started = time.monotonic()
             assert str(pool.command(WHO)) == cluster.names[1]
-            assert time.monotonic() - started < timeout / 2
+            assert time.monotonic() - started < timeout / 3  # did not wait on the paused replica
         assert pool.stats.failovers == 0
         assert "timed out" in (pool.replicas[0].last_probe_error or "").lower()
         cluster.resume(0)

@@ -88,7 +88,9 @@ def test_a_paused_replica_costs_readers_well_under_a_second_with_default_setting
                 future.result()
         assert failures == []
         assert min(served) > 10
-        assert max(worst) < 2.5, f"worst per-thread gap {max(worst):.2f}s"  # measured: see BENCHMARKS.md
+        # A quarter of the 10 s blackout it would be without liveness checks (measured: about
+        # 0.4 s, see BENCHMARKS.md).
+        assert max(worst) < 2.5, f"worst per-thread gap {max(worst):.2f}s"
         assert pool.replicas[1].errors_count >= 1  # (the health probes count errors against it too)
 
 
@@ -109,10 +111,10 @@ def test_hedged_reads_finish_at_the_fast_replicas_speed(cluster: ClusterBase) ->
         no_hedge = {"use_hedged_requests": 0}  # client creation takes long enough to be hedged
         assert pool.command(WHO, settings=no_hedge) == "r1"
         pool.client(cluster.hosts[1]).command("SELECT 1")  # the hedge's client exists too
-        cluster.set_delay(0, 4)
+        cluster.set_delay(0, 10)
         started = time.monotonic()
         assert pool.command(WHO, settings={"query_id": "lb-hedge-test"}) in ("r2", "r3")
-        assert time.monotonic() - started < 3.0  # not the slow replica's 4 s
+        assert time.monotonic() - started < 3.0  # hedged after 0.1 s: under a third of the slow replica's 10 s
         assert pool.replicas[0].slowdowns_count >= 1
         assert pool.replicas[0].errors_count == 0  # slow is not down
         assert pool.plan()[0] != cluster.hosts[0]  # the hedged key orders the slow replica later
@@ -129,13 +131,35 @@ def test_adaptive_hedging_learns_the_usual_latency(cluster: ClusterBase) -> None
         cluster.hosts, load_balancing="in_order", use_hedged_requests=1, receive_data_timeout_ms="auto"
     ) as pool:
         for _ in range(40):
-            assert pool.command(WHO) == "r1"  # the first is not hedged either: the delay is 2 s until learned
+            assert pool.command(WHO) == "r1"  # not hedged: the delay is 2 s, then at least r1's own 3x
         pool.client(cluster.hosts[1]).command("SELECT 1")
-        cluster.set_delay(0, 5)
+        cluster.set_delay(0, 12)
         started = time.monotonic()
         assert pool.command(WHO) in ("r2", "r3")
-        assert time.monotonic() - started < 3.5  # hedged after the learned delay (<= 2 s), not 5 s
+        assert time.monotonic() - started < 4.0  # hedged after the learned delay (<= 2 s): a third of 12 s
         assert pool.replicas[0].slowdowns_count >= 1
+
+
+def test_hedging_with_its_defaults_hedges_a_slow_replica_from_the_second_read(cluster: ClusterBase) -> None:
+    """The issue's case: ``use_hedged_requests=1`` alone ("auto" delay), ``in_order``, replica 0
+    answering 1.5 s late. Before, every read took 1.5 s, 11 of 11: the delay learnt from the slow
+    replica's own answers."""
+    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", use_hedged_requests=1) as pool:
+        for host in cluster.hosts:  # every replica's client exists (creating one is a query of its own)
+            pool.client(host).command("SELECT 1")
+        cluster.set_delay(0, 1.5)
+        try:
+            durations = []
+            for _ in range(11):
+                started = time.monotonic()
+                pool.command(WHO)
+                durations.append(time.monotonic() - started)
+        finally:
+            cluster.set_delay(0, 0)
+        # 0.5 s separates hedged reads (the 2nd after 0.2 s, the rest at once or after 50 ms)
+        # from the slow replica's 1.5 s by 3x.
+        assert max(durations[1:]) < 0.5, durations
+        assert pool.replicas[0].errors_count == 0  # slow is not down
 
 
 def test_failover_timeout_holds_on_hung_replicas(cluster: ClusterBase) -> None:
@@ -149,7 +173,9 @@ def test_failover_timeout_holds_on_hung_replicas(cluster: ClusterBase) -> None:
         with pytest.raises(StatementTimeoutError) as caught:
             pool.command(WHO)
         elapsed = time.monotonic() - started
-        assert elapsed < 2.0, f"{elapsed:.2f}s for a 1 s deadline"  # measured: deadline + a few ms
+        # The deadline (measured: 1 s + a few ms); 5 s is 5x that and 1/60 of the 300 s socket
+        # timeout it would wait without one.
+        assert elapsed < 5.0, f"{elapsed:.2f}s for a 1 s deadline"
         assert isinstance(caught.value, AllReplicasUnavailableError)
         assert "failover_timeout=1s" in str(caught.value)
         assert "deadline" in (caught.value.last_errors[cluster.hosts[0]] or "")
@@ -163,17 +189,18 @@ def test_failover_timeout_cuts_the_backoff(cluster: ClusterBase) -> None:
         started = time.monotonic()
         with pytest.raises(StatementTimeoutError):
             pool.command(WHO)
-        assert time.monotonic() - started < 2.0  # not up to 8 s of backoff
+        assert time.monotonic() - started < 2.6  # the 1 s deadline: under a third of the 8 s backoff
 
 
 def test_a_write_on_a_hung_replica_says_it_may_have_been_applied(cluster: ClusterBase, table: str) -> None:
-    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", failover_timeout=5) as pool:
+    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", failover_timeout=30) as pool:
         assert pool.command(WHO) == "r1"
         cluster.pause(0)
         started = time.monotonic()
         with pytest.raises(WriteOutcomeUnknownError) as caught:
             pool.command(f"INSERT INTO {table} VALUES (1)")  # no deduplication token: not retryable
-        assert time.monotonic() - started < 4.5  # three failed liveness checks, before the 5 s deadline
+        # Three failed liveness checks (about 1 s; 5.6 s on a busy machine), a third of the 30 s deadline.
+        assert time.monotonic() - started < 10.0
         assert caught.value.may_have_been_applied
         assert "may have been applied" in str(caught.value)
         abandoned = caught.value.__cause__
@@ -184,13 +211,14 @@ def test_a_write_on_a_hung_replica_says_it_may_have_been_applied(cluster: Cluste
 
 
 def test_an_idempotent_write_fails_over_from_a_hung_replica_like_a_read(cluster: ClusterBase, table: str) -> None:
-    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", failover_timeout=5) as pool:
+    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", failover_timeout=15) as pool:
         assert pool.command(WHO) == "r1"
         pool.client(cluster.hosts[1]).command("SELECT 1")
         cluster.pause(0)
         started = time.monotonic()
         pool.command(f"INSERT INTO {table} VALUES (3)", settings={"idempotent": True})
-        assert time.monotonic() - started < 2.5  # one failed liveness check, not three, not the deadline
+        # One failed liveness check (about 0.3 s), a third of the 15 s deadline.
+        assert time.monotonic() - started < 5.0
         assert pool.replicas[0].errors_count == 1
         assert count(cluster, 1, table) == 1  # applied on the next replica
 
@@ -202,19 +230,21 @@ def test_a_write_bounded_by_the_deadline_raises_a_statement_timeout(cluster: Clu
         started = time.monotonic()
         with pytest.raises(StatementTimeoutError) as caught:
             pool.command(f"INSERT INTO {table} VALUES (1)")
-        assert time.monotonic() - started < 2.5  # not a 300 s socket timeout
+        assert time.monotonic() - started < 10.0  # the 0.5 s deadline; 1/30 of the 300 s socket timeout
         assert caught.value.may_have_been_applied
         assert "may have been applied" in str(caught.value)
 
 
 def test_an_insert_with_a_token_fails_over_from_a_hung_replica(cluster: ClusterBase, table: str) -> None:
-    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order") as pool:
+    # Probes off: the errors counted are the insert's own (on a busy machine a probe sweep also
+    # met the paused replica and counted one more).
+    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", health_check_interval_ms=0) as pool:
         pool.insert(table, [[1]], column_names=["id"])
         pool.client(cluster.hosts[1]).command("SELECT 1")
         cluster.pause(0)
         started = time.monotonic()
         pool.insert(table, [[2]], column_names=["id"])  # the pool's insert_deduplication_token
-        assert time.monotonic() - started < 2.5  # not a 300 s socket timeout
+        assert time.monotonic() - started < 10.0  # one liveness check (about 0.3 s); 1/30 of the 300 s socket timeout
         assert count(cluster, 1, table) == 1
         assert pool.replicas[0].errors_count == 1
 
@@ -223,17 +253,17 @@ def test_sub_second_timeouts_are_accepted_and_applied(cluster: ClusterBase) -> N
     with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", send_receive_timeout=0.5,
                                 liveness_check_after_ms=0) as pool:
         assert pool.command(WHO) == "r1"
-        cluster.set_delay(0, 4)
+        cluster.set_delay(0, 10)
         started = time.monotonic()
-        assert pool.command(WHO) in ("r2", "r3")  # r1 timed out after 0.5 s (not 1, not 4)
-        assert time.monotonic() - started < 3.0
+        assert pool.command(WHO) in ("r2", "r3")  # r1 timed out after 0.5 s
+        assert time.monotonic() - started < 3.0  # under a third of r1's 10 s answer
         assert pool.command(WHO, settings={"receive_timeout": 5}) in ("r2", "r3")  # r1 is avoided now
-        cluster.set_delay(1, 4)
+        cluster.set_delay(1, 10)
         settings: dict[str, Any] = {"receive_timeout": 0.3, "load_balancing": "first_or_random",
                                     "load_balancing_first_offset": 1}
         started = time.monotonic()
         assert pool.command(WHO, settings=settings) in ("r1", "r3")  # r2 cut at 0.3 s
-        assert time.monotonic() - started < 3.0
+        assert time.monotonic() - started < 3.0  # under a third of r2's 10 s answer
 
 
 def test_a_streamed_read_is_hedged_before_its_first_block(cluster: ClusterBase) -> None:
@@ -242,10 +272,10 @@ def test_a_streamed_read_is_hedged_before_its_first_block(cluster: ClusterBase) 
     ) as pool:
         assert pool.command(WHO, settings={"use_hedged_requests": 0}) == "r1"
         pool.client(cluster.hosts[1]).command("SELECT 1")
-        cluster.set_delay(0, 4)
+        cluster.set_delay(0, 10)
         started = time.monotonic()
         with pool.query_row_block_stream(WHO) as stream:
             rows = [row for block in stream for row in block]
-        assert time.monotonic() - started < 3.0  # not the slow replica's 4 s
+        assert time.monotonic() - started < 3.0  # hedged after 0.1 s: under a third of the slow replica's 10 s
         assert rows in ([("r2",)], [("r3",)], [["r2"]], [["r3"]])
         assert pool.replicas[0].slowdowns_count >= 1

@@ -34,7 +34,7 @@ async def test_failover_timeout_holds_on_hung_replicas_async(cluster: ClusterBas
         started = time.monotonic()
         with pytest.raises(StatementTimeoutError):
             await pool.command(WHO)
-        assert time.monotonic() - started < 2.0
+        assert time.monotonic() - started < 5.0  # the 1 s deadline; 1/60 of the 300 s socket timeout
 
 
 async def test_a_paused_replica_is_left_without_waiting_for_a_socket_timeout_async(cluster: ClusterBase) -> None:
@@ -45,7 +45,7 @@ async def test_a_paused_replica_is_left_without_waiting_for_a_socket_timeout_asy
         cluster.pause(0)
         started = time.monotonic()
         assert await pool.command(WHO) in ("r2", "r3")
-        assert time.monotonic() - started < 2.5  # liveness: about 0.35 s (BENCHMARKS.md), not 300 s
+        assert time.monotonic() - started < 10.0  # liveness: about 0.35 s (BENCHMARKS.md); 1/30 of 300 s
         assert pool.replicas[0].errors_count == 1
 
 
@@ -55,10 +55,10 @@ async def test_hedged_reads_async(cluster: ClusterBase) -> None:
     ) as pool:
         assert await pool.command(WHO, settings={"use_hedged_requests": 0}) == "r1"
         await (await pool.client(cluster.hosts[1])).command("SELECT 1")
-        cluster.set_delay(0, 4)
+        cluster.set_delay(0, 10)
         started = time.monotonic()
         assert await pool.command(WHO) in ("r2", "r3")
-        assert time.monotonic() - started < 3.0  # not the slow replica's 4 s
+        assert time.monotonic() - started < 3.0  # hedged after 0.1 s: under a third of the slow replica's 10 s
         assert pool.replicas[0].slowdowns_count >= 1
         await asyncio.sleep(0)
 

@@ -76,7 +76,7 @@ def test_abandoning_an_attempt_closes_the_connection_its_thread_is_blocked_on(si
     connections.abandon()
     thread.join(timeout=5)
     assert not thread.is_alive()
-    assert time.monotonic() - started < 2.0  # not the 30 s read timeout
+    assert time.monotonic() - started < 10.0  # a third of the 30 s read timeout it would otherwise wait
     assert isinstance(outcome[0], Exception)
 
 
@@ -106,7 +106,7 @@ def test_sync_driver_abandons_a_hung_attempt_after_a_failed_ping(silent_listener
     started = time.monotonic()
     with pytest.raises(RaceFailure) as caught:
         driver.run(spec, call, ping, lambda index, query_id: None)
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 10.0  # a third of the 30 s read timeout it would otherwise wait
     assert getattr(caught.value.error, "kind", None) == "hung"
     assert pings == [pytest.approx(0.1)]
 
@@ -169,7 +169,7 @@ def test_async_driver_cancels_a_hung_run_and_kills_a_lost_hedge() -> None:
         with pytest.raises(RaceFailure) as caught:
             await driver.run(hung, call, ping, kill)
         assert getattr(caught.value.error, "kind", None) == "hung"
-        assert time.monotonic() - started < 2.0
+        assert time.monotonic() - started < 10.0  # a third of the 30 s the call would otherwise sleep
         await asyncio.sleep(0)
         assert cancelled == [0]
         assert killed == []  # a hung replica is not asked to kill anything
@@ -219,7 +219,7 @@ def test_the_watchdog_abandons_a_hung_call_running_on_the_callers_thread(silent_
     started = time.monotonic()
     with pytest.raises(AttemptAbandonedError) as caught:
         watchdog.run(spec, call)
-    assert time.monotonic() - started < 2.0  # not the 30 s read timeout
+    assert time.monotonic() - started < 10.0  # a third of the 30 s read timeout it would otherwise wait
     assert caught.value.kind == "hung"
     assert pings == [0]
     # A quick call is not disturbed and costs no check.
@@ -282,7 +282,7 @@ def test_the_watchdog_cuts_a_call_at_the_deadline(silent_listener: str) -> None:
     with pytest.raises(AttemptAbandonedError) as caught:
         watchdog.run(spec, call)
     assert caught.value.kind == "deadline"
-    assert time.monotonic() - deadline < 1.0
+    assert time.monotonic() - deadline < 10.0  # a third of the 30 s read timeout it would otherwise wait
     watchdog.close()
 
 
@@ -333,7 +333,9 @@ def test_a_connect_that_timed_out_is_not_waited_for_twice_in_one_attempt(silent_
         started = time.monotonic()
         with pytest.raises(ConnectTimeoutError):
             _TrackedHTTPConnection(host, int(port), timeout=30).connect()
-        assert time.monotonic() - started < 0.5
+        # Refused without connecting (the raise: this listener would accept); the bound is a
+        # third of the client's 30 s timeout, the longest a connect here could wait.
+        assert time.monotonic() - started < 10.0
     connection.close()
 
 

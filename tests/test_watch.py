@@ -9,7 +9,7 @@ import pytest
 
 from clickhouse_lb.config.hedging import HedgePolicy, parse_receive_data_timeout
 from clickhouse_lb.config.liveness import LivenessPolicy
-from clickhouse_lb.core.hedging import AUTO_MAX, AUTO_MIN, LatencyWindow, adaptive_delay, hedge_delay
+from clickhouse_lb.core.hedging import AUTO_COLD, LatencyWindow, hedge_delay
 from clickhouse_lb.core.race import Abandon, AttemptSpec, Launch, Ping, RaceFailure, Wait, run_attempt
 from clickhouse_lb.core.watch import AttemptWatch, Wake
 from clickhouse_lb.errors import AttemptAbandonedError, ConfigurationError
@@ -75,29 +75,11 @@ def test_receive_data_timeout_ms_is_milliseconds_or_auto() -> None:
             parse_receive_data_timeout(bad)
 
 
-def test_auto_delay_is_a_bounded_high_percentile_of_recent_latencies() -> None:
-    assert adaptive_delay([0.01] * 5) == AUTO_MAX  # too few reads seen: hedge rarely
-    latencies = [0.1] * 95 + [0.4] * 5
-    assert adaptive_delay(latencies) == pytest.approx(0.1)  # the 95th percentile
-    assert adaptive_delay([0.001] * 100) == AUTO_MIN
-    assert adaptive_delay([30.0] * 100) == AUTO_MAX
-
-
-def test_one_slow_replica_does_not_raise_the_auto_delay_out_of_reach() -> None:
-    # A third of the reads go to a replica 0.5 s slow: the 95th percentile is 0.5 s, but the
-    # median is a fast read's, and the delay stays a small multiple of it.
-    latencies = [0.02] * 66 + [0.5] * 34
-    assert adaptive_delay(latencies) == pytest.approx(0.06)
-
-
 def test_hedge_policy_off_fixed_or_adaptive() -> None:
-    window = LatencyWindow(size=4)
-    for value in (1.0, 2.0, 3.0, 4.0, 5.0):
-        window.add(value)
-    assert window.snapshot() == [2.0, 3.0, 4.0, 5.0]  # only the most recent
+    window = LatencyWindow()
     assert hedge_delay(HedgePolicy(), window) is None
     assert hedge_delay(HedgePolicy(enabled=True, delay=0.05), window) == 0.05
-    assert hedge_delay(HedgePolicy(enabled=True, delay=None), window) == AUTO_MAX
+    assert hedge_delay(HedgePolicy(enabled=True, delay=None), window) == AUTO_COLD  # nothing known yet
 
 
 # -- the race --------------------------------------------------------------------------------
@@ -244,17 +226,20 @@ def test_an_unsafe_write_on_a_hung_replica_says_it_may_have_been_applied(clock: 
 
 def test_hedged_read_the_first_answer_wins_and_the_slow_one_is_killed_and_counted(clock: FakeClock) -> None:
     slower: list[int] = []
-    latencies: list[float] = []
+    latencies: list[tuple[int, float]] = []
+    unanswered: list[tuple[int, float]] = []
     hedges: list[int] = []
     driver = FakeDriver(clock, {0: ("answer", 2.0), 1: ("answer", 0.03)}, {0: True, 1: True})
-    spec = spec_for(clock, hedge_after=0.05, on_slower=slower.append, on_latency=latencies.append,
-                    on_hedge=hedges.append)
+    spec = spec_for(clock, hedge_after=0.05, on_slower=slower.append,
+                    on_latency=lambda index, seconds: latencies.append((index, seconds)),
+                    on_unanswered=lambda index, seconds: unanswered.append((index, seconds)), on_hedge=hedges.append)
     assert driver.drive(spec) == (1, "rows@1")
     assert hedges == [1]
     assert clock.now - 1000.0 == pytest.approx(0.08)  # before the first liveness check (0.1 s)
     assert driver.log == ["launch 0", "launch 1", "abandon 0 kill q0"]  # one hedge, not one per run
     assert slower == [0]
-    assert latencies == [pytest.approx(0.03)]  # the winner's own latency
+    assert latencies == [(1, pytest.approx(0.03))]  # the winner's own latency
+    assert unanswered == [(0, pytest.approx(0.08))]  # the loser ran that long without an answer
 
 
 def test_a_failed_run_is_counted_while_the_other_keeps_going(clock: FakeClock) -> None:

@@ -3,8 +3,8 @@ attempts (pure; shared by the sync and async pools).
 
 Per statement: the timeouts, liveness policy and hedging policy in force (the pool's, changed
 by the statement's own ``settings=``), its deadline, whether it may be hedged (read-only, not
-pinned), and where the outcomes go (error and slowdown counts, the latency window of the
-adaptive hedge delay).
+pinned), and where the outcomes go (error and slowdown counts, the per-replica latency figures
+of the adaptive hedge delay).
 """
 
 from __future__ import annotations
@@ -98,6 +98,12 @@ class StatementPlan:
             return None
         return hedge_delay(self.settings.hedging, self.window)
 
+    def _answered(self, index: int, seconds: float) -> None:
+        self.window.answered(self.addresses[index], seconds)
+
+    def _unanswered(self, index: int, seconds: float) -> None:
+        self.window.unanswered(self.addresses[index], seconds)
+
     def run_query_id(self, hedge_after: float | None) -> Callable[[], str | None]:
         """Where each run's query id comes from: the statement's own; a fresh one of the pool's
         only where the pool may have to KILL the run (a hedge that lost, a deadline: reads only,
@@ -172,7 +178,8 @@ class StatementPlan:
             connect_timeout=self.connect_timeout(),
             on_failure=self.count_failure,
             on_slower=self.count_slowdown,
-            on_latency=self.window.add if self.hedgeable else _ignore,
+            on_latency=self._answered if self.hedgeable else _ignore,
+            on_unanswered=self._unanswered if self.hedgeable else _ignore,
             on_hedge=self.count_hedge,
         )
 
@@ -196,5 +203,5 @@ def _no_query_id() -> str | None:
     return None
 
 
-def _ignore(seconds: float) -> None:
+def _ignore(index: int, seconds: float) -> None:
     return None

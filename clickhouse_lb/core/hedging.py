@@ -7,13 +7,27 @@ the first complete answer wins, the other attempt is cancelled (connection close
 orders it later while hedging is on (the hedged sort key: errors, slowdowns, priority,
 strategy, random).
 
-``receive_data_timeout_ms`` is a number of milliseconds, or ``"auto"``: the 95th percentile of
-the pool's recent read latencies (the winners'), but at most ``AUTO_MEDIAN_FACTOR`` times their
-median (one slow replica among fast ones puts a third of the samples above any high percentile;
-the median stays with the fast ones, so the slow replica's reads are still hedged), bounded to
-[``AUTO_MIN``, ``AUTO_MAX``]; until the pool has seen ``AUTO_MIN_SAMPLES`` reads it is
-``AUTO_MAX`` (hedge rarely while nothing is known). On a steady workload about 5 reads in 100
-are hedged: that is the extra load hedging costs (see BENCHMARKS.md for measured figures).
+``receive_data_timeout_ms`` is a number of milliseconds, or ``"auto"``: ``AUTO_FACTOR`` times the
+latency of the replica that answers fastest, bounded below by ``AUTO_MIN``. Each replica's
+latency is the peak EWMA of its answers to hedged reads (the estimator ``least_loaded`` uses,
+:func:`clickhouse_lb.core.load.peak_ewma`: a slower answer replaces it at once, a faster one is
+blended in), and a run that lost a race raises its replica's figure to at least how long it ran
+unanswered. The delay comes from the *fastest* replica because a pool's own window of latencies
+fills with the slow replica's answers once it is slow: the 95th percentile of the winners was a
+slow replica's 1.5 s, and the pool never hedged it.
+
+Cold start: with no replica heard from in the last ``AUTO_HORIZON`` seconds the delay is
+``AUTO_COLD`` (ClickHouse's ``receive_data_timeout_ms`` default: a new pool's first reads, which
+also open connections, are not hedged); while only one replica is known it is at most
+``AUTO_EXPLORE``: a read slower than that on the only replica the pool knows is sent to a second
+one, which is how a slow replica is found from the second statement on (and costs one extra
+request per ``AUTO_HORIZON`` on a cluster whose reads are all slow). Figures older than
+``AUTO_HORIZON`` are forgotten: a replica idle for a minute may not answer as it did.
+
+Latencies are measured on this process's clock: while another thread holds the GIL for
+seconds, the answers it delays count as slow ones, and until the peak EWMA forgets them (its
+10 s decay time) the delay can exceed a slow replica's lateness. Discounting this process's own
+stalls is for the stall-aware judgement the probes and liveness checks use.
 
 Off by default in the pool, unlike on the server: every hedge is a second full query on another
 replica, and the pool cannot see the server's load; hedge when tail latency matters more than
@@ -22,53 +36,99 @@ cluster load.
 
 from __future__ import annotations
 
-import math
 import threading
-from collections import deque
+import time
+from collections.abc import Callable
 
 from clickhouse_lb.config.hedging import AUTO, HedgePolicy, parse_receive_data_timeout
+from clickhouse_lb.core.load import DEFAULT_DECAY_TIME, peak_ewma
 
-__all__ = ["AUTO", "HedgePolicy", "LatencyWindow", "parse_receive_data_timeout"]
+__all__ = ["AUTO", "HedgePolicy", "LatencyWindow", "adaptive_delay", "hedge_delay", "parse_receive_data_timeout"]
 
-AUTO_PERCENTILE = 0.95
+#: Seconds: the floor of the "auto" delay (jitter of a few ms is not worth a second request).
 AUTO_MIN = 0.05
-AUTO_MAX = 2.0  # ClickHouse's receive_data_timeout_ms default
-AUTO_MIN_SAMPLES = 20
-AUTO_MEDIAN_FACTOR = 3.0
-WINDOW = 512
+#: Seconds: the delay while no replica is known (ClickHouse's receive_data_timeout_ms default).
+AUTO_COLD = 2.0
+#: Seconds: the most the delay is while only one replica is known (time to look at another).
+AUTO_EXPLORE = 0.2
+#: The delay as a multiple of the fastest replica's latency (its peak EWMA is already near the
+#: top of its recent answers; 3x of it leaves a healthy cluster's jitter unhedged: see
+#: tests/test_hedge_delay.py for the lognormal check, BENCHMARKS.md for measured figures).
+AUTO_FACTOR = 3.0
+#: Seconds after which a replica's figure is forgotten.
+AUTO_HORIZON = 60.0
 
 
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile of an ascending list (not empty)."""
-    rank = max(1, math.ceil(q * len(sorted_values)))
-    return sorted_values[rank - 1]
+def adaptive_delay(answered: list[float], known: int) -> float:
+    """The "auto" delay given the latency figures of the replicas that answered recently and the
+    number of replicas known at all (answered, or ran unanswered in a lost race)."""
+    if not answered:
+        return AUTO_COLD
+    delay = max(AUTO_MIN, AUTO_FACTOR * min(answered))
+    if known < 2:
+        delay = min(delay, AUTO_EXPLORE)
+    return delay
 
 
-def adaptive_delay(latencies: list[float]) -> float:
-    """The "auto" delay for these recent latencies (any order)."""
-    if len(latencies) < AUTO_MIN_SAMPLES:
-        return AUTO_MAX
-    ordered = sorted(latencies)
-    high = min(percentile(ordered, AUTO_PERCENTILE), AUTO_MEDIAN_FACTOR * percentile(ordered, 0.5))
-    return min(AUTO_MAX, max(AUTO_MIN, high))
+class _Figure:
+    __slots__ = ("latency", "stamp")
+
+    def __init__(self, latency: float | None, stamp: float) -> None:
+        #: Peak EWMA of the replica's answers; None: it only ever lost races.
+        self.latency = latency
+        self.stamp = stamp
 
 
 class LatencyWindow:
-    """The pool's most recent read latencies (seconds), shared by threads and tasks."""
+    """Recent latency figures per replica (by address: they survive a change of the replica set)
+    of the pool's hedged reads, shared by threads and tasks; :meth:`delay` is the "auto" delay."""
 
-    __slots__ = ("_lock", "_values")
+    __slots__ = ("_clock", "_decay_time", "_figures", "_horizon", "_lock")
 
-    def __init__(self, size: int = WINDOW) -> None:
-        self._values: deque[float] = deque(maxlen=size)
+    def __init__(
+        self, *, clock: Callable[[], float] = time.monotonic, decay_time: float = DEFAULT_DECAY_TIME,
+        horizon: float = AUTO_HORIZON,
+    ) -> None:
+        self._clock = clock
+        self._decay_time = decay_time
+        self._horizon = horizon
+        self._figures: dict[str, _Figure] = {}
         self._lock = threading.Lock()
 
-    def add(self, seconds: float) -> None:
+    def answered(self, address: str, seconds: float) -> None:
+        """A read on ``address`` answered after ``seconds``."""
+        now = self._clock()
         with self._lock:
-            self._values.append(seconds)
+            figure = self._figures.get(address)
+            if figure is None:
+                self._figures[address] = _Figure(seconds, now)
+                return
+            figure.latency = peak_ewma(figure.latency, seconds, now - figure.stamp, self._decay_time)
+            figure.stamp = now
 
-    def snapshot(self) -> list[float]:
+    def unanswered(self, address: str, seconds: float) -> None:
+        """A run on ``address`` lost a race after ``seconds`` without an answer: its latency is at
+        least that (a lower bound only raises the figure)."""
+        now = self._clock()
         with self._lock:
-            return list(self._values)
+            figure = self._figures.get(address)
+            if figure is None:
+                self._figures[address] = _Figure(None, now)
+                return
+            if figure.latency is not None and seconds > figure.latency:
+                figure.latency = seconds
+            figure.stamp = now
+
+    def latencies(self) -> dict[str, float | None]:
+        """Each recently known replica's figure (None: it only lost races)."""
+        now = self._clock()
+        with self._lock:
+            return {a: f.latency for a, f in self._figures.items() if now - f.stamp <= self._horizon}
+
+    def delay(self) -> float:
+        """The "auto" hedge delay now."""
+        recent = self.latencies()
+        return adaptive_delay([v for v in recent.values() if v is not None], len(recent))
 
 
 def hedge_delay(policy: HedgePolicy, window: LatencyWindow) -> float | None:
@@ -77,4 +137,4 @@ def hedge_delay(policy: HedgePolicy, window: LatencyWindow) -> float | None:
         return None
     if policy.delay is not None:
         return policy.delay
-    return adaptive_delay(window.snapshot())
+    return window.delay()

@@ -107,8 +107,11 @@ class AttemptSpec:
     on_failure: Callable[[int, BaseException], object] = lambda index, exc: None
     #: A run lost a hedged race: the replica was slower (count a slowdown).
     on_slower: Callable[[int], object] = lambda index: None
-    #: The winner's latency in seconds (for the adaptive hedge delay).
-    on_latency: Callable[[float], object] = lambda seconds: None
+    #: The winner's replica and latency in seconds (for the adaptive hedge delay).
+    on_latency: Callable[[int, float], object] = lambda index, seconds: None
+    #: A run lost the race after running this many seconds unanswered (its replica is at least
+    #: that slow: the adaptive hedge delay learns from the losers too).
+    on_unanswered: Callable[[int, float], object] = lambda index, seconds: None
     #: A hedge started on this replica (the extra load hedging costs).
     on_hedge: Callable[[int], object] = lambda index: None
 
@@ -139,11 +142,13 @@ def run_attempt(spec: AttemptSpec) -> Generator[Command, Any, tuple[int, Any]]:
                 continue
             error = run.handle.exception()
             if error is None:
+                ended = clock()
                 for other in runs:
                     if other is not run:
                         yield Abandon(other.handle, other.index, other.query_id, True)
                         spec.on_slower(other.index)
-                spec.on_latency(clock() - run.started)
+                        spec.on_unanswered(other.index, ended - other.started)
+                spec.on_latency(run.index, ended - run.started)
                 return run.index, run.handle.result()
             runs.remove(run)
             if not runs:

@@ -125,7 +125,7 @@ class Watchdog:
         started = self._clock()
         entry = _Watched.of_spec(spec, query_id, started)
         result = self._watched_call(entry, call)
-        spec.on_latency(self._clock() - started)
+        spec.on_latency(spec.first, self._clock() - started)
         return spec.first, result
 
     def run_planned(self, plan: StatementPlan, index: int, call: Callable[[int, str | None], T]) -> T:
