@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from clickhouse_lb.core.events import logger
 from clickhouse_lb.core.race import Abandon, AttemptSpec, Launch, Ping, Wait, run_attempt
+from clickhouse_lb.core.stalls import PingReading
 
 __all__ = ["AsyncDriver"]
 
@@ -29,7 +30,7 @@ class AsyncDriver:
         self,
         spec: AttemptSpec,
         call: Callable[[int, str | None], Awaitable[T]],
-        ping: Callable[[int, float], Awaitable[bool]],
+        ping: Callable[[int, float], Awaitable[bool | PingReading]],
         kill: Callable[[int, str], Awaitable[None]],
     ) -> tuple[int, T]:
         steps = run_attempt(spec)

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from clickhouse_lb.core._driver_logs import handled_by_pool
 from clickhouse_lb.core.events import logger
 from clickhouse_lb.core.race import Abandon, AttemptSpec, Launch, Ping, Wait, run_attempt
+from clickhouse_lb.core.stalls import PingReading
 from clickhouse_lb.pools._threads import attempt_executor, check_executor
 from clickhouse_lb.pools._transport import AttemptConnections, quiet_transport
 
@@ -61,7 +62,7 @@ class SyncDriver:
         self,
         spec: AttemptSpec,
         call: Callable[[int, str | None], T],
-        ping: Callable[[int, float], bool],
+        ping: Callable[[int, float], bool | PingReading],
         kill: Callable[[int, str], None],
     ) -> tuple[int, T]:
         steps = run_attempt(spec)
