@@ -164,6 +164,8 @@ def run_attempt(spec: AttemptSpec) -> Generator[Command, Any, tuple[int, Any]]:
             waited = now - run.started
             raise RaceFailure(run.index, abandoned(run, "deadline", f"failover_timeout ran out after {waited:.3f}s"))
         if wake is Wake.HEDGE:
+            if run.watch.defer_hedge(now, now - planned):
+                continue
             run.watch.hedged()
             index = spec.hedge_index({r.index for r in runs})
             if index is not None:

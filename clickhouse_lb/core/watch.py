@@ -49,8 +49,8 @@ class Wake(str, Enum):
 class AttemptWatch:
     """The waits of one attempt. Times are the driver's clock readings (monotonic seconds)."""
 
-    __slots__ = ("_failed_checks", "_inconclusive", "_next_check", "deadline_at", "hedge_at", "liveness", "receive_at",
-                 "retry_safe", "started")
+    __slots__ = ("_failed_checks", "_hedge_deferred", "_inconclusive", "_next_check", "deadline_at", "hedge_at",
+                 "liveness", "receive_at", "retry_safe", "started")
 
     def __init__(
         self,
@@ -71,6 +71,7 @@ class AttemptWatch:
         self._next_check = None if liveness.check_after is None else started + liveness.check_after
         self._failed_checks = 0
         self._inconclusive = 0
+        self._hedge_deferred = False
 
     def next_wake(self, now: float) -> tuple[Wake, float]:
         """The next reason to wake up and how many seconds from ``now`` (0: it is due).
@@ -97,6 +98,17 @@ class AttemptWatch:
             if at is not None:
                 limit = min(limit, max(0.001, at - now))
         return limit
+
+    def defer_hedge(self, now: float, woke_late: float) -> bool:
+        """A hedge is due but its waiter woke up ``woke_late`` seconds late: True (once per
+        attempt) when that is a stall of this process (over ``stall_tolerance``) and the hedge
+        waits ``stall_tolerance`` more, for an answer that may already be in hand, unread."""
+        tolerance = self.liveness.stall_tolerance
+        if self._hedge_deferred or woke_late <= tolerance or self.hedge_at is None:
+            return False
+        self._hedge_deferred = True
+        self.hedge_at = now + tolerance
+        return True
 
     def hedged(self) -> None:
         """The hedge started (or cannot): no further HEDGE wake for this attempt."""

@@ -120,11 +120,14 @@ class StallAwarePinger:
             response = connection.getresponse()
             body = response.data  # read whole (preloaded) by urllib3
             elapsed = clock() - sent
+        except NewConnectionError as exc:  # (a ConnectTimeoutError too in urllib3 2: refused, unreachable)
+            connection.close()
+            return PingReading(False, clock() - start, timeout, 0.0, _hard(exc), f"{type(exc).__name__}: {exc}")
         except (ConnectTimeoutError, TimeoutError) as exc:
             connection.close()
             late = lateness(start + timeout, clock())
             return PingReading(False, clock() - start, timeout, late, False, f"{type(exc).__name__}: {exc}")
-        except (OSError, http.client.HTTPException, NewConnectionError) as exc:
+        except (OSError, http.client.HTTPException) as exc:
             connection.close()
             if not fresh:
                 return None
@@ -185,16 +188,22 @@ async def stall_aware_wait(
     running time (an answer that came meanwhile is processed first thing); the ping itself is
     given a timeout long enough for both waits."""
     start = clock()
-    task = asyncio.ensure_future(ping(3 * limit + tolerance))
+    # The ping's own timeout only bounds a ping nobody waits for any more: the waits here decide.
+    task = asyncio.ensure_future(ping(10 * limit + 1.0))
     task.add_done_callback(_retrieve)  # whatever happens to this wait, no "never retrieved" later
+    planned = start + limit
     try:
         done, _ = await asyncio.wait({task}, timeout=limit)
-        late = 0.0 if done else lateness(start + limit, clock())
-        if not done and late > tolerance:
+        late = lateness(planned, clock())
+        if late > tolerance and not (done and task.exception() is None and task.result()):
+            # Woke up late without an answer (or with a failure that came late: its own timer
+            # may have fired in the stall): give the loop one more timeout of its running time.
+            if done:
+                task = asyncio.ensure_future(ping(10 * limit + 1.0))
+                task.add_done_callback(_retrieve)
             planned = clock() + limit
             done, _ = await asyncio.wait({task}, timeout=limit)
-            if not done:
-                late = lateness(planned, clock())
+            late = lateness(planned, clock())
     finally:
         if not task.done():
             task.cancel()
