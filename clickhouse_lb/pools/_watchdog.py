@@ -25,6 +25,7 @@ from clickhouse_lb.core.race import AttemptSpec
 from clickhouse_lb.core.stalls import PingReading, read_check
 from clickhouse_lb.core.watch import AttemptWatch, Wake
 from clickhouse_lb.errors import AttemptAbandonedError
+from clickhouse_lb.pools._leftovers import release
 from clickhouse_lb.pools._threads import check_executor
 from clickhouse_lb.pools._transport import AttemptConnections, quiet_transport
 
@@ -150,10 +151,12 @@ class Watchdog:
         try:
             with entry:
                 return call(entry.index, entry.query_id)  # even when abandoned a moment too late: the answer is whole
-        except Exception:
+        except Exception as exc:
             verdict = entry.verdict
             if verdict is None:
                 raise
+            release(exc)  # the abandoned response it holds is freed now, not by the GC later
+            del exc
         finally:
             if watched:
                 with self._lock:

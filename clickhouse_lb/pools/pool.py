@@ -50,6 +50,7 @@ from clickhouse_lb.pools._base import (
 from clickhouse_lb.pools._client_api import STATEMENT_METHODS, SyncClientAPI
 from clickhouse_lb.pools._client_members import read_statement
 from clickhouse_lb.pools._drive_sync import SyncDriver
+from clickhouse_lb.pools._leftovers import settled
 from clickhouse_lb.pools._liveness import SyncLiveness
 from clickhouse_lb.pools._transport import current_attempt, quiet_transport, set_client_timeouts, tracking_pool_manager
 from clickhouse_lb.pools._watchdog import Watchdog
@@ -231,8 +232,8 @@ class ReplicaPool(SyncClientAPI, PoolBase):
 
         def run(index: int, query_id: str | None) -> Any:
             args, kwargs = call.with_query_id(query_id) if query_id is not None else (call.args, call.kwargs)
-            client = view.slots[index].client  # made already (the usual case), else made now
-            return getattr(client if client is not None else self._client(index, view), method)(*args, **kwargs)
+            client = view.slots[index].client or self._client(index, view)  # made already (the usual case), else now
+            return settled(getattr(client, method)(*args, **kwargs))
 
         watchdog = self._watchdog if not plan.hedgeable else None
 
