@@ -53,7 +53,7 @@ def settled(result: T) -> T:
     that is never read (a test that failed before reading it, a result dropped on an exception)
     would otherwise be closed by the garbage collector, in the state described above. Reading it
     inside the attempt also puts the body's reading under the attempt's failover and deadline."""
-    if isinstance(result, QueryResult) and result.source is not None:
-        _ = result.result_set  # (rows, or columns for a column-oriented result)
+    if isinstance(result, QueryResult):
+        _ = result.result_set  # (rows, or columns for a column-oriented result: read once, kept)
         result.close()  # the rows stay; the response is released
     return result
