@@ -16,6 +16,7 @@ import pytest
 from clickhouse_lb.config.liveness import LivenessPolicy
 from clickhouse_lb.core.stalls import Evidence, LatencyHistory, PingReading, ReplicaDetector, judge, read_check
 from clickhouse_lb.core.watch import AttemptWatch, Wake
+from clickhouse_lb.probes import _stall_ping
 from clickhouse_lb.probes._stall_ping import StallAwarePinger, stall_aware_wait
 
 TOLERANCE = 0.05
@@ -121,22 +122,8 @@ def slow_ping_server() -> Iterator[tuple[str, list[float]]]:
     listener.close()
 
 
-class JumpingClock:
-    """The monotonic clock, plus ``jump`` seconds from its ``at``-th reading on: a waiter that
-    did not run for that long (the GIL held by another thread, a paused process)."""
-
-    def __init__(self, at: int, jump: float) -> None:
-        self.calls = 0
-        self.at = at
-        self.jump = jump
-
-    def __call__(self) -> float:
-        self.calls += 1
-        return time.monotonic() + (self.jump if self.calls >= self.at else 0.0)
-
-
 def test_a_sync_ping_answered_while_its_waiter_stalled_counts_as_answered(
-    slow_ping_server: tuple[str, list[float]],
+    slow_ping_server: tuple[str, list[float]], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url, _ = slow_ping_server
     on_time = StallAwarePinger(tolerance=TOLERANCE)
@@ -144,9 +131,20 @@ def test_a_sync_ping_answered_while_its_waiter_stalled_counts_as_answered(
     assert not missed.ok
     assert missed.late < 0.05
     on_time.close()
-    # The third clock reading (after the first wait) is 1 s late: the pinger looks again and
-    # waits one more timeout of its own running time, in which the answer comes.
-    stalled = StallAwarePinger(tolerance=TOLERANCE, clock=JumpingClock(3, 1.0))
+    # The waiter's first wait ends at 0.15 s, then it does not run for 0.3 s (as behind a thread
+    # holding the GIL): the answer came at 0.2 s, it is in the socket when the waiter looks again.
+    real = _stall_ping._readable
+    calls = [0]
+
+    def stalled_after_first_wait(sock: socket.socket, timeout: float) -> bool:
+        ready = real(sock, timeout)
+        calls[0] += 1
+        if calls[0] == 1:
+            time.sleep(0.3)
+        return ready
+
+    monkeypatch.setattr(_stall_ping, "_readable", stalled_after_first_wait)
+    stalled = StallAwarePinger(tolerance=TOLERANCE)
     reading = stalled.ping(url, 0.15)
     stalled.close()
     assert reading.ok, reading

@@ -6,8 +6,8 @@ the total spent and raises ``ReadTimeoutError (read timeout=0)`` without looking
 where the answer has been waiting all along. So the ping here sends the request on a urllib3
 connection, then waits for the socket to become readable itself: when that wait ends empty and
 its waiter woke up late, it looks once more without blocking (the answer may have arrived while
-this process was not running) and, still empty, waits one more timeout of its own running time
-before it gives up. The :class:`~clickhouse_lb.core.stalls.PingReading` it returns says how late
+this process was not running) and, still empty, waits ``tolerance`` more on its own running time
+(an answer on its way) before it gives up. The :class:`~clickhouse_lb.core.stalls.PingReading` it returns says how late
 the last wait woke up; :func:`~clickhouse_lb.core.stalls.judge` decides what that proves.
 """
 
@@ -153,12 +153,14 @@ class StallAwarePinger:
         late = lateness(planned, clock())
         if late <= self.tolerance:
             return False, late
-        # Woke up late: this process did not run for a while. The answer may have come meanwhile
-        # (look without blocking); if not, give the replica a timeout of our own running time.
+        # Woke up late: this process did not run for a while, the replica's did. The answer may
+        # have come meanwhile (look without blocking), or be on its way (wait ``tolerance`` more,
+        # on our own running time). Still nothing after a short wait that ran on time: the
+        # replica had the whole timeout and more, that is evidence; a late one proves nothing.
         if _readable(sock, 0):
             return True, late
-        planned = clock() + timeout
-        if _readable(sock, timeout):
+        planned = clock() + self.tolerance
+        if _readable(sock, self.tolerance):
             return True, late
         return False, lateness(planned, clock())
 
