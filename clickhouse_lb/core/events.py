@@ -14,6 +14,7 @@ is logged and otherwise ignored: metrics must never break a statement.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -38,10 +39,19 @@ __all__ = [
     "ReplicaDownEvent",
     "ReplicaRecoveredEvent",
     "check_listeners",
+    "log_failure",
     "logger",
 ]
 
 logger = logging.getLogger("clickhouse_lb")
+
+
+def log_failure(message: str, *args: object) -> None:
+    """Log the exception being handled by a background thread or task: its type and message,
+    never its traceback (formatting one there can start while the application formats its own,
+    see clickhouse_lb.pools._leftovers)."""
+    exc = sys.exc_info()[1]
+    logger.error(message + ": %s: %s", *args, type(exc).__name__, exc)
 
 
 @dataclass(frozen=True)

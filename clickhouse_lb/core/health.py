@@ -66,6 +66,8 @@ class ProbeOutcome(NamedTuple):
     ok: bool
     latency: float
     error: str | None = None
+    #: It failed while this process stalled (see :mod:`clickhouse_lb.core.stalls`): not counted.
+    inconclusive: bool = False
 
 
 class Verdict(str, Enum):
@@ -178,6 +180,8 @@ class ProbeSchedule:
             replica = self._replicas[index]
             replica.in_flight = False
             replica.last_time = wall_time
+            if not outcome.ok and outcome.inconclusive:
+                return Verdict.NOTHING
             if not outcome.ok:
                 replica.successes = 0
                 replica.failures += 1

@@ -14,7 +14,8 @@ statement.)
 ``Wait(handles, timeout)``
     return when one of the handles is done or after ``timeout`` seconds;
 ``Ping(replica, timeout)``
-    is that replica alive (``/ping`` on a separate connection)? answer: bool;
+    is that replica alive (``/ping`` on a separate connection)? answer: a bool, or a
+    :class:`~clickhouse_lb.core.stalls.PingReading` (which also tells a stalled waiter);
 ``Abandon(handle, replica, query_id, kill)``
     stop waiting for that run: close its connection, and with ``kill`` (the replica is alive:
     a lost hedge, a timeout) ask it, best effort and without waiting, to ``KILL QUERY`` the
@@ -31,6 +32,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
+from clickhouse_lb.core.stalls import read_check
 from clickhouse_lb.core.watch import AttemptWatch, Wake
 from clickhouse_lb.errors import AttemptAbandonedError
 
@@ -167,6 +169,8 @@ def run_attempt(spec: AttemptSpec) -> Generator[Command, Any, tuple[int, Any]]:
             waited = now - run.started
             raise RaceFailure(run.index, abandoned(run, "deadline", f"failover_timeout ran out after {waited:.3f}s"))
         if wake is Wake.HEDGE:
+            if run.watch.defer_hedge(now, now - planned):
+                continue
             run.watch.hedged()
             index = spec.hedge_index({r.index for r in runs})
             if index is not None:
@@ -175,13 +179,13 @@ def run_attempt(spec: AttemptSpec) -> Generator[Command, Any, tuple[int, Any]]:
             continue
         if wake is Wake.CHECK:
             timeout = run.watch.ping_timeout(now)
-            alive = yield Ping(run.index, timeout)
+            answer = yield Ping(run.index, timeout)
             pinged = clock()
-            # Woke up late, or the ping's timeout fired late: this process stalled, not the replica.
-            tolerance = run.watch.liveness.stall_tolerance
-            stalled = now - planned > tolerance or pinged - now > timeout + tolerance
+            # Woke up late, or the ping's wait did: this process stalled, not the replica.
+            check = read_check(answer, woke_late=now - planned, elapsed=pinged - now, timeout=timeout,
+                               tolerance=run.watch.liveness.stall_tolerance)
             planned = pinged
-            if not run.watch.checked(bool(alive), pinged, stalled=stalled):
+            if not run.watch.checked(check.alive, pinged, stalled=check.stalled, hard=check.hard):
                 continue
             error = abandoned(run, "hung", f"no answer to /ping within {run.watch.liveness.ping_timeout:g}s "
                                            f"after waiting {now - run.started:.3f}s")

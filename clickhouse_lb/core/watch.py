@@ -19,7 +19,11 @@ An attempt's request is out; the caller waits for the answer. It wakes up for th
   not just a retry). A failed ping during which this process itself ran late (the check woke
   up, or the ping's timeout fired, more than ``stall_tolerance`` after planned: a loaded machine,
   a busy event loop) is inconclusive and repeated: a false alarm would take a healthy replica
-  out of rotation until its error decays.
+  out of rotation until its error decays. For a write that is not safe to repeat, stalled checks
+  never count: it is given up only when its replica is shown gone (a ping refused or reset, or
+  ``liveness_failed_checks_for_writes`` pings in a row, each on a fresh connection, failing
+  while this process ran on time). What counts as a stall is judged in
+  :mod:`clickhouse_lb.core.stalls`, shared with the health probes.
 
 Defaults: check after 100 ms, ping timeout 150 ms, so a read that went to a hung replica moves
 on after about 0.25 s (the next replica's answer included, under 0.5 s: see BENCHMARKS.md); a
@@ -50,8 +54,8 @@ class Wake(str, Enum):
 class AttemptWatch:
     """The waits of one attempt. Times are the driver's clock readings (monotonic seconds)."""
 
-    __slots__ = ("_budget", "_failed_checks", "_inconclusive", "_next_check", "deadline_at", "hedge_at", "liveness",
-                 "receive_at", "retry_safe", "started")
+    __slots__ = ("_budget", "_failed_checks", "_hedge_deferred", "_inconclusive", "_next_check", "deadline_at",
+                 "hedge_at", "liveness", "receive_at", "retry_safe", "started")
 
     def __init__(
         self,
@@ -76,6 +80,7 @@ class AttemptWatch:
         self._failed_checks = 0
         self._inconclusive = 0
         self._budget = budget
+        self._hedge_deferred = False
 
     def next_wake(self, now: float) -> tuple[Wake, float]:
         """The next reason to wake up and how many seconds from ``now`` (0: it is due).
@@ -103,16 +108,37 @@ class AttemptWatch:
                 limit = min(limit, max(0.001, at - now))
         return limit
 
+    def defer_hedge(self, now: float, woke_late: float) -> bool:
+        """A hedge is due but its waiter woke up ``woke_late`` seconds late: True (once per
+        attempt) when that is a stall of this process (over ``stall_tolerance``) and the hedge
+        waits ``stall_tolerance`` more, for an answer that may already be in hand, unread."""
+        tolerance = self.liveness.stall_tolerance
+        if self._hedge_deferred or woke_late <= tolerance or self.hedge_at is None:
+            return False
+        self._hedge_deferred = True
+        self.hedge_at = now + tolerance
+        return True
+
     def hedged(self) -> None:
         """The hedge started (or cannot): no further HEDGE wake for this attempt."""
         self.hedge_at = None
 
-    def checked(self, alive: bool, now: float, *, stalled: bool = False) -> bool:
+    def checked(self, alive: bool, now: float, *, stalled: bool = False, hard: bool = False) -> bool:
         """Record a liveness check's outcome; True: abandon the attempt (the replica is hung).
-        ``stalled``: this process ran late around the check (see ``stall_tolerance``)."""
+        ``stalled``: this process ran late around the check (see ``stall_tolerance`` and
+        :func:`clickhouse_lb.core.stalls.read_check`); ``hard``: the ping was refused or reset
+        on a fresh connection, the replica is shown gone."""
         if alive:
             self._failed_checks = 0
             self._next_check = now + self.liveness.interval
+            return False
+        if hard:
+            self._next_check = None
+            return True
+        if stalled and not self.retry_safe:
+            # A write that cannot fail over is only given up on evidence: a stalled check never
+            # counts, however many there are (its receive timeout and deadline still bound it).
+            self._next_check = now + min(self.liveness.interval, self.liveness.ping_timeout)
             return False
         if stalled and self._inconclusive < self.liveness.max_inconclusive:
             self._inconclusive += 1

@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 
 from clickhouse_lb.core.events import logger
 from clickhouse_lb.core.race import Abandon, AttemptSpec, Launch, Ping, Wait, run_attempt
+from clickhouse_lb.core.stalls import PingReading
+from clickhouse_lb.pools._leftovers import release
 
 __all__ = ["AsyncDriver"]
 
@@ -29,7 +31,7 @@ class AsyncDriver:
         self,
         spec: AttemptSpec,
         call: Callable[[int, str | None], Awaitable[T]],
-        ping: Callable[[int, float], Awaitable[bool]],
+        ping: Callable[[int, float], Awaitable[bool | PingReading]],
         kill: Callable[[int, str], Awaitable[None]],
     ) -> tuple[int, T]:
         steps = run_attempt(spec)
@@ -80,6 +82,7 @@ def _retrieve(task: asyncio.Task[Any]) -> None:
     stream it may have produced just before it was cancelled."""
     if task.cancelled():
         return
+    release(task.exception())  # a half-read response it holds is freed now, not by the GC later
     if task.exception() is None:
         close = getattr(task.result(), "close", None)
         if callable(close):
@@ -89,5 +92,5 @@ def _retrieve(task: asyncio.Task[Any]) -> None:
                     closing = asyncio.ensure_future(result)
                     _CLOSING.add(closing)
                     closing.add_done_callback(_CLOSING.discard)
-            except Exception:  # pragma: no cover - best effort
-                logger.debug("closing an abandoned run's result failed", exc_info=True)
+            except Exception as exc:  # pragma: no cover - best effort (no traceback: a background thread)
+                logger.debug("closing an abandoned run's result failed: %s: %s", type(exc).__name__, exc)

@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 from clickhouse_lb.core._driver_logs import handled_by_pool
 from clickhouse_lb.core.events import logger
 from clickhouse_lb.core.race import Abandon, AttemptSpec, Launch, Ping, Wait, run_attempt
+from clickhouse_lb.core.stalls import PingReading
+from clickhouse_lb.pools._leftovers import release
 from clickhouse_lb.pools._threads import attempt_executor, check_executor
 from clickhouse_lb.pools._transport import AttemptConnections, quiet_transport
 
@@ -38,15 +40,19 @@ class _ThreadRun:
 
 
 def _close_late_result(future: cf.Future[Any]) -> None:
-    """A run abandoned after all may still produce a result: close it if it holds a stream."""
-    if future.cancelled() or future.exception() is not None:
+    """A run abandoned after all may still produce a result: close it if it holds a stream.
+    A run that failed (its connection was shut down) gives its half-read response back now."""
+    if future.cancelled():
+        return
+    if future.exception() is not None:
+        release(future.exception())
         return
     close = getattr(future.result(), "close", None)
     if callable(close):
         try:
             close()
-        except Exception:  # pragma: no cover - best effort
-            logger.debug("closing an abandoned run's result failed", exc_info=True)
+        except Exception as exc:  # pragma: no cover - best effort (no traceback: a background thread)
+            logger.debug("closing an abandoned run's result failed: %s: %s", type(exc).__name__, exc)
 
 
 class SyncDriver:
@@ -61,7 +67,7 @@ class SyncDriver:
         self,
         spec: AttemptSpec,
         call: Callable[[int, str | None], T],
-        ping: Callable[[int, float], bool],
+        ping: Callable[[int, float], bool | PingReading],
         kill: Callable[[int, str], None],
     ) -> tuple[int, T]:
         steps = run_attempt(spec)

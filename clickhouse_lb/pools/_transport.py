@@ -78,6 +78,12 @@ class AttemptConnections:
 
     def __exit__(self, *exc: object) -> None:
         _local.attempt = None
+        if self.abandoned:
+            # Its thread is done with them: close them whole (socket, and the response the
+            # connection still holds) now rather than leave them to the garbage collector.
+            for connection in self.connections:
+                with contextlib.suppress(Exception):
+                    connection.close()
 
 
 def current_attempt() -> AttemptConnections | None:
@@ -107,7 +113,9 @@ def quiet_transport() -> Iterator[None]:
 
 
 #: Where the sync transport of clickhouse-connect 0.x and 1.x logs a failed request.
-_CLICKHOUSE_CONNECT_LOGGERS = ("clickhouse_connect.driver.httpclient", "clickhouse_connect.driver._backend.http_sync")
+#: (``httputil``: the response reader's "unexpected failure to read next chunk", with a traceback.)
+_CLICKHOUSE_CONNECT_LOGGERS = ("clickhouse_connect.driver.httpclient", "clickhouse_connect.driver._backend.http_sync",
+                               "clickhouse_connect.driver.httputil")
 _quiet = _QuietWhenAbandoned()
 for _name in _CLICKHOUSE_CONNECT_LOGGERS:
     logging.getLogger(_name).addFilter(_quiet)

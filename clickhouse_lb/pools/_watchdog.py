@@ -22,8 +22,10 @@ from typing import TypeVar
 from clickhouse_lb.core.attempt_specs import StatementPlan
 from clickhouse_lb.core.events import logger
 from clickhouse_lb.core.race import AttemptSpec
+from clickhouse_lb.core.stalls import PingReading, read_check
 from clickhouse_lb.core.watch import AttemptWatch, Wake
 from clickhouse_lb.errors import AttemptAbandonedError
+from clickhouse_lb.pools._leftovers import release
 from clickhouse_lb.pools._threads import check_executor
 from clickhouse_lb.pools._transport import AttemptConnections, quiet_transport
 
@@ -98,7 +100,7 @@ class Watchdog:
 
     def __init__(
         self,
-        ping: Callable[[int, float], bool],
+        ping: Callable[[int, float], bool | PingReading],
         kill: Callable[[int, str], None],
         *,
         clock: Callable[[], float] = time.monotonic,
@@ -149,10 +151,12 @@ class Watchdog:
         try:
             with entry:
                 return call(entry.index, entry.query_id)  # even when abandoned a moment too late: the answer is whole
-        except Exception:
+        except Exception as exc:
             verdict = entry.verdict
             if verdict is None:
                 raise
+            release(exc)  # the abandoned response it holds is freed now, not by the GC later
+            del exc
         finally:
             if watched:
                 with self._lock:
@@ -241,16 +245,16 @@ class Watchdog:
 
     def _check(self, entry: _Watched, timeout: float, due: float) -> None:
         try:
-            alive = self._ping(entry.index, timeout)
+            answer: bool | PingReading = self._ping(entry.index, timeout)
         except Exception:
-            alive = False
+            answer = False
         pinged = self._clock()
-        tolerance = entry.watch.liveness.stall_tolerance
-        stalled = due - entry.planned > tolerance or pinged - due > timeout + tolerance
+        check = read_check(answer, woke_late=due - entry.planned, elapsed=pinged - due, timeout=timeout,
+                           tolerance=entry.watch.liveness.stall_tolerance)
         with self._cond:
             entry.checking = False
             entry.planned = pinged
-            hung = entry.watch.checked(alive, pinged, stalled=stalled)
+            hung = entry.watch.checked(check.alive, pinged, stalled=check.stalled, hard=check.hard)
             self._cond.notify()
         if hung:
             self._abandon(entry, "hung", f"no answer to /ping within {entry.watch.liveness.ping_timeout:g}s "

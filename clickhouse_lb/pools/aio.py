@@ -42,6 +42,7 @@ from clickhouse_lb.core._statements import settings_positions
 from clickhouse_lb.core.balancer import Balancer
 from clickhouse_lb.core.events import Listener, logger
 from clickhouse_lb.core.failover import async_policy, run_async
+from clickhouse_lb.core.stalls import PingReading
 from clickhouse_lb.errors import CREATION_CHECK, ConfigurationError
 from clickhouse_lb.pools._async_client_api import AsyncClientAPI
 from clickhouse_lb.pools._base import (
@@ -57,6 +58,7 @@ from clickhouse_lb.pools._client_api import STATEMENT_METHODS
 from clickhouse_lb.pools._client_members import async_read_statement
 from clickhouse_lb.pools._drive_async import AsyncDriver
 from clickhouse_lb.pools._factory_arguments import factory_arguments, pool_factory
+from clickhouse_lb.pools._liveness import async_reading
 from clickhouse_lb.probes.workers import AsyncProbeWorker
 
 __all__ = ["AsyncPinnedSession", "AsyncReplicaPool", "get_async_pool"]
@@ -285,16 +287,13 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         finally:
             self._in_flight.release(view)
 
-    async def _replica_alive(self, index: int, timeout: float) -> bool:
+    async def _replica_alive(self, index: int, timeout: float) -> bool | PingReading:
         """A liveness check: ``/ping`` on a separate connection of the replica's aiohttp
-        session, within ``timeout`` seconds."""
+        session, within ``timeout`` seconds (see :func:`~clickhouse_lb.pools._liveness.async_reading`)."""
         client = self._clients[index].client
         if client is None:
             return True  # nothing to ask it with yet: leave the attempt to its timeouts
-        try:
-            return bool(await asyncio.wait_for(client.ping(timeout), timeout + 0.05))
-        except Exception:
-            return False
+        return await async_reading(client.ping, self.config.replicas[index].address, timeout)
 
     async def _kill_query(self, index: int, query_id: str) -> None:
         client = await self._client(index)

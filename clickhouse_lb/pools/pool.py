@@ -22,7 +22,6 @@ from typing import Any, cast
 
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
-from urllib3 import Timeout
 
 from clickhouse_lb.config.pool_config import (
     PoolConfig,
@@ -36,6 +35,7 @@ from clickhouse_lb.core.balancer import Balancer
 from clickhouse_lb.core.events import Listener, logger
 from clickhouse_lb.core.failover import run_sync, sync_policy
 from clickhouse_lb.core.shared_state import SharedReplicaSet
+from clickhouse_lb.core.stalls import PingReading
 from clickhouse_lb.errors import CREATION_CHECK
 from clickhouse_lb.pools._base import (
     ClientSlot,
@@ -50,6 +50,8 @@ from clickhouse_lb.pools._client_api import STATEMENT_METHODS, SyncClientAPI
 from clickhouse_lb.pools._client_members import read_statement
 from clickhouse_lb.pools._drive_sync import SyncDriver
 from clickhouse_lb.pools._factory_arguments import factory_arguments, pool_factory
+from clickhouse_lb.pools._leftovers import settled
+from clickhouse_lb.pools._liveness import SyncLiveness
 from clickhouse_lb.pools._transport import current_attempt, quiet_transport, set_client_timeouts, tracking_pool_manager
 from clickhouse_lb.pools._watchdog import Watchdog
 from clickhouse_lb.probes._shared import Forwarder, SharedProbes
@@ -107,8 +109,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         if self._manager is not None:
             self._options["pool_mgr"] = self._manager
         self._view = self._view._replace(slots=tuple(_Slot() for _ in self.config.replicas))
-        self._policy = sync_policy()
-        self._driver = SyncDriver()
+        self._policy, self._driver, self._liveness = sync_policy(), SyncDriver(), SyncLiveness()
         # Attempts that are not hedged run on the caller's thread under a watchdog where their
         # connections can be shut down from outside (or the clients are the caller's own: a
         # test's fakes); otherwise on the driver's worker threads, which the statement can
@@ -231,8 +232,8 @@ class ReplicaPool(SyncClientAPI, PoolBase):
 
         def run(index: int, query_id: str | None) -> Any:
             args, kwargs = call.with_query_id(query_id) if query_id is not None else (call.args, call.kwargs)
-            client = view.slots[index].client  # made already (the usual case), else made now
-            return getattr(client if client is not None else self._client(index, view), method)(*args, **kwargs)
+            client = view.slots[index].client or self._client(index, view)  # made already (the usual case), else now
+            return settled(getattr(client, method)(*args, **kwargs))
 
         watchdog = self._watchdog if not plan.hedgeable else None
 
@@ -252,16 +253,10 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         finally:
             self._in_flight.release(view)
 
-    def _replica_alive(self, index: int, timeout: float) -> bool:
+    def _replica_alive(self, index: int, timeout: float) -> bool | PingReading:
         """A liveness check: ``/ping`` on a separate connection, within ``timeout`` seconds."""
         if self._manager is not None:
-            try:
-                response = self._manager.request(
-                    "GET", self._ping_url(index), timeout=Timeout(total=timeout), retries=False
-                )
-            except Exception:
-                return False
-            return response.status == 200
+            return self._liveness.ping(self._ping_url(index), self.config.replicas[index].address, timeout)
         client = self._clients[index].client
         if client is None:
             return True  # nothing to ask it with: leave the attempt to its timeouts
@@ -383,6 +378,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
             self._watchdog.close()
         if self._manager is not None:
             self._manager.clear()
+        self._liveness.close()
 
     def __enter__(self) -> ReplicaPool:
         return self

@@ -10,16 +10,20 @@ The replication delay is read the same way, with the pool's credentials: the lar
 from __future__ import annotations
 
 import ssl
-import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
 import urllib3
 
+from clickhouse_lb.config.liveness import LIVENESS_DEFAULTS
 from clickhouse_lb.config.tls import uses_tls
 from clickhouse_lb.core.classify import classify
 from clickhouse_lb.core.health import ProbeOutcome
+from clickhouse_lb.core.stalls import Evidence, PingReading, detector
+from clickhouse_lb.probes._stall_ping import StallAwarePinger, stall_aware_wait
+
+_TOLERANCE = LIVENESS_DEFAULTS.stall_tolerance
 
 __all__ = ["DELAY_QUERY", "AsyncPinger", "SyncPinger", "delay_url", "ping_url"]
 
@@ -63,6 +67,18 @@ def _ssl_context(options: Mapping[str, Any]) -> ssl.SSLContext:
     return context
 
 
+def _address(url: str) -> str:
+    return url.split("://", 1)[-1].split("/", 1)[0]
+
+
+def _outcome(address: str, reading: PingReading) -> ProbeOutcome:
+    """A ping's reading as a probe outcome; one that failed while this process stalled is
+    inconclusive (not counted against the replica)."""
+    evidence = detector.observe(address, reading, _TOLERANCE)
+    return ProbeOutcome(reading.ok, reading.elapsed, reading.error,
+                        inconclusive=evidence is Evidence.INCONCLUSIVE)
+
+
 def _answered(status: int, body: bytes) -> str | None:
     """None when this is a healthy answer, else why not."""
     if status == 200 and body.startswith(b"Ok."):
@@ -78,16 +94,16 @@ class SyncPinger:
         secure = uses_tls(options)
         kwargs: dict[str, Any] = {"ssl_context": _ssl_context(options)} if secure else {}
         self._http = urllib3.PoolManager(num_pools=64, maxsize=1, retries=False, **kwargs)
+        self._pinger = StallAwarePinger(tolerance=_TOLERANCE, ssl_context=kwargs.get("ssl_context"))
         self._headers = auth_headers(options)
 
     def ping(self, url: str) -> ProbeOutcome:
-        start = time.perf_counter()
+        address = _address(url)
         try:
-            response = self._http.request("GET", url, timeout=urllib3.Timeout(total=self.timeout))
-            error = _answered(response.status, response.data)
-        except Exception as exc:
-            error = classify(exc).reason
-        return ProbeOutcome(error is None, time.perf_counter() - start, error)
+            reading = self._pinger.ping(url, detector.ping_timeout(address, self.timeout))
+        except Exception as exc:  # pragma: no cover - the pinger reports its failures
+            return ProbeOutcome(False, 0.0, classify(exc).reason)
+        return _outcome(address, reading)
 
     def delay(self, url: str) -> tuple[float | None, str | None]:
         """``(delay in seconds, None)``, or ``(None, why not)``."""
@@ -101,6 +117,7 @@ class SyncPinger:
 
     def close(self) -> None:
         self._http.clear()
+        self._pinger.close()
 
 
 class AsyncPinger:
@@ -116,13 +133,19 @@ class AsyncPinger:
         self._headers = auth_headers(options)
 
     async def ping(self, url: str) -> ProbeOutcome:
-        start = time.perf_counter()
-        try:
-            async with self._session.get(url) as response:
+        address = _address(url)
+
+        async def once(limit: float) -> bool:
+            import aiohttp
+
+            async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=limit)) as response:
                 error = _answered(response.status, await response.read())
-        except Exception as exc:
-            error = classify(exc).reason or type(exc).__name__
-        return ProbeOutcome(error is None, time.perf_counter() - start, error)
+            if error is not None:
+                raise ValueError(error)
+            return True
+
+        return _outcome(address, await stall_aware_wait(once, detector.ping_timeout(address, self.timeout),
+                                                        _TOLERANCE))
 
     async def delay(self, url: str) -> tuple[float | None, str | None]:
         try:

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from clickhouse_lb.core.events import logger
+from clickhouse_lb.core.events import log_failure
 from clickhouse_lb.core.health import BalancerGone, HealthMonitor, ProbeOutcome
 from clickhouse_lb.probes._ping import AsyncPinger, SyncPinger, delay_url, ping_url
 
@@ -179,7 +179,7 @@ class ProbeWorker:
             except RuntimeError:  # the helpers were shut down by close(), or the pool is gone
                 break
             except Exception:  # pragma: no cover - the worker must outlive any surprise
-                logger.exception("clickhouse_lb health worker")
+                log_failure("clickhouse_lb health worker")
                 wait = target.monitor.settings.interval
             stop.wait(max(_MIN_WAIT, wait))
         stop.set()
@@ -194,7 +194,7 @@ class ProbeWorker:
                 return
             refresh()
         except Exception:  # pragma: no cover - the worker must outlive any surprise
-            logger.exception("clickhouse_lb cluster discovery")
+            log_failure("clickhouse_lb cluster discovery")
         finally:
             self._refresh.done()
 
@@ -208,7 +208,7 @@ class ProbeWorker:
             if target is self._target:
                 self._stop.set()
         except Exception:  # pragma: no cover
-            logger.exception("clickhouse_lb health probe of %s", target.urls[index])
+            log_failure("clickhouse_lb health probe of %s", target.urls[index])
 
     def stop(self) -> None:
         """Ask the worker to stop, without waiting (the pool was garbage-collected unclosed)."""
@@ -228,7 +228,7 @@ class ProbeWorker:
             if target is self._target:
                 self._stop.set()
         except Exception:  # pragma: no cover
-            logger.exception("clickhouse_lb replication delay of %s", target.urls[index])
+            log_failure("clickhouse_lb replication delay of %s", target.urls[index])
 
     def close(self) -> None:
         """Stop the worker (waits for it briefly; it never runs statements)."""
@@ -335,7 +335,7 @@ class AsyncProbeWorker:
                         return
                     wait = _MIN_WAIT
                 except Exception:  # pragma: no cover - the worker must outlive any surprise
-                    logger.exception("clickhouse_lb health worker")
+                    log_failure("clickhouse_lb health worker")
                     wait = target.monitor.settings.interval
                 await asyncio.sleep(max(_MIN_WAIT, wait))
         finally:
@@ -354,7 +354,7 @@ class AsyncProbeWorker:
         except asyncio.CancelledError:
             raise
         except Exception:  # pragma: no cover - the worker must outlive any surprise
-            logger.exception("clickhouse_lb cluster discovery")
+            log_failure("clickhouse_lb cluster discovery")
         finally:
             self._refresh.done()
 
@@ -366,7 +366,7 @@ class AsyncProbeWorker:
         except BalancerGone:  # the loop notices too, and ends
             return
         except Exception:  # pragma: no cover
-            logger.exception("clickhouse_lb health probe of %s", target.urls[index])
+            log_failure("clickhouse_lb health probe of %s", target.urls[index])
 
     def stop(self) -> None:
         """Cancel the task without waiting (the pool was garbage-collected unclosed)."""
@@ -383,7 +383,7 @@ class AsyncProbeWorker:
         except BalancerGone:
             return
         except Exception:  # pragma: no cover
-            logger.exception("clickhouse_lb replication delay of %s", target.urls[index])
+            log_failure("clickhouse_lb replication delay of %s", target.urls[index])
 
     async def close(self) -> None:
         """Stop the task (and wait for it when it runs on this loop)."""

@@ -1,0 +1,175 @@
+"""What a failed ping proves (pure): the judgement shared by health probes, liveness checks and
+hedging, so that this process's own stalls are never blamed on a replica.
+
+A ping is sent, then waited for. When the wait ends without an answer, two different things may
+have happened:
+
+* the replica did not answer: evidence against it;
+* this process did not run: a thread of the application held the GIL (a ``sorted()`` of a few
+  million floats holds it for most of a second), the garbage collector ran, the machine's CPUs
+  were taken by other processes, the VM was paused. The waiter then wakes up late, and a deadline
+  it computed before the stall has passed while the replica's answer sat in the socket.
+
+So every ping reports a :class:`PingReading`: whether it was answered, how long it took, the
+timeout it was given, how late its waiter woke up compared with when it planned to
+(``late``), and whether the failure was a hard one (connection refused or reset: the replica,
+or its host, is shown gone, whatever this process was doing). :func:`judge` turns the reading
+into :class:`Evidence`: a timeout whose waiter woke up more than ``tolerance`` late is
+``INCONCLUSIVE`` (ask again), never ``DOWN``.
+
+"Slow" is judged against what that replica normally answers (:class:`LatencyHistory`, in the
+spirit of the phi-accrual failure detector of Hayashibara et al.: the timeout is the latency that
+the replica's recent pings exceed with probability ``10**-phi``), floored at the configured ping
+timeout (``liveness_check_ping_timeout_ms``, 150 ms by default): a replica behind a long network
+path gets the time it always needs, a local one is still caught after the configured timeout.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from enum import Enum
+from statistics import NormalDist, median
+from typing import NamedTuple
+
+__all__ = ["Check", "Evidence", "LatencyHistory", "PingReading", "ReplicaDetector", "detector", "judge", "lateness",
+           "read_check"]
+
+
+class Evidence(str, Enum):
+    ALIVE = "alive"
+    DOWN = "down"
+    #: The ping failed while this process stalled: it says nothing about the replica.
+    INCONCLUSIVE = "inconclusive"
+
+
+class PingReading(NamedTuple):
+    """One ping, as its waiter saw it. Seconds."""
+
+    ok: bool
+    elapsed: float
+    timeout: float
+    #: How much later than planned the waiter woke up (its own stall; 0: on time).
+    late: float = 0.0
+    #: Refused or reset: the replica is shown gone (no stall explains that away).
+    hard: bool = False
+    error: str | None = None
+
+
+def lateness(planned: float, woke: float) -> float:
+    """How late a waiter that planned to wake at ``planned`` woke at ``woke`` (never negative)."""
+    return max(0.0, woke - planned)
+
+
+def judge(reading: PingReading, tolerance: float) -> Evidence:
+    """What the reading proves about the replica. ``tolerance``: how late a waiter may wake up
+    and still count as having run on time (``liveness_stall_tolerance``)."""
+    if reading.ok:
+        return Evidence.ALIVE
+    if reading.hard:
+        return Evidence.DOWN
+    if reading.late > tolerance:
+        return Evidence.INCONCLUSIVE
+    return Evidence.DOWN
+
+
+class LatencyHistory:
+    """The recent answered-ping latencies of one replica, and the timeout they suggest.
+
+    Robust statistics (median and median absolute deviation of the last ``WINDOW`` readings),
+    not a mean: a ping whose waiter stalled reads high, and a few of those must not teach the
+    detector that the replica is slow. A latency longer than the timeout the ping had is never
+    recorded (the kernel would have timed the wait out first: only a stall of this process can
+    read that long). Until ``WARMUP`` readings exist the floor alone applies."""
+
+    __slots__ = ("_samples",)
+
+    WINDOW = 32
+    WARMUP = 5
+    #: The spread never counts as less than this (a replica that always answers in exactly
+    #: 1 ms must not make 1.5 ms suspicious). Seconds.
+    MIN_DEVIATION = 0.005
+
+    def __init__(self) -> None:
+        self._samples: deque[float] = deque(maxlen=self.WINDOW)
+
+    @property
+    def count(self) -> int:
+        return len(self._samples)
+
+    def record(self, latency: float, timeout: float = math.inf) -> None:
+        if math.isfinite(latency) and 0 <= latency <= timeout:
+            self._samples.append(latency)
+
+    def timeout(self, floor: float, *, phi: float = 8.0, cap: float | None = None) -> float:
+        """The ping timeout for this replica: the latency its pings exceed with probability
+        ``10**-phi`` (normal model of the recent readings), never under ``floor`` nor (when
+        given) over ``cap``."""
+        samples = list(self._samples)
+        if len(samples) < self.WARMUP:
+            return floor
+        middle = median(samples)
+        spread = 1.4826 * median(abs(s - middle) for s in samples)  # MAD, scaled to a deviation
+        limit = NormalDist(middle, max(self.MIN_DEVIATION, spread)).inv_cdf(1.0 - 10.0**-phi)
+        limit = max(floor, limit)
+        return limit if cap is None else min(cap, limit)
+
+
+class ReplicaDetector:
+    """The latency histories of a pool's replicas, by address, and the judgement of their pings.
+
+    Shared by a pool's probes and liveness checks. Readings come from several threads: each
+    update is a handful of float assignments, and a reading lost to a race only makes a history
+    one reading shorter, so no lock is taken."""
+
+    __slots__ = ("_cap_factor", "_histories")
+
+    def __init__(self, *, cap_factor: float = 4.0) -> None:
+        self._cap_factor = cap_factor
+        self._histories: dict[str, LatencyHistory] = {}
+
+    def history(self, address: str) -> LatencyHistory:
+        history = self._histories.get(address)
+        if history is None:
+            history = self._histories.setdefault(address, LatencyHistory())
+        return history
+
+    def ping_timeout(self, address: str, floor: float) -> float:
+        """The timeout to ping ``address`` with: adapted to its history, at least ``floor``, at
+        most ``cap_factor`` times it (a replica that became slow must still be caught)."""
+        return self.history(address).timeout(floor, cap=floor * self._cap_factor)
+
+    def observe(self, address: str, reading: PingReading, tolerance: float) -> Evidence:
+        """Judge a ping of ``address`` (see :func:`judge`); an answered one joins its history."""
+        evidence = judge(reading, tolerance)
+        if evidence is Evidence.ALIVE:
+            self.history(address).record(reading.elapsed, reading.timeout)
+        return evidence
+
+
+class Check(NamedTuple):
+    """A liveness check as :class:`~clickhouse_lb.core.watch.AttemptWatch` records it."""
+
+    alive: bool
+    #: This process stalled around the check: a failure proves nothing.
+    stalled: bool
+    #: The replica is shown gone (refused, reset): no stall explains that away.
+    hard: bool
+
+
+def read_check(answer: bool | PingReading, *, woke_late: float, elapsed: float, timeout: float,
+               tolerance: float) -> Check:
+    """Judge a liveness check. ``answer``: what the ping returned (a bare bool from a ping that
+    cannot tell more); ``woke_late``: how late the check itself started compared with when it
+    was due; ``elapsed``: how long the ping took, seen from the check."""
+    if isinstance(answer, PingReading):
+        stalled = woke_late > tolerance or judge(answer, tolerance) is Evidence.INCONCLUSIVE
+        return Check(answer.ok, stalled and not answer.hard, answer.hard and not answer.ok)
+    # A bare bool: the ping's timeout firing late is the only sign of a stall it leaves.
+    stalled = woke_late > tolerance or elapsed > timeout + tolerance
+    return Check(bool(answer), stalled, False)
+
+
+#: The latency histories every pool of this process shares: a replica's normal ping latency is
+#: a property of the replica and the path to it, not of the pool that measured it.
+detector = ReplicaDetector()

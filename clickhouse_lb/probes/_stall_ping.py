@@ -1,0 +1,219 @@
+"""``GET /ping`` that can tell a silent replica from a stalled waiter (sync, on urllib3 connections).
+
+urllib3's ``Timeout(total=...)`` counts time this process did not run against the replica: a
+thread that waited 0.8 s for the GIL between sending the request and reading the answer finds
+the total spent and raises ``ReadTimeoutError (read timeout=0)`` without looking at the socket,
+where the answer has been waiting all along. So the ping here sends the request on a urllib3
+connection, then waits for the socket to become readable itself: when that wait ends empty and
+its waiter woke up late, it looks once more without blocking (the answer may have arrived while
+this process was not running) and, still empty, waits ``tolerance`` more on its own running time
+(an answer on its way) before it gives up. The :class:`~clickhouse_lb.core.stalls.PingReading` it returns says how late
+the last wait woke up; :func:`~clickhouse_lb.core.stalls.judge` decides what that proves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.client
+import select
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
+from urllib3.util import parse_url
+
+from clickhouse_lb.core.stalls import PingReading, lateness
+
+__all__ = ["StallAwarePinger", "stall_aware_wait"]
+
+#: Errors that show the replica gone, whatever this process was doing (on a fresh connection:
+#: on a kept-alive one a reset may only mean the server closed it while it was idle).
+_HARD = (ConnectionRefusedError, ConnectionResetError, BrokenPipeError)
+
+
+def _readable(sock: socket.socket, timeout: float) -> bool:
+    if getattr(sock, "pending", None) and sock.pending():  # type: ignore[attr-defined]
+        return True
+    readable, _, _ = select.select([sock], [], [], max(0.0, timeout))
+    return bool(readable)
+
+
+def _hard(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return False
+        if isinstance(seen, _HARD):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+class StallAwarePinger:
+    """Pings replicas over kept-alive urllib3 connections (one idle connection per address).
+    ``tolerance``: how late a wait may wake up and still count as on time."""
+
+    def __init__(
+        self, *, tolerance: float = 0.05, ssl_context: Any = None, clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._ssl_context = ssl_context
+        self._headers = {"Connection": "keep-alive"}
+        self.tolerance = tolerance
+        self._clock = clock
+        self._idle: dict[tuple[str, str, int], HTTPConnection] = {}
+        self._lock = threading.Lock()
+
+    def _connection(self, key: tuple[str, str, int], *, reuse: bool) -> tuple[HTTPConnection, bool]:
+        """A connection to ``key`` and whether it is fresh (a kept-alive one when ``reuse``)."""
+        scheme, host, port = key
+        connection = None
+        if reuse:
+            with self._lock:
+                connection = self._idle.pop(key, None)
+        if connection is not None and connection.sock is not None:
+            # An idle kept-alive socket that reads as ready was closed by the server (or holds
+            # garbage): start afresh rather than fail a ping on it.
+            if not _readable(connection.sock, 0):
+                return connection, False
+            connection.close()
+        if scheme == "https":
+            return HTTPSConnection(host, port, ssl_context=self._ssl_context), True
+        return HTTPConnection(host, port), True
+
+    def _keep(self, key: tuple[str, str, int], connection: HTTPConnection) -> None:
+        with self._lock:
+            previous = self._idle.get(key)
+            self._idle[key] = connection
+        if previous is not None and previous is not connection:
+            previous.close()
+
+    def ping(self, url: str, timeout: float) -> PingReading:
+        parsed = parse_url(url)
+        scheme, host = parsed.scheme or "http", parsed.host or "localhost"
+        port = parsed.port or (443 if scheme == "https" else 80)
+        reading = self._ping_once((scheme, host, port), parsed.request_uri, timeout, reuse=True)
+        if reading is None:  # a kept-alive connection the server had closed: once more, afresh
+            reading = self._ping_once((scheme, host, port), parsed.request_uri, timeout, reuse=False)
+        assert reading is not None
+        return reading
+
+    def _ping_once(self, key: tuple[str, str, int], path: str, timeout: float, *, reuse: bool) -> PingReading | None:
+        clock = self._clock
+        connection, fresh = self._connection(key, reuse=reuse)
+        connection.timeout = timeout
+        start = clock()
+        try:
+            if connection.sock is None:
+                connection.connect()
+            connection.request("GET", path, headers=self._headers)
+            sent = clock()
+            answered, late = self._await(connection, timeout, sent)
+            if not answered:
+                connection.close()
+                why = f"no answer to /ping within {timeout:g}s"
+                return PingReading(False, clock() - start, timeout, late, False, why)
+            response = connection.getresponse()
+            body = response.data  # read whole (preloaded) by urllib3
+            elapsed = clock() - sent
+        except NewConnectionError as exc:  # (a ConnectTimeoutError too in urllib3 2: refused, unreachable)
+            connection.close()
+            return PingReading(False, clock() - start, timeout, 0.0, _hard(exc), f"{type(exc).__name__}: {exc}")
+        except (ConnectTimeoutError, TimeoutError) as exc:
+            connection.close()
+            late = lateness(start + timeout, clock())
+            return PingReading(False, clock() - start, timeout, late, False, f"{type(exc).__name__}: {exc}")
+        except (OSError, http.client.HTTPException) as exc:
+            connection.close()
+            if not fresh:
+                return None
+            return PingReading(False, clock() - start, timeout, 0.0, _hard(exc), f"{type(exc).__name__}: {exc}")
+        if response.status == 200 and body.startswith(b"Ok."):
+            if response.headers.get("connection", "").lower() == "close" or connection.sock is None:
+                connection.close()
+            else:
+                self._keep(key, connection)
+            return PingReading(True, elapsed, timeout)
+        connection.close()
+        return PingReading(False, elapsed, timeout, 0.0, False, f"/ping answered HTTP {response.status}: {body[:80]!r}")
+
+    def _await(self, connection: HTTPConnection, timeout: float, sent: float) -> tuple[bool, float]:
+        """Wait for the answer to start; ``(answered, how late the last wait woke up)``."""
+        sock = connection.sock
+        if sock is None:
+            return False, 0.0
+        clock = self._clock
+        planned = sent + timeout
+        if _readable(sock, timeout):
+            return True, 0.0
+        late = lateness(planned, clock())
+        if late <= self.tolerance:
+            return False, late
+        # Woke up late: this process did not run for a while, the replica's did. The answer may
+        # have come meanwhile (look without blocking), or be on its way (wait ``tolerance`` more,
+        # on our own running time). Still nothing after a short wait that ran on time: the
+        # replica had the whole timeout and more, that is evidence; a late one proves nothing.
+        if _readable(sock, 0):
+            return True, late
+        planned = clock() + self.tolerance
+        if _readable(sock, self.tolerance):
+            return True, late
+        return False, lateness(planned, clock())
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = list(self._idle.values()), {}
+        for connection in idle:
+            with contextlib.suppress(Exception):
+                connection.close()
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+async def stall_aware_wait(
+    ping: Callable[[float], Awaitable[Any]], limit: float, tolerance: float, *,
+    clock: Callable[[], float] = time.monotonic,
+) -> PingReading:
+    """Await ``ping(inner_timeout)`` (truthy: answered; raising: failed) as a :class:`PingReading`.
+
+    On an event loop, the timer of a ping that was answered while the loop was blocked (another
+    thread holding the GIL, a blocking callback) can run before the answer's callbacks do: the
+    answer is in hand and the ping still times out. So the wait here is the caller's own: when it
+    ends without an answer and woke up late, the loop is given one more ``limit`` of its own
+    running time (an answer that came meanwhile is processed first thing); the ping itself is
+    given a timeout long enough for both waits."""
+    start = clock()
+    # The ping's own timeout only bounds a ping nobody waits for any more: the waits here decide.
+    task = asyncio.ensure_future(ping(10 * limit + 1.0))
+    task.add_done_callback(_retrieve)  # whatever happens to this wait, no "never retrieved" later
+    planned = start + limit
+    try:
+        done, _ = await asyncio.wait({task}, timeout=limit)
+        late = lateness(planned, clock())
+        if late > tolerance and not (done and task.exception() is None and task.result()):
+            # Woke up late without an answer (or with a failure that came late: its own timer
+            # may have fired in the stall): give the loop one more timeout of its running time.
+            if done:
+                task = asyncio.ensure_future(ping(10 * limit + 1.0))
+                task.add_done_callback(_retrieve)
+            planned = clock() + limit
+            done, _ = await asyncio.wait({task}, timeout=limit)
+            late = lateness(planned, clock())
+    finally:
+        if not task.done():
+            task.cancel()
+    elapsed = clock() - start
+    if not done:
+        return PingReading(False, elapsed, limit, late, False, f"no answer to /ping within {limit:g}s")
+    exc = task.exception()
+    if exc is not None:
+        return PingReading(False, elapsed, limit, late, _hard(exc), f"{type(exc).__name__}: {exc}")
+    answered = bool(task.result())
+    return PingReading(answered, elapsed, limit, late, False, None if answered else "/ping failed")

@@ -1,0 +1,190 @@
+"""The failure detector (clickhouse_lb.core.stalls) and the pings that feed it: a ping that failed
+while this process stalled is not evidence against the replica; "slow" is judged against the
+replica's own history; a write is only given up on evidence."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from clickhouse_lb.config.liveness import LivenessPolicy
+from clickhouse_lb.core.stalls import Evidence, LatencyHistory, PingReading, ReplicaDetector, judge, read_check
+from clickhouse_lb.core.watch import AttemptWatch, Wake
+from clickhouse_lb.probes import _stall_ping
+from clickhouse_lb.probes._stall_ping import StallAwarePinger, stall_aware_wait
+
+TOLERANCE = 0.05
+
+
+def test_a_failed_ping_whose_waiter_woke_late_proves_nothing() -> None:
+    assert judge(PingReading(True, 0.9, 0.15), TOLERANCE) is Evidence.ALIVE
+    assert judge(PingReading(False, 0.15, 0.15, late=0.002), TOLERANCE) is Evidence.DOWN
+    assert judge(PingReading(False, 0.95, 0.15, late=0.8), TOLERANCE) is Evidence.INCONCLUSIVE
+    # Refused or reset: the replica is gone, whatever this process was doing.
+    assert judge(PingReading(False, 0.95, 0.15, late=0.8, hard=True), TOLERANCE) is Evidence.DOWN
+
+
+def test_the_timeout_adapts_to_a_replica_that_is_always_slow_and_never_falls_under_the_floor() -> None:
+    far, near = LatencyHistory(), LatencyHistory()
+    assert far.timeout(0.15) == 0.15  # no history yet: the configured timeout
+    for latency in itertools.islice(itertools.cycle([0.30, 0.32, 0.31, 0.33]), 20):
+        far.record(latency)
+        near.record(latency / 300)
+    assert 0.33 < far.timeout(0.15) < 0.6
+    assert near.timeout(0.15) == 0.15
+
+
+def test_a_few_stalled_readings_do_not_teach_the_detector_that_a_replica_is_slow() -> None:
+    history = LatencyHistory()
+    for n in range(30):
+        history.record(0.12 if n % 5 == 0 else 0.001, timeout=0.15)  # one in five stalled
+        history.record(0.8, timeout=0.15)  # longer than its timeout: only a stall reads that long
+    assert history.timeout(0.15) == 0.15
+
+
+def test_the_detector_caps_an_adapted_timeout() -> None:
+    detector = ReplicaDetector(cap_factor=4)
+    for _ in range(10):
+        detector.observe("a:1", PingReading(True, 5.0, 10.0), TOLERANCE)
+    assert detector.ping_timeout("a:1", 0.15) == pytest.approx(0.6)
+    detector.observe("b:1", PingReading(False, 0.15, 0.15), TOLERANCE)  # a failure is not a latency
+    assert detector.history("b:1").count == 0
+
+
+def test_a_check_reads_a_bare_bool_by_its_timing_and_a_reading_by_its_own_lateness() -> None:
+    assert read_check(False, woke_late=0.0, elapsed=0.9, timeout=0.15, tolerance=TOLERANCE).stalled
+    assert not read_check(False, woke_late=0.0, elapsed=0.15, timeout=0.15, tolerance=TOLERANCE).stalled
+    # A reading that waited two timeouts on time (it looked again after a stall) is evidence.
+    silent = PingReading(False, 0.9, 0.15, late=0.01)
+    assert read_check(silent, woke_late=0.0, elapsed=0.9, timeout=0.15, tolerance=TOLERANCE) == (False, False, False)
+    refused = PingReading(False, 0.001, 0.15, hard=True)
+    assert read_check(refused, woke_late=0.5, elapsed=0.5, timeout=0.15, tolerance=TOLERANCE).hard
+
+
+def test_a_write_is_never_given_up_on_stalled_checks() -> None:
+    watch = AttemptWatch(0.0, retry_safe=False)
+    now = 0.1
+    for _ in range(50):
+        assert watch.checked(False, now, stalled=True) is False
+        wake, delay = watch.next_wake(now)
+        assert wake is Wake.CHECK
+        now += delay + 0.8
+    # Shown gone: abandoned at once.
+    assert watch.checked(False, now, hard=True) is True
+
+
+def test_a_write_is_given_up_after_failed_checks_that_did_not_stall() -> None:
+    watch = AttemptWatch(0.0, liveness=LivenessPolicy(failed_checks_for_writes=3), retry_safe=False)
+    assert watch.checked(False, 0.25) is False
+    assert watch.checked(False, 0.4, stalled=True) is False  # does not count, does not reset
+    assert watch.checked(False, 0.55) is False
+    assert watch.checked(False, 0.7) is True
+
+
+def test_a_hedge_due_after_a_stall_waits_once_for_an_answer_already_in_hand() -> None:
+    watch = AttemptWatch(0.0, liveness=LivenessPolicy(check_after=None), hedge_after=0.1)
+    assert watch.defer_hedge(0.9, woke_late=0.8) is True
+    assert watch.next_wake(0.9) == (Wake.HEDGE, pytest.approx(TOLERANCE))
+    assert watch.defer_hedge(0.95, woke_late=0.8) is False  # once only
+    assert AttemptWatch(0.0, hedge_after=0.1).defer_hedge(0.11, woke_late=0.01) is False
+
+
+@pytest.fixture
+def slow_ping_server() -> Iterator[tuple[str, list[float]]]:
+    """An HTTP server answering ``/ping`` after a delay (seconds, settable through the list)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    delay = [0.2]
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                while conn.recv(4096):
+                    time.sleep(delay[0])
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: keep-alive\r\n\r\nOk.\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}/ping", delay
+    stop.set()
+    listener.close()
+
+
+def test_a_sync_ping_answered_while_its_waiter_stalled_counts_as_answered(
+    slow_ping_server: tuple[str, list[float]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url, _ = slow_ping_server
+    on_time = StallAwarePinger(tolerance=TOLERANCE)
+    missed = on_time.ping(url, 0.15)  # answered after 0.2 s, waited on time: a real timeout
+    assert not missed.ok
+    assert missed.late < 0.05
+    on_time.close()
+    # The waiter's first wait ends at 0.15 s, then it does not run for 0.3 s (as behind a thread
+    # holding the GIL): the answer came at 0.2 s, it is in the socket when the waiter looks again.
+    real = _stall_ping._readable
+    calls = [0]
+
+    def stalled_after_first_wait(sock: socket.socket, timeout: float) -> bool:
+        ready = real(sock, timeout)
+        calls[0] += 1
+        if calls[0] == 1:
+            time.sleep(0.3)
+        return ready
+
+    monkeypatch.setattr(_stall_ping, "_readable", stalled_after_first_wait)
+    stalled = StallAwarePinger(tolerance=TOLERANCE)
+    reading = stalled.ping(url, 0.15)
+    stalled.close()
+    assert reading.ok, reading
+
+
+def test_a_sync_ping_of_a_silent_replica_fails_on_time(slow_ping_server: tuple[str, list[float]]) -> None:
+    url, delay = slow_ping_server
+    delay[0] = 5.0
+    pinger = StallAwarePinger(tolerance=TOLERANCE)
+    started = time.monotonic()
+    reading = pinger.ping(url, 0.15)
+    pinger.close()
+    assert not reading.ok
+    assert judge(reading, TOLERANCE) is Evidence.DOWN
+    assert time.monotonic() - started < 1.5  # the 5 s answer is not waited for
+
+
+def test_a_refused_ping_is_hard_evidence() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # bound, never listening: connections are refused
+        reading = StallAwarePinger().ping(f"http://127.0.0.1:{port}/ping", 0.15)
+    assert not reading.ok
+    assert reading.hard
+
+
+def test_an_async_ping_answered_while_the_loop_was_blocked_counts_as_answered() -> None:
+    async def ping(timeout: float) -> bool:
+        await asyncio.sleep(0.2)
+        return True
+
+    async def blocked_then_ping() -> PingReading:
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.01, time.sleep, 0.3)  # the loop does not run from 0.01 to 0.31 s
+        return await stall_aware_wait(ping, 0.15, TOLERANCE)
+
+    async def on_time_ping() -> PingReading:
+        return await stall_aware_wait(ping, 0.15, TOLERANCE)
+
+    assert asyncio.run(blocked_then_ping()).ok
+    missed = asyncio.run(on_time_ping())
+    assert not missed.ok
+    assert judge(missed, TOLERANCE) is Evidence.DOWN
