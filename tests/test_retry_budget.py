@@ -1,5 +1,5 @@
 """The retry budget (clickhouse_lb.core.retry_budget): its window, floor and ratio on a fake
-clock, and what a spent budget does to a statement: no hedge, a hung read keeps waiting, a
+clock, and what a spent budget does to a statement: no hedge, no re-send after a receive timeout, a
 failover that would send the request again fails with RetryBudgetExhaustedError, a failover
 after a refused connection still happens."""
 
@@ -19,7 +19,12 @@ from clickhouse_lb.core.hedging import LatencyWindow
 from clickhouse_lb.core.policy import NO_DEADLINE
 from clickhouse_lb.core.retry_budget import RetryBudget
 from clickhouse_lb.core.watch import AttemptWatch
-from clickhouse_lb.errors import AllReplicasUnavailableError, ConfigurationError, RetryBudgetExhaustedError
+from clickhouse_lb.errors import (
+    AllReplicasUnavailableError,
+    AttemptAbandonedError,
+    ConfigurationError,
+    RetryBudgetExhaustedError,
+)
 
 from .conftest import FakeClock
 from .fakes import FakeCluster, make_pool, refused, reset_after_send
@@ -91,9 +96,9 @@ def _config(**options: Any) -> Any:
 
 
 def test_settings_default_and_come_from_keywords_or_a_dsn() -> None:
-    assert _config().retry_budget == RetryBudgetSettings(0.1, 0.2, 10_000)
+    assert _config().retry_budget == RetryBudgetSettings(0.1, 10.0, 10_000)
     assert _config(retry_budget_ratio=0.25, retry_budget_window_ms="2000").retry_budget == RetryBudgetSettings(
-        0.25, 0.2, 2000
+        0.25, 10.0, 2000
     )
     dsn = resolve_pool_config(None, dsn="clickhouse://a:8123/?retry_budget_min_per_second=0.5", balancing={},
                               client_options={}, valid_client_options=sync_client_option_names())
@@ -131,6 +136,17 @@ def _hedged_plan(clock: FakeClock, spend: RetryBudget) -> StatementPlan:
     )
 
 
+def test_a_hedge_gets_the_ratio_and_one_request_but_not_the_floor(clock: FakeClock) -> None:
+    # Failovers may use the floor (10 per second by default): hedges, speculative, may not.
+    spend = budget(clock, ratio=0.1, floor=10.0)
+    for _ in range(10):
+        spend.record_statement()
+    assert spend.try_spend(hedge=True)  # 0.1 * 10 statements + 1
+    assert spend.try_spend(hedge=True)
+    assert not spend.try_spend(hedge=True)
+    assert spend.try_spend()  # a failover still has the floor
+
+
 def test_a_spent_budget_launches_no_hedge(clock: FakeClock) -> None:
     behaviour = {0: ("answer", 2.0), 1: ("answer", 0.01)}
     driver = FakeDriver(clock, behaviour, {0: True, 1: True})
@@ -140,13 +156,18 @@ def test_a_spent_budget_launches_no_hedge(clock: FakeClock) -> None:
     assert [entry for entry in spent.log if entry.startswith("launch")] == ["launch 0"]
 
 
-def test_a_hung_read_keeps_waiting_while_the_budget_is_spent(clock: FakeClock) -> None:
-    spend = budget(clock)
-    watch = AttemptWatch(0.0, retry_safe=True, budget=spend)
-    assert watch.checked(False, 0.25) is False  # not abandoned: sending it elsewhere is not allowed
-    assert watch.next_wake(0.25)[1] == pytest.approx(1.0)  # checked again a second later
-    refill = budget(clock, floor=1.0)
-    assert AttemptWatch(0.0, retry_safe=True, budget=refill).checked(False, 0.25) is True
+def test_a_read_shown_hung_is_given_up_whatever_the_budget(clock: FakeClock) -> None:
+    # A failed check while the process ran is evidence the replica serves nothing: waiting on it
+    # would only make the statement wait out its receive timeout.
+    assert AttemptWatch(0.0, retry_safe=True, budget=budget(clock)).checked(False, 0.25) is True
+
+
+def test_a_failover_from_a_hung_replica_is_not_charged() -> None:
+    cluster = FakeCluster("a", "b")
+    cluster["a"].outcomes = [lambda: AttemptAbandonedError("a:8123", "hung", "no answer to /ping"), "ok"]
+    pool = make_pool(cluster, load_balancing="in_order", **SPENT)
+    pool.query("SELECT 1")  # moved to b, although the budget allows no re-send
+    assert counts(cluster) == {"a": 1, "b": 1}
 
 
 def test_a_failover_after_the_request_was_sent_fails_with_the_budget_error() -> None:

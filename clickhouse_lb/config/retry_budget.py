@@ -22,7 +22,7 @@ class RetryBudgetSettings:
     #: Extra requests allowed per statement started in the window (0.1: one per ten statements).
     retry_budget_ratio: float = 0.1
     #: Extra requests allowed per second of the window whatever the traffic (the floor).
-    retry_budget_min_per_second: float = 0.2
+    retry_budget_min_per_second: float = 10.0
     #: The sliding window, in milliseconds; 0: no budget (extra requests unlimited).
     retry_budget_window_ms: int = 10_000
 

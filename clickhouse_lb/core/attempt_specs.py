@@ -186,7 +186,7 @@ class StatementPlan:
     def _hedge_index(self, running: set[int]) -> int | None:
         """The replica to launch a hedge on, if the retry budget allows one more request."""
         index = self.hedge_candidate(running)
-        if index is None or self.budget is None or self.budget.try_spend():
+        if index is None or self.budget is None or self.budget.try_spend(hedge=True):
             return index
         return None
 

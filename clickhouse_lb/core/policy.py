@@ -116,9 +116,11 @@ class FailoverPolicy(NamedTuple):
     def resends(self) -> bool:
         """The retry the last failure calls for repeats a request that reached a replica (extra
         load on the servers, which the retry budget limits); a connection refused before
-        anything was sent costs the servers nothing and does not count."""
+        anything was sent costs the servers nothing and does not count, nor does a re-send from
+        a replica shown hung (its /ping failed while this process ran: it serves nothing, so the
+        request moves load to the live replicas rather than adding any)."""
         last = self.last
-        return last is not None and last.failure.sent
+        return last is not None and last.failure.sent and last.failure.kind != "hung"
 
     def backoff(self, uniform: Callable[[float, float], float] = random.uniform) -> float:
         """Seconds to pause before the next attempt: none between replicas; before each new

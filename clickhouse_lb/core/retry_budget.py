@@ -10,6 +10,11 @@ small floor so that a pool that runs few statements can still fail over:
     allowed in the window = retry_budget_ratio * statements in the window
                             + retry_budget_min_per_second * window seconds
 
+Hedges, being speculative, get the ratio's share and one request only (not the floor): with
+every replica slow, they are what would multiply the load. Failovers after a request was sent
+(a replica killed mid-request, a receive timeout) get the floor too (10 per second by default,
+Finagle's): a pool running few statements must still ride out a replica's failure.
+
 The window is ``retry_budget_window_ms`` long, kept as 10 buckets (a statement or a spend
 leaves the window within a tenth of it after it ages out). ``retry_budget_ratio=0`` with
 ``retry_budget_min_per_second=0`` allows no extra request at all; the budget is off (unlimited)
@@ -36,6 +41,8 @@ from clickhouse_lb.config.retry_budget import RetryBudgetSettings
 __all__ = ["RetryBudget"]
 
 _BUCKETS = 10
+#: What a hedge may use beyond the ratio's share of the window's statements: one request.
+_HEDGE_FLOOR = 1.0
 
 
 class _Shared(Protocol):
@@ -98,7 +105,7 @@ class RetryBudget:
         self._current_end = (int(now / self._width) + 1) * self._width
         self._statements[slot] += 1
 
-    def _balance(self, now: float) -> float:
+    def _balance(self, now: float, *, hedge: bool) -> float:
         oldest = int(now / self._width) - _BUCKETS + 1
         statements = retries = 0
         for slot in range(_BUCKETS):
@@ -106,23 +113,29 @@ class RetryBudget:
                 statements += self._statements[slot]
                 retries += self._retries[slot]
         settings = self.settings
-        return settings.ratio * statements + settings.min_per_second * settings.window - retries
+        # A hedge is speculative: it gets the ratio's share and one request, never the floor,
+        # which is there so that a pool running few statements can still fail over.
+        floor = settings.min_per_second * settings.window
+        if hedge:
+            floor = min(floor, _HEDGE_FLOOR)
+        return settings.ratio * statements + floor - retries
 
-    def available(self) -> bool:
+    def available(self, *, hedge: bool = False) -> bool:
         """Would one more extra request fit (without spending it)?"""
         if not self._width:
             return True
         with self._lock:
-            return self._balance(self._clock()) >= 1.0
+            return self._balance(self._clock(), hedge=hedge) >= 1.0
 
-    def try_spend(self) -> bool:
-        """Spend one extra request if it fits; False: the budget is spent."""
+    def try_spend(self, *, hedge: bool = False) -> bool:
+        """Spend one extra request if it fits; False: the budget is spent. ``hedge``: a
+        speculative request (the ratio's share only, see :func:`_balance`)."""
         if not self._width:
             return True
         now = self._clock()
         slot = self._bucket(now)
         with self._lock:
-            if self._balance(now) < 1.0:
+            if self._balance(now, hedge=hedge) < 1.0:
                 return False
             self._retries[slot] += 1
             return True

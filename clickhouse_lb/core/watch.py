@@ -147,9 +147,10 @@ class AttemptWatch:
         self._failed_checks += 1
         needed = 1 if self.retry_safe else max(1, self.liveness.failed_checks_for_writes)
         if self._failed_checks >= needed:
-            if self.retry_safe and self._budget is not None and not self._budget.available():
-                self._next_check = now + self.liveness.interval  # no re-send left: keep waiting
-                return False
+            # Shown hung (a failed check while this process ran): abandoned whatever the retry
+            # budget. The budget limits requests that add load to replicas that serve; one that
+            # does not answer /ping serves nothing, and its statements' re-sends are not charged
+            # (core/policy.py FailoverPolicy.resends).
             self._next_check = None
             return True
         # Not yet conclusive for an unsafe write: check again soon rather than a second later.
