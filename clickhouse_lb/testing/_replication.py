@@ -26,9 +26,22 @@ Keeper), so:
   ``non_replicated_deduplication_window``), so applying an entry twice (a replica killed between
   applying and recording it) is a no-op. ``INSERT ... SELECT`` is deduplicated by token only (its
   text does not identify its rows).
-* Replicated writes and ON CLUSTER statements hold the log's cluster-wide writer lock while they
-  run on the receiving replica: one at a time, in log order (LocalCluster.pause takes that lock
-  before SIGSTOP, so a paused replica never holds it).
+* Ordering (see :mod:`clickhouse_lb.testing._replog` for the locks): an insert into a replicated
+  table holds the log's writer lock *shared* while it runs on the receiving replica and is
+  logged, so inserts (into one table or many, on any replica) run concurrently: they commute,
+  and a duplicate block logged twice by two concurrent inserts is dropped by the engine's own
+  deduplication (same token) on every replica. Every other replicated write (ALTER, TRUNCATE,
+  DELETE, OPTIMIZE), every ON CLUSTER statement and CREATE/DROP/RENAME of a replicated table
+  hold it *exclusively*: one at a time, after the inserts in flight, in log order. An insert
+  whose replica still has an older non-insert entry of its table queued takes the exclusive
+  path (and applies that entry first), so every replica sees the two in log order.
+  LocalCluster.pause takes the lock exclusively before SIGSTOP, so a paused replica holds none.
+* Crash safety of a write (the order matters): the write is recorded as in progress (a file of
+  its own per write, so concurrent writes do not share one), runs on the engine, is appended to
+  the log (fsynced), is marked applied here, and only then is the record removed and the
+  statement acknowledged. A replica restarted with records left rolls them forward (see
+  :meth:`Replication._finish_interrupted_write`), and drops the engine's deduplication records of
+  parts that never reached the disk first (:mod:`clickhouse_lb.testing._dedup_repair`).
 
 Faults (per replica, not persisted across a restart): ``delay`` (an entry is applied once it is
 that many seconds old) and ``stopped`` (nothing is applied; ``SYSTEM STOP FETCHES`` /
@@ -134,8 +147,8 @@ class Replication:
         self._states_dir.mkdir(parents=True, exist_ok=True)
         self._state_file = self._states_dir / f"{name}.json"
         self._catalog_file = data_dir / "replicated_tables.json"
-        self._intent_file = data_dir / "write_in_progress.json"
-        self._intent_payload_file = data_dir / "write_in_progress.bin"
+        self._intents_dir = data_dir / "writes_in_progress"  # <write id>.json / .bin, one per write
+        self._intents_dir.mkdir(exist_ok=True)
         self.catalog: dict[tuple[str, str], TableInfo] = {}
         if self._catalog_file.exists():
             for item in json.loads(self._catalog_file.read_text()):
@@ -152,7 +165,10 @@ class Replication:
         self.crash_before_logging = False
         self.last_exception = ""
         self.last_queue_update = 0.0
-        self._apply_lock = threading.RLock()
+        # Lock order: the log's locks, then _apply_lock, then _state_lock.
+        self._apply_lock = threading.RLock()  # runs entries on the engine: the applier, clones, forced catch-up
+        self._state_lock = threading.RLock()  # what this replica applied and its view of the log (short)
+        self._local_writes: set[str] = set()  # write ids run here and being logged: never to be applied again
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._conn = EngineConn(engine_path)
@@ -233,8 +249,31 @@ class Replication:
             return self._sync_replica(conn, st, {**settings, **_sql.inline_settings(sql)})
         if not self._concerns_replication(conn, st):
             return run(sql)
+        if st.kind == "insert":
+            result = self._insert_concurrently(conn, st, settings, run)
+            if result is not None:
+                return result
         with self.log.locked():
             return self._local(conn, st, settings, run, origin=True)
+
+    def _insert_concurrently(
+        self, conn: EngineConn, st: _sql.Statement, settings: dict[str, str], run: RunStatement
+    ) -> Result | None:
+        """An insert into a replicated table, under the log's lock held shared (beside other
+        inserts); None when it must take the exclusive path instead."""
+        assert st.table is not None
+        with self.log.shared():
+            self.log.refresh()  # every entry written under the exclusive lock before ours is in
+            self._observe_new()
+            info = self.catalog.get(st.table.resolve(conn.database))
+            if info is None:
+                return None  # dropped meanwhile: the exclusive path says what happens now
+            with self._state_lock:
+                view = self._paths.get(info.zookeeper_path, _PathView())
+                queued = [self.log.entries[s - 1] for s in view.seqs if not self._is_applied(s)]
+            if any(e.kind != "insert" for e in queued):
+                return None  # an ALTER/DELETE of this table not applied here yet: apply it first
+            return self._replicated_write(conn, st, info, settings, run)
 
     def _concerns_replication(self, conn: EngineConn, st: _sql.Statement) -> bool:
         if st.kind == "create_table":
@@ -333,11 +372,21 @@ class Replication:
         return result
 
     def _append(self, header: dict[str, Any], payload: bytes = b"") -> Entry:
-        """Log an entry this replica has already applied (atomically for its own applier)."""
-        with self._apply_lock:
+        """Log an entry this replica has already applied. Its applier skips the entry between
+        the append and the mark (a write is known by its id meanwhile; the other kinds it logs
+        are only marked by the applier, or are held back by the lock their writer holds)."""
+        write = header.get("write")
+        if write is not None:
+            with self._state_lock:
+                self._local_writes.add(str(write))
+        try:
             entry = self.log.append(header, payload)
             self._observe_new()
             self._mark_applied(entry.seq)
+        finally:
+            if write is not None:
+                with self._state_lock:
+                    self._local_writes.discard(str(write))
         return entry
 
     def _forget(self, key: tuple[str, str]) -> None:
@@ -351,8 +400,9 @@ class Replication:
         assert st.table is not None
         sql = st.local_sql or st.sql
         path = info.zookeeper_path
-        view = self._paths.setdefault(path, _PathView())
-        queued = [s for s in view.seqs if not self._is_applied(s)]
+        with self._state_lock:
+            view = self._paths.setdefault(path, _PathView())
+            queued = [s for s in view.seqs if not self._is_applied(s)]
         if st.kind != "insert" or any(self.log.entries[s - 1].kind != "insert" for s in queued):
             self._apply_pending(force=True)
         header: dict[str, Any] = {
@@ -376,16 +426,17 @@ class Replication:
             payload = run.data
             header["format"] = run.format
             conn.apply_settings({**settings, "insert_deduplicate": "1", "insert_deduplication_token": token})
-        self._record_intent(header, payload)
+        write = str(header["write"])
+        self._record_intent(write, header, payload)
         try:
             result = run(sql)
         except BaseException:
-            self._clear_intent()
+            self._clear_intent(write)
             raise
         if self.crash_before_logging:  # a fault for tests: the window a real crash can hit
             os.kill(os.getpid(), signal.SIGKILL)
         self._append(header, payload)
-        self._clear_intent()
+        self._clear_intent(write)
         return result
 
     # -- a write killed between running here and being logged -------------------------------
@@ -395,28 +446,38 @@ class Replication:
     # recorded as "in progress" before it runs; a replica restarted with such a record logs it
     # then (rolls it forward), so either every replica gets the write or, if this one is never
     # restarted, none does.
-    def _record_intent(self, header: dict[str, Any], payload: bytes) -> None:
-        self._intent_payload_file.write_bytes(payload)
-        tmp = self._intent_file.with_suffix(".tmp")
+    def _record_intent(self, write: str, header: dict[str, Any], payload: bytes) -> None:
+        (self._intents_dir / f"{write}.bin").write_bytes(payload)
+        tmp = self._intents_dir / f"{write}.tmp"
         tmp.write_text(json.dumps(header))
-        os.replace(tmp, self._intent_file)  # the header last: its presence means the record is whole
+        os.replace(tmp, self._intents_dir / f"{write}.json")  # the header last: its presence means the record is whole
 
-    def _clear_intent(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self._intent_file.unlink()
+    def _clear_intent(self, write: str) -> None:
+        for suffix in (".json", ".bin"):  # the header first: a payload alone is no record
+            with contextlib.suppress(FileNotFoundError):
+                (self._intents_dir / f"{write}{suffix}").unlink()
 
     def _finish_interrupted_write(self) -> None:
-        """Log the write this replica was killed in the middle of, if it is not logged yet.
+        """Log the writes this replica was killed in the middle of, those not logged yet.
 
         An insert is applied here like any other entry, with its deduplication token: a no-op
         if its first run had committed. Another write (ALTER, DELETE, ...) is taken as run here:
         running it twice is not harmless in general (the one case where this replica may miss
         a write: killed while running it, before it committed).
         """
-        if not self._intent_file.exists():
-            return
-        header = json.loads(self._intent_file.read_text())
-        payload = self._intent_payload_file.read_bytes() if self._intent_payload_file.exists() else b""
+        for tmp in self._intents_dir.glob("*.tmp"):  # killed while recording: it never ran
+            tmp.unlink()
+        records = []
+        for path in self._intents_dir.glob("*.json"):
+            header = json.loads(path.read_text())
+            payload_file = path.with_suffix(".bin")
+            records.append((float(header["ts"]), header, payload_file.read_bytes() if payload_file.exists() else b""))
+        for _, header, payload in sorted(records, key=lambda r: r[0]):  # concurrent ones commute
+            self._roll_forward(header, payload)
+        for path in self._intents_dir.glob("*.bin"):  # their headers were removed or never written
+            path.unlink()
+
+    def _roll_forward(self, header: dict[str, Any], payload: bytes) -> None:
         with self.log.locked():
             self._observe_new()
             logged = any(e.header.get("write") == header["write"] for e in reversed(self.log.entries))
@@ -426,13 +487,12 @@ class Replication:
             if not logged and not duplicate:
                 header["ts"] = time.time()
                 if header["kind"] == "insert":  # applied here by the applier, with its token
-                    with self._apply_lock:
-                        self.log.append(header, payload)
-                        self._observe_new()
+                    self.log.append(header, payload)
+                    self._observe_new()
                 else:
                     self._append(header, payload)  # taken as applied here
                 log.warning("write %s, interrupted by this replica's end, logged at restart", header["write"])
-        self._clear_intent()
+        self._clear_intent(str(header["write"]))
 
     def _block_id(
         self, conn: EngineConn, st: _sql.Statement, sql: str, settings: dict[str, str], run: RunStatement
@@ -602,7 +662,7 @@ class Replication:
     # -- the log, seen from this replica ---------------------------------------------------
     def _observe_new(self) -> None:
         """Take the log entries read since the last call into this replica's view."""
-        with self._apply_lock:
+        with self._state_lock:
             self._observe(self.log.entries[self._observed :])
 
     def _observe(self, entries: list[Entry]) -> None:
@@ -634,7 +694,7 @@ class Replication:
         return seq <= self._pos or seq in self._extra
 
     def _mark_applied(self, seq: int) -> None:
-        with self._apply_lock:
+        with self._state_lock:
             self._extra.add(seq)
             while self._pos + 1 in self._extra:
                 self._pos += 1
@@ -685,6 +745,11 @@ class Replication:
             now = time.time()
             for seq in self._unapplied():
                 entry = self.log.entries[seq - 1]
+                with self._state_lock:
+                    # A write of this replica, logged since _unapplied() or being logged now:
+                    # it ran here already (its writer marks it applied).
+                    if self._is_applied(seq) or entry.header.get("write") in self._local_writes:
+                        continue
                 if entry.kind in ("attach", "detach"):
                     self._mark_applied(seq)
                 elif entry.kind == "cluster":
