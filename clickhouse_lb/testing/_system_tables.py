@@ -14,33 +14,44 @@ from typing import Any
 
 
 def clusters_rows(cluster_name: str, shard: str, self_name: str, cluster_file: Path | None) -> list[dict[str, object]]:
-    """One ``system.clusters`` row per replica listed in ``cluster_file`` (written by LocalCluster)."""
+    """One ``system.clusters`` row per replica listed in ``cluster_file`` (written by LocalCluster).
+
+    As a server numbers what its ``remote_servers`` lists: ``shard_num`` counts the shards
+    listed (a shard none of whose replicas is listed is not there), ``replica_num`` the listed
+    replicas of each shard, both from 1.
+    """
     replicas: list[dict[str, Any]] = []
     if cluster_file is not None and cluster_file.exists():
         with contextlib.suppress(ValueError, OSError, KeyError):
             replicas = list(json.loads(cluster_file.read_text())["replicas"])
     if not replicas:  # a replica started on its own
-        replicas = [{"name": self_name, "host": "127.0.0.1", "port": 0}]
-    return [
-        {
-            "cluster": cluster_name,
-            "shard_num": 1,
-            "shard_name": shard,
-            "shard_weight": 1,
-            "internal_replication": 1,
-            "replica_num": n,
-            "host_name": r["host"],
-            "host_address": r["host"],
-            "port": r["port"],
-            "is_local": int(r["name"] == self_name),
-            "user": "default",
-            "errors_count": 0,
-            "slowdowns_count": 0,
-            "estimated_recovery_time": 0,
-            "name": cluster_name,
-        }
-        for n, r in enumerate(replicas, start=1)
-    ]
+        replicas = [{"name": self_name, "host": "127.0.0.1", "port": 0, "shard": int(shard or 1)}]
+    by_shard: dict[int, list[dict[str, Any]]] = {}
+    for r in replicas:
+        by_shard.setdefault(int(r.get("shard", 1)), []).append(r)
+    rows: list[dict[str, object]] = []
+    for shard_num, configured in enumerate(sorted(by_shard), start=1):
+        for replica_num, r in enumerate(by_shard[configured], start=1):
+            rows.append(
+                {
+                    "cluster": cluster_name,
+                    "shard_num": shard_num,
+                    "shard_name": f"{configured:02d}",
+                    "shard_weight": int(r.get("weight", 1)),
+                    "internal_replication": 1,
+                    "replica_num": replica_num,
+                    "host_name": r["host"],
+                    "host_address": r["host"],
+                    "port": r["port"],
+                    "is_local": int(r["name"] == self_name),
+                    "user": "default",
+                    "errors_count": 0,
+                    "slowdowns_count": 0,
+                    "estimated_recovery_time": 0,
+                    "name": cluster_name,
+                }
+            )
+    return rows
 
 
 #: ClickHouse's columns (names and types) of the two system tables the cluster answers.
