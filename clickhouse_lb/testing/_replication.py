@@ -68,7 +68,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clickhouse_lb.testing import _sql, _system_tables
+from clickhouse_lb.testing import _batching, _sql, _system_tables
 from clickhouse_lb.testing._engine import ClickHouseError, EngineConn, Result
 from clickhouse_lb.testing._replog import Entry, ReplicationLog
 
@@ -85,7 +85,7 @@ _INTERESTING = re.compile(
     r"DELETE|RENAME|EXCHANGE|SYSTEM|SELECT|WITH|SHOW|DESC|DESCRIBE|EXPLAIN|\()",
     re.I | re.S,
 )
-_SYSTEM_TABLE_HINT = re.compile(r"system[`\"]?\s*\.\s*[`\"]?(?:clusters|replicas)", re.I)
+_SYSTEM_TABLE_HINT = re.compile(r"system[`\"]?\s*\.\s*[`\"]?(?:clusters|replicas|tables)", re.I)
 _REPLICATED_DATABASE = re.compile(r"\bENGINE\s*=\s*Replicated\b", re.I)
 
 
@@ -112,6 +112,10 @@ class TableInfo:
     zookeeper_path: str
     replica_name: str
     uuid: str
+    #: The engine's first two arguments as the CREATE wrote them (or the defaults), unexpanded,
+    #: as a server keeps them in the table's metadata (``system.tables.engine_full``).
+    written_path: str = DEFAULT_ZOOKEEPER_PATH
+    written_replica: str = DEFAULT_REPLICA_NAME
 
 
 @dataclass
@@ -149,6 +153,7 @@ class Replication:
         self._catalog_file = data_dir / "replicated_tables.json"
         self._intents_dir = data_dir / "writes_in_progress"  # <write id>.json / .bin, one per write
         self._intents_dir.mkdir(exist_ok=True)
+        self._batch_file = data_dir / "batch_in_progress.json"  # the applier's batch being inserted
         self.catalog: dict[tuple[str, str], TableInfo] = {}
         if self._catalog_file.exists():
             for item in json.loads(self._catalog_file.read_text()):
@@ -169,6 +174,7 @@ class Replication:
         self._apply_lock = threading.RLock()  # runs entries on the engine: the applier, clones, forced catch-up
         self._state_lock = threading.RLock()  # what this replica applied and its view of the log (short)
         self._local_writes: set[str] = set()  # write ids run here and being logged: never to be applied again
+        self._duplicates: set[int] = set()  # inserts whose block id an earlier entry of their table logged
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._conn = EngineConn(engine_path)
@@ -191,6 +197,7 @@ class Replication:
         self._thread = threading.Thread(target=self._run, name="replication-applier", daemon=True)
 
     def start(self) -> None:
+        self._finish_interrupted_batch()
         self._finish_interrupted_write()
         self._save_state()
         self._thread.start()
@@ -358,7 +365,16 @@ class Replication:
             raise ClickHouseError.make(253, f"Replica {path}/replicas/{replica_name} already exists")
         result = run(local_sql)
         conn.execute(f"ALTER TABLE {target} MODIFY SETTING non_replicated_deduplication_window = {self.dedup_window}")
-        info = TableInfo(database, table, st.engine.name, path, replica_name, table_uuid)
+        info = TableInfo(
+            database,
+            table,
+            st.engine.name,
+            path,
+            replica_name,
+            table_uuid,
+            st.engine.zookeeper_path or DEFAULT_ZOOKEEPER_PATH,
+            st.engine.replica_name or DEFAULT_REPLICA_NAME,
+        )
         with self._apply_lock:  # the applier must not see the new table before its history is in
             self.catalog[(database, table)] = info
             self._save_catalog()
@@ -486,6 +502,7 @@ class Replication:
             duplicate = view is not None and block_id is not None and self._is_duplicate(view, str(block_id))
             if not logged and not duplicate:
                 header["ts"] = time.time()
+                header["rolled_forward"] = True  # applied alone: its first run may have committed (_batching)
                 if header["kind"] == "insert":  # applied here by the applier, with its token
                     self.log.append(header, payload)
                     self._observe_new()
@@ -597,7 +614,11 @@ class Replication:
         function, so it also works with ``readonly = 1``)."""
         spans = []
         for start, end, name in st.system_tables:
-            if name == "replicas":
+            if name == "tables":
+                if not self.catalog:
+                    continue  # nothing replicated here: the engine's own table is right
+                table = _system_tables.tables_view(list(self.catalog.values()))
+            elif name == "replicas":
                 table = _sql.literal_table(_system_tables.REPLICAS_COLUMNS, self._replicas_rows())
             else:
                 table = _sql.literal_table(_system_tables.CLUSTERS_COLUMNS, self._clusters_rows())
@@ -684,6 +705,9 @@ class Replication:
                     del self._paths[str(path)]
                 continue
             elif entry.kind == "insert" and header.get("block_id"):
+                seen = view.blocks.get(str(header["block_id"]))
+                if seen is not None and float(header["ts"]) - seen <= self.dedup_window_seconds:
+                    self._duplicates.add(entry.seq)
                 view.blocks[str(header["block_id"])] = float(header["ts"])
                 view.blocks.move_to_end(str(header["block_id"]))
                 while len(view.blocks) > self.dedup_window:
@@ -743,7 +767,12 @@ class Replication:
             self._observe_new()
             blocked = False
             now = time.time()
-            for seq in self._unapplied():
+
+            def due(entry: Entry) -> bool:
+                return force or (not self.stopped and now - float(entry.header["ts"]) >= self.delay)
+
+            pending = self._unapplied()
+            for index, seq in enumerate(pending):
                 entry = self.log.entries[seq - 1]
                 with self._state_lock:
                     # A write of this replica, logged since _unapplied() or being logged now:
@@ -757,14 +786,81 @@ class Replication:
                         break  # taken with the log lock first, on the next round
                     self._apply_cluster(entry)
                     self._mark_applied(seq)
-                elif not blocked and (force or (not self.stopped and now - float(entry.header["ts"]) >= self.delay)):
+                elif not blocked and due(entry):
                     infos = [i for i in self.catalog.values() if i.zookeeper_path == entry.header["path"]]
-                    self._apply_to(entry, infos)
-                    self._mark_applied(seq)
+                    batch = self._batch(entry, pending[index + 1 :], due) if infos else [entry]
+                    if len(batch) == 1:
+                        self._apply_to(entry, infos)
+                    else:
+                        self._apply_batch(batch, infos)
+                    for member in batch:
+                        self._mark_applied(member.seq)
                 else:
                     blocked = True  # keep the table entries' order: nothing after this one either
 
-    def _apply_to(self, entry: Entry, infos: list[TableInfo]) -> None:
+    def _batch(self, first: Entry, following: list[int], due: Callable[[Entry], bool]) -> list[Entry]:
+        """``first`` and the inserts after it that can go to the engine with it (see _batching)."""
+        fmt = str(first.header.get("format") or "")
+        if first.seq in self._duplicates or not _batching.batchable(first.header, first.payload_length):
+            return [first]
+        binary = fmt.lower() in _batching.BINARY
+        batch, size = [first], first.payload_length
+        last_joinable = binary or _batching.joinable(fmt, self.log.payload(first))
+        for seq in following:
+            entry = self.log.entries[seq - 1]
+            if entry.kind == "cluster" or not due(entry):
+                break  # the round stops there
+            if entry.header.get("path") != first.header["path"]:
+                continue  # another table: applied in its turn
+            with self._state_lock:
+                if self._is_applied(seq) or entry.header.get("write") in self._local_writes:
+                    continue  # ran here already
+            if (
+                not last_joinable
+                or seq in self._duplicates
+                or not _batching.batchable(entry.header, entry.payload_length)
+                or not _batching.same_statement(first.header, entry.header)
+                or len(batch) >= _batching.MAX_ENTRIES
+                or size + entry.payload_length > _batching.MAX_BYTES
+            ):
+                break  # keep this table's entries in log order: the batch ends before this one
+            batch.append(entry)
+            size += entry.payload_length
+            last_joinable = binary or _batching.joinable(fmt, self.log.payload(entry))
+        return batch
+
+    def _apply_batch(self, batch: list[Entry], infos: list[TableInfo]) -> None:
+        """Insert ``batch`` as one engine insert, recorded first so that a restart re-applies
+        exactly this batch under the same token (a no-op if it had committed)."""
+        token = _batching.token([str(e.header["token"]) for e in batch])
+        tmp = self._batch_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"seqs": [e.seq for e in batch], "token": token}))
+        os.replace(tmp, self._batch_file)
+        payload = b"".join(self.log.payload(e) for e in batch)
+        self._apply_to(batch[0], infos, token=token, payload=payload)
+
+    def _finish_interrupted_batch(self) -> None:
+        """Re-apply the batch the applier was killed in the middle of (see _apply_batch)."""
+        if not self._batch_file.exists():
+            return
+        record = json.loads(self._batch_file.read_text())
+        seqs = [int(s) for s in record["seqs"]]
+        if not all(self._is_applied(s) for s in seqs) and all(s <= self.log.last_seq for s in seqs):
+            batch = [self.log.entries[s - 1] for s in seqs]
+            infos = [i for i in self.catalog.values() if i.zookeeper_path == batch[0].header["path"]]
+            payload = b"".join(self.log.payload(e) for e in batch)
+            with self._apply_lock:
+                self._apply_to(batch[0], infos, token=str(record["token"]), payload=payload)
+                for seq in seqs:
+                    self._mark_applied(seq)
+            log.warning("batch of entries %s, interrupted by this replica's end, applied again", seqs)
+        self._batch_file.unlink()
+
+    def _apply_to(
+        self, entry: Entry, infos: list[TableInfo], *, token: str | None = None, payload: bytes | None = None
+    ) -> None:
+        """Apply ``entry`` to ``infos``; an insert with ``token``/``payload`` instead of its own
+        (a batch, see _apply_batch)."""
         header = entry.header
         if entry.kind not in ("insert", "table"):
             return
@@ -773,11 +869,12 @@ class Replication:
             settings = dict(header.get("settings") or {})
             try:
                 if entry.kind == "insert":
-                    settings.update(insert_deduplicate="1", insert_deduplication_token=str(header["token"]))
+                    settings.update(insert_deduplicate="1", insert_deduplication_token=token or str(header["token"]))
                     self._conn.apply_settings(settings)
                     statement = f"INSERT INTO {target}{header['rest']}"
                     if header.get("format"):
-                        self._conn.insert(statement, str(header["format"]), self.log.payload(entry))
+                        data = payload if payload is not None else self.log.payload(entry)
+                        self._conn.insert(statement, str(header["format"]), data)
                     else:
                         self._conn.execute(statement)
                 else:
@@ -786,9 +883,8 @@ class Replication:
             except ClickHouseError as exc:
                 self.last_exception = exc.text
                 log.warning("replication entry %s on %s failed: %s", entry.seq, target, exc.text)
-            finally:
-                with contextlib.suppress(ClickHouseError):
-                    self._conn.apply_settings({})
+            # The settings stay until the next entry's replace them (apply_settings only sends
+            # what differs): reverting them after each entry cost two more queries per insert.
 
     def _apply_cluster(self, entry: Entry) -> None:
         header = entry.header

@@ -210,7 +210,7 @@ def _system_tables(toks: list[Token]) -> list[tuple[int, int, str]]:
     for i in range(len(toks) - 2):
         if toks[i].ident.lower() == "system" and toks[i + 1].text == ".":
             name = toks[i + 2].ident.lower()
-            if name in ("clusters", "replicas"):
+            if name in ("clusters", "replicas", "tables"):
                 found.append((toks[i].start, toks[i + 2].end, name))
     return found
 

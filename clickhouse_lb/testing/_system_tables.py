@@ -1,8 +1,11 @@
-"""The rows the local cluster answers for ``system.clusters`` and ``system.replicas``.
+"""The rows the local cluster answers for ``system.clusters`` and ``system.replicas``, and its
+view of ``system.tables``.
 
 chdb's own system tables are empty (no cluster configured, no Keeper); the replication module
 rewrites a ``SELECT`` that names them into a subquery of these rows (see
 :func:`clickhouse_lb.testing._sql.literal_table`), with ClickHouse's column names and types.
+``system.tables`` is the engine's own, with ``engine`` and ``engine_full`` of the replicated
+tables put back as the user wrote them (locally they are plain ``*MergeTree`` tables).
 """
 
 from __future__ import annotations
@@ -10,7 +13,19 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+from clickhouse_lb.testing._sql import sql_string
+
+
+class ReplicatedTable(Protocol):
+    """What :func:`tables_view` needs of a replicated table (the replication catalog's entries)."""
+
+    database: str
+    table: str
+    engine: str
+    written_path: str
+    written_replica: str
 
 
 def clusters_rows(cluster_name: str, shard: str, self_name: str, cluster_file: Path | None) -> list[dict[str, object]]:
@@ -52,6 +67,36 @@ def clusters_rows(cluster_name: str, shard: str, self_name: str, cluster_file: P
                 }
             )
     return rows
+
+
+#: The setting every local replica of a replicated table gets (see _replication): not the user's.
+_OWN_SETTING = r"(, )?non_replicated_deduplication_window = \\d+"
+
+
+def tables_view(tables: list[ReplicatedTable]) -> str:
+    """A subquery standing for ``system.tables`` in which ``tables`` show their replicated engine:
+    ``engine`` ``Replicated<Kind>MergeTree``, ``engine_full`` with the path and replica name
+    first, as a server keeps them (``ReplicatedMergeTree('/clickhouse/tables/{uuid}/{shard}',
+    '{replica}') ORDER BY ...``)."""
+
+    def array(values: list[str]) -> str:
+        return "[" + ", ".join(values) + "]"
+
+    keys = array([f"({sql_string(t.database)}, {sql_string(t.table)})" for t in tables])
+    engines = array([sql_string(t.engine) for t in tables])
+    heads = array(
+        [sql_string(f"{t.engine}({sql_string(t.written_path)}, {sql_string(t.written_replica)}") for t in tables]
+    )
+    # The local table's engine_full: "<Kind>MergeTree[(args)] ORDER BY ... SETTINGS ...".
+    args = "extract(engine_full, '^\\\\w+\\\\(([^)]*)\\\\)')"
+    rest = "replaceRegexpOne(engine_full, '^\\\\w+(\\\\([^)]*\\\\))?', '')"
+    rest = f"replaceRegexpOne({rest}, '{_OWN_SETTING}', '')"
+    head = f"transform((database, name), {keys}, {heads}, '')"
+    full = f"concat({head}, if({args} = '', '', concat(', ', {args})), ')', {rest})"
+    return (
+        f"(SELECT * REPLACE (transform((database, name), {keys}, {engines}, engine) AS engine, "
+        f"if(has({keys}, (database, name)), {full}, engine_full) AS engine_full) FROM system.tables)"
+    )
 
 
 #: ClickHouse's columns (names and types) of the two system tables the cluster answers.
