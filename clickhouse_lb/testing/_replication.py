@@ -168,6 +168,7 @@ class Replication:
         self.delay = 0.0
         self.stopped = False
         self.crash_before_logging = False
+        self.crash_in_batch = False
         self.last_exception = ""
         self.last_queue_update = 0.0
         # Lock order: the log's locks, then _apply_lock, then _state_lock.
@@ -220,12 +221,15 @@ class Replication:
                 self.stopped = bool(change["stopped"])
             if "crash_before_logging" in change:
                 self.crash_before_logging = bool(change["crash_before_logging"])
+            if "crash_in_batch" in change:
+                self.crash_in_batch = bool(change["crash_in_batch"])
             self._wake.set()
         self.log.refresh()
         return {
             "delay": self.delay,
             "stopped": self.stopped,
             "crash_before_logging": self.crash_before_logging,
+            "crash_in_batch": self.crash_in_batch,
             "applied": self._pos,
             "log_end": self.log.last_seq,
             "queue": len(self._unapplied()),
@@ -838,6 +842,8 @@ class Replication:
         os.replace(tmp, self._batch_file)
         payload = b"".join(self.log.payload(e) for e in batch)
         self._apply_to(batch[0], infos, token=token, payload=payload)
+        if self.crash_in_batch:  # a fault for tests: inserted, not yet recorded as applied
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def _finish_interrupted_batch(self) -> None:
         """Re-apply the batch the applier was killed in the middle of (see _apply_batch)."""

@@ -449,9 +449,16 @@ class LocalCluster(ClusterBase):
         (see :mod:`clickhouse_lb.testing._replication`). Cleared by the crash."""
         self._replication(i, {"crash_before_logging": True})
 
+    def crash_in_batch(self, i: int) -> None:
+        """Replica ``i`` SIGKILLs itself the next time its applier inserts several log entries as
+        one engine insert (see :mod:`clickhouse_lb.testing._batching`), after the insert and
+        before the entries are recorded as applied. The restarted replica inserts that same
+        batch again, which the engine drops as a duplicate: every row once. Cleared by the crash."""
+        self._replication(i, {"crash_in_batch": True})
+
     def replication_state(self, i: int) -> dict[str, object]:
         """Replica ``i``'s replication: ``delay``, ``stopped``, ``crash_before_logging``,
-        ``applied``, ``log_end``, ``queue``."""
+        ``crash_in_batch``, ``applied``, ``log_end``, ``queue``."""
         return self._replication(i, None)
 
     def _replication(self, i: int, change: dict[str, object] | None) -> dict[str, object]:
