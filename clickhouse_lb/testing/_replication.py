@@ -246,10 +246,11 @@ class Replication:
         ):
             return run(sql)
         st = _sql.classify(sql)
-        if st is None:
-            return run(sql)
-        if st.kind == "select":
-            return run(self._rewrite_system_tables(st))
+        if st is None or st.kind == "select":
+            spans = st.system_tables if st is not None else []
+            if self.catalog and head.group(1).upper() in ("SELECT", "WITH", "EXPLAIN", "("):
+                spans = spans + _sql.system_tables_spans(sql)
+            return run(self._rewrite_system_tables(sql, spans)) if spans else run(sql)
         if st.cluster is not None:
             return self._on_cluster(conn, st, settings, run)
         if st.kind == "fetches":
@@ -613,21 +614,20 @@ class Replication:
         return Result(b"")
 
     # -- system tables ---------------------------------------------------------------------
-    def _rewrite_system_tables(self, st: _sql.Statement) -> str:
+    def _rewrite_system_tables(self, sql: str, found: list[tuple[int, int, str]]) -> str:
         """``system.replicas`` / ``system.clusters`` become a subquery of literals (no table
-        function, so it also works with ``readonly = 1``)."""
+        function, so it also works with ``readonly = 1``); ``system.tables`` a subquery of the
+        engine's own with the replicated tables' engines."""
         spans = []
-        for start, end, name in st.system_tables:
+        for start, end, name in sorted(found):
             if name == "tables":
-                if not self.catalog:
-                    continue  # nothing replicated here: the engine's own table is right
                 table = _system_tables.tables_view(list(self.catalog.values()))
             elif name == "replicas":
                 table = _sql.literal_table(_system_tables.REPLICAS_COLUMNS, self._replicas_rows())
             else:
                 table = _sql.literal_table(_system_tables.CLUSTERS_COLUMNS, self._clusters_rows())
             spans.append((start, end, table))
-        return _sql.replace_spans(st.sql, spans)
+        return _sql.replace_spans(sql, spans)
 
     def _clusters_rows(self) -> list[dict[str, object]]:
         return _system_tables.clusters_rows(self.cluster_name, self.shard, self.name, self.cluster_file)

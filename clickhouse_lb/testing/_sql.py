@@ -205,14 +205,20 @@ def _engine(sql: str) -> EngineSpec | None:
     return None
 
 
-def _system_tables(toks: list[Token]) -> list[tuple[int, int, str]]:
+def _system_tables(toks: list[Token], names: tuple[str, ...] = ("clusters", "replicas")) -> list[tuple[int, int, str]]:
     found: list[tuple[int, int, str]] = []
     for i in range(len(toks) - 2):
         if toks[i].ident.lower() == "system" and toks[i + 1].text == ".":
             name = toks[i + 2].ident.lower()
-            if name in ("clusters", "replicas", "tables"):
+            if name in names:
                 found.append((toks[i].start, toks[i + 2].end, name))
     return found
+
+
+def system_tables_spans(sql: str) -> list[tuple[int, int, str]]:
+    """Where a SELECT names ``system.tables`` (answered by the engine, with the replicated
+    tables' engines put back: classify leaves it alone, as the engine's table is mostly right)."""
+    return _system_tables(tokens(sql), ("tables",))
 
 
 def classify(sql: str) -> Statement | None:
