@@ -286,6 +286,27 @@ def test_a_write_crashed_before_logging_on_shard_2_is_rolled_forward(cluster: Lo
     assert rows(cluster, 2, table) == rows(cluster, 3, table) == [(9, 9)]
 
 
+def test_a_block_run_before_a_crash_and_retried_elsewhere_is_not_doubled_by_a_batch(
+    cluster: LocalCluster, table: str
+) -> None:
+    # Replica 0 runs the block (token t-1) and dies before logging it; the retry on replica 1
+    # logs it, with more inserts of the same shape. Replica 0's engine holds t-1 already: the
+    # retried entry must reach it alone (under t-1, dropped), not inside a batch's token.
+    cluster.crash_before_logging(0)
+    with pytest.raises(OperationalError):
+        cluster.client(0).insert(
+            table, [[1, 1]], column_names=["w", "k"], settings={"insert_deduplication_token": "t-1"}
+        )
+    other = cluster.client(1)
+    other.insert(table, [[1, 1]], column_names=["w", "k"], settings={"insert_deduplication_token": "t-1"})
+    for k in range(2, 8):
+        other.insert(table, [[1, k]], column_names=["w", "k"])
+    cluster.restart(0)
+    sync_shard(cluster, 1, table)
+    expected = [(1, k) for k in range(1, 8)]
+    assert rows(cluster, 0, table) == rows(cluster, 1, table) == expected
+
+
 # -- system.tables ------------------------------------------------------------------------------
 def test_system_tables_says_replicated_engines(cluster: LocalCluster, table: str) -> None:
     other = f"rr_{uuid.uuid4().hex[:8]}"

@@ -18,8 +18,10 @@ Deduplication stays exact:
 * an entry whose block id an earlier entry of its table already logged (two concurrent
   inserts of one block, on two replicas) is never part of a batch: alone, the engine drops it
   by its token, as every other replica does;
-* a write rolled forward at restart is applied alone (its first run may have committed under
-  its own token).
+* an entry whose block this replica's engine may already hold under the entry's own token is
+  applied alone: a write rolled forward at restart, this replica's own write left unmarked by a
+  crash after it was logged, and a block this replica ran before a crash while a retry on
+  another replica logged it (see ``Replication._may_batch``).
 """
 
 from __future__ import annotations

@@ -10,9 +10,16 @@ Keeper), so:
   docker-compose.yml) in this replica's catalog. Tables on different replicas with the same path
   are replicas of one table, as with Keeper. A table created later on another replica first
   replays the path's history (ClickHouse clones the parts).
+* Shards: the log is the whole cluster's, as Keeper is; a sharded cluster's replicas differ in
+  their ``shard`` macro, so the default path keeps each shard's tables a replica set of their
+  own (an explicit path without ``{shard}`` is one table across shards, as on a server). A
+  replica skips the entries of paths it holds no table of (marking them applied).
 * Writes to a replicated table (inserts, ALTER, TRUNCATE, lightweight DELETE, OPTIMIZE) run on
   the replica that received them and are appended to the shared :class:`ReplicationLog` before
   the answer is sent; every other replica's *applier* thread applies them in log order.
+* Each replica's applier sends a table's due inserts of one statement shape to the engine as
+  one insert (see :mod:`clickhouse_lb.testing._batching` for when, and why deduplication stays
+  exact).
 * ``... ON CLUSTER <name>`` runs the statement on the receiving replica, appends it to the log,
   and waits (up to ``distributed_ddl_task_timeout``) until every *active* replica has run it
   too. Replicas apply ON CLUSTER entries at once (ClickHouse's DDL worker is not the
@@ -22,7 +29,8 @@ Keeper), so:
   last ``replicated_deduplication_window`` blocks (and younger than
   ``replicated_deduplication_window_seconds``; both the engine's defaults) is acknowledged and
   not written, on whichever replica it arrives. Every replica inserts a block with its block id
-  as the engine's own ``insert_deduplication_token`` (local tables carry
+  as the engine's own ``insert_deduplication_token`` (in a ``SETTINGS`` clause of the INSERT
+  when its shape allows, which costs no query; else with a ``SET``; local tables carry
   ``non_replicated_deduplication_window``), so applying an entry twice (a replica killed between
   applying and recording it) is a no-op. ``INSERT ... SELECT`` is deduplicated by token only (its
   text does not identify its rows).
@@ -176,6 +184,12 @@ class Replication:
         self._state_lock = threading.RLock()  # what this replica applied and its view of the log (short)
         self._local_writes: set[str] = set()  # write ids run here and being logged: never to be applied again
         self._duplicates: set[int] = set()  # inserts whose block id an earlier entry of their table logged
+        # Block ids this replica ran itself but another replica logged (a retry while this one
+        # was down): their entries must reach the engine alone, under their own token.
+        self._alone_file = data_dir / "apply_alone.json"
+        self._apply_alone: set[str] = (
+            set(json.loads(self._alone_file.read_text())) if self._alone_file.exists() else set()
+        )
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._conn = EngineConn(engine_path)
@@ -191,6 +205,7 @@ class Replication:
             .splitlines()
         )
         self.dedup_window = int(windows.get("replicated_deduplication_window", 10000))
+        self._dedup_default = self._conn.scalar("SELECT value FROM system.settings WHERE name = 'insert_deduplicate'")
         self.dedup_window_seconds = float(windows.get("replicated_deduplication_window_seconds", 3600))
         self._observed = 0
         self.log.refresh()
@@ -446,7 +461,12 @@ class Replication:
             header.update(block_id=block_id, token=token)
             payload = run.data
             header["format"] = run.format
-            conn.apply_settings({**settings, "insert_deduplicate": "1", "insert_deduplication_token": token})
+            dedup = {"insert_deduplicate": "1", "insert_deduplication_token": token}
+            inline = _sql.with_insert_settings(sql, st.table.end, dedup)
+            if inline is not None:
+                sql = inline
+            else:
+                conn.apply_settings({**settings, **dedup})
         write = str(header["write"])
         self._record_intent(write, header, payload)
         try:
@@ -505,6 +525,11 @@ class Replication:
             view = self._paths.get(str(header["path"]))
             block_id = header.get("block_id")
             duplicate = view is not None and block_id is not None and self._is_duplicate(view, str(block_id))
+            if not logged and duplicate and block_id is not None:
+                # Run here before the crash, logged by a retry elsewhere: this engine may hold
+                # the block under its token, so that entry must reach it alone (_may_batch).
+                self._apply_alone.add(str(block_id))
+                self._save_apply_alone()
             if not logged and not duplicate:
                 header["ts"] = time.time()
                 header["rolled_forward"] = True  # applied alone: its first run may have committed (_batching)
@@ -520,12 +545,20 @@ class Replication:
         self, conn: EngineConn, st: _sql.Statement, sql: str, settings: dict[str, str], run: RunStatement
     ) -> str | None:
         inline = _sql.inline_settings(sql[:4096])  # written before the data
-        values = (
-            conn.execute("SELECT getSetting('insert_deduplicate'), getSetting('insert_deduplication_token')", "TSVRaw")
-            .body.decode()
-            .rstrip("\n")
-            .split("\t")
-        )
+        if conn.session:  # the session's own SETs may have changed them: ask
+            values = (
+                conn.execute(
+                    "SELECT getSetting('insert_deduplicate'), getSetting('insert_deduplication_token')", "TSVRaw"
+                )
+                .body.decode()
+                .rstrip("\n")
+                .split("\t")
+            )
+        else:  # only the request's settings are on a sessionless connection: no query needed
+            values = [
+                settings.get("insert_deduplicate", self._dedup_default),
+                settings.get("insert_deduplication_token", ""),
+            ]
         dedup = inline.get("insert_deduplicate", values[0])
         token = inline.get("insert_deduplication_token", values[1] if len(values) > 1 else "")
         if dedup.lower() in ("0", "false"):
@@ -795,6 +828,7 @@ class Replication:
                     batch = self._batch(entry, pending[index + 1 :], due) if infos else [entry]
                     if len(batch) == 1:
                         self._apply_to(entry, infos)
+                        self._applied_alone(entry)
                     else:
                         self._apply_batch(batch, infos)
                     for member in batch:
@@ -805,7 +839,7 @@ class Replication:
     def _batch(self, first: Entry, following: list[int], due: Callable[[Entry], bool]) -> list[Entry]:
         """``first`` and the inserts after it that can go to the engine with it (see _batching)."""
         fmt = str(first.header.get("format") or "")
-        if first.seq in self._duplicates or not _batching.batchable(first.header, first.payload_length):
+        if not self._may_batch(first):
             return [first]
         binary = fmt.lower() in _batching.BINARY
         batch, size = [first], first.payload_length
@@ -821,8 +855,7 @@ class Replication:
                     continue  # ran here already
             if (
                 not last_joinable
-                or seq in self._duplicates
-                or not _batching.batchable(entry.header, entry.payload_length)
+                or not self._may_batch(entry)
                 or not _batching.same_statement(first.header, entry.header)
                 or len(batch) >= _batching.MAX_ENTRIES
                 or size + entry.payload_length > _batching.MAX_BYTES
@@ -832,6 +865,29 @@ class Replication:
             size += entry.payload_length
             last_joinable = binary or _batching.joinable(fmt, self.log.payload(entry))
         return batch
+
+    def _may_batch(self, entry: Entry) -> bool:
+        """Whether ``entry`` may reach the engine under a batch's token rather than its own: not
+        if this replica's engine may hold its block under its own token already (this replica
+        wrote it: unapplied only after a crash between logging and marking it; or ran it before
+        a crash while a retry elsewhere logged it), nor if an earlier entry logged its block."""
+        return (
+            entry.seq not in self._duplicates
+            and entry.header.get("origin") != self.name
+            and str(entry.header.get("block_id")) not in self._apply_alone
+            and _batching.batchable(entry.header, entry.payload_length)
+        )
+
+    def _applied_alone(self, entry: Entry) -> None:
+        block_id = str(entry.header.get("block_id"))
+        if block_id in self._apply_alone:
+            self._apply_alone.discard(block_id)
+            self._save_apply_alone()
+
+    def _save_apply_alone(self) -> None:
+        tmp = self._alone_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(sorted(self._apply_alone)))
+        os.replace(tmp, self._alone_file)
 
     def _apply_batch(self, batch: list[Entry], infos: list[TableInfo]) -> None:
         """Insert ``batch`` as one engine insert, recorded first so that a restart re-applies
@@ -875,9 +931,14 @@ class Replication:
             settings = dict(header.get("settings") or {})
             try:
                 if entry.kind == "insert":
-                    settings.update(insert_deduplicate="1", insert_deduplication_token=token or str(header["token"]))
-                    self._conn.apply_settings(settings)
+                    dedup = {"insert_deduplicate": "1", "insert_deduplication_token": token or str(header["token"])}
                     statement = f"INSERT INTO {target}{header['rest']}"
+                    inline = _sql.with_insert_settings(statement, len(f"INSERT INTO {target}"), dedup)
+                    if inline is not None:
+                        statement = inline  # the connection's settings stay those of the previous entry
+                    else:
+                        settings.update(dedup)
+                    self._conn.apply_settings(settings)
                     if header.get("format"):
                         data = payload if payload is not None else self.log.payload(entry)
                         self._conn.insert(statement, str(header["format"]), data)

@@ -369,6 +369,33 @@ def replace_spans(sql: str, spans: list[tuple[int, int, str]]) -> str:
     return "".join(out)
 
 
+def with_insert_settings(sql: str, table_end: int, settings: dict[str, str]) -> str | None:
+    """``sql`` (an INSERT whose table name ends at ``table_end``) with a ``SETTINGS`` clause of
+    ``settings`` after its column list, or None when it has a SETTINGS clause of its own there
+    (or a shape not understood): the caller then sets them on the connection instead.
+
+    ``INSERT INTO t [(c1, c2)] SETTINGS k = v [VALUES | FORMAT f | SELECT ...]``: a query-level
+    clause costs nothing, where a ``SET`` before and after the insert costs two queries."""
+    head = tokens(sql[table_end : table_end + _INSERT_PREFIX])
+    at = 0
+    if head and head[0].text == "(":
+        closing = next((t for t in head[1:] if t.text == ")" and t.depth == 0), None)
+        if closing is None or (len(head) > 1 and head[1].upper in ("SELECT", "WITH")):
+            return None  # a long column list, or INSERT INTO t (SELECT ...)
+        at = closing.end
+        rest = [t for t in head if t.start >= closing.end]
+    else:
+        rest = head
+    if rest and rest[0].upper == "SETTINGS":
+        return None
+    if rest and rest[0].upper not in ("VALUES", "FORMAT", "SELECT", "WITH") and rest[0].text != "(":
+        return None
+    clause = ", ".join(f"{name} = {sql_string(value)}" for name, value in settings.items())
+    cut = table_end + at
+    tail = sql[cut:].lstrip()
+    return f"{sql[:cut]} SETTINGS {clause}" + (f" {tail}" if tail else "")
+
+
 def inline_settings(sql: str) -> dict[str, str]:
     """``SETTINGS a = 1, b = 'x'`` written in an INSERT statement itself."""
     toks = tokens(sql)

@@ -357,8 +357,9 @@ class LocalCluster(ClusterBase):
             r = self._replica(i)
             if r.proc is None or r.proc.poll() is not None:
                 raise ClusterError(f"replica {r.name} is not running")
-            # Never stop a replica while it holds the replication log's writer lock: the others
-            # would wait for it. Holding the lock here, it cannot be inside.
+            # Never stop a replica while it holds the replication log's lock (shared, inside an
+            # insert, or exclusive): the others would wait for it. Holding it exclusively here,
+            # no replica is inside.
             with _replog.writer_lock(self.replication_dir):
                 os.kill(r.proc.pid, signal.SIGSTOP)
                 # SIGSTOP takes effect asynchronously. Wait for it while still holding the lock:

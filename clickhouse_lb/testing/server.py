@@ -990,6 +990,7 @@ class ReplicaServer:
                 if check:
                     raise ClickHouseError.make(372, f"Session {session_id} not found")
                 session = _Session(session_id, EngineConn(self._path), threading.Lock(), timeout, time.monotonic())
+                session.conn.session = True
                 self._sessions[session_id] = session
             if not session.lock.acquire(blocking=False):
                 raise ClickHouseError.make(373, f"Session {session_id} is locked by a concurrent client")
