@@ -307,6 +307,19 @@ def test_a_block_run_before_a_crash_and_retried_elsewhere_is_not_doubled_by_a_ba
     assert rows(cluster, 0, table) == rows(cluster, 1, table) == expected
 
 
+def test_a_session_set_of_the_dedup_settings_is_honoured(cluster: LocalCluster, table: str) -> None:
+    session = cluster.client(2)  # clickhouse-connect opens a session per client
+    session.command("SET insert_deduplicate = 0")
+    session.insert(table, [[1, 1]], column_names=["w", "k"])
+    session.insert(table, [[1, 1]], column_names=["w", "k"])  # the same block twice: both written
+    session.command("SET insert_deduplicate = 1")
+    session.command("SET insert_deduplication_token = 'session-token'")
+    session.insert(table, [[2, 1]], column_names=["w", "k"])
+    session.insert(table, [[2, 2]], column_names=["w", "k"])  # other rows, same token: dropped
+    sync_shard(cluster, 2, table)
+    assert rows(cluster, 2, table) == rows(cluster, 3, table) == [(1, 1), (1, 1), (2, 1)]
+
+
 # -- system.tables ------------------------------------------------------------------------------
 def test_system_tables_says_replicated_engines(cluster: LocalCluster, table: str) -> None:
     other = f"rr_{uuid.uuid4().hex[:8]}"

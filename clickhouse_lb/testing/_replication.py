@@ -545,7 +545,7 @@ class Replication:
         self, conn: EngineConn, st: _sql.Statement, sql: str, settings: dict[str, str], run: RunStatement
     ) -> str | None:
         inline = _sql.inline_settings(sql[:4096])  # written before the data
-        if conn.session:  # the session's own SETs may have changed them: ask
+        if conn.set_by_client:  # a SET of the session's may have changed them: ask
             values = (
                 conn.execute(
                     "SELECT getSetting('insert_deduplicate'), getSetting('insert_deduplication_token')", "TSVRaw"
@@ -554,7 +554,7 @@ class Replication:
                 .rstrip("\n")
                 .split("\t")
             )
-        else:  # only the request's settings are on a sessionless connection: no query needed
+        else:  # only the request's settings are on the connection: no query needed
             values = [
                 settings.get("insert_deduplicate", self._dedup_default),
                 settings.get("insert_deduplication_token", ""),

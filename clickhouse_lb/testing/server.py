@@ -990,7 +990,6 @@ class ReplicaServer:
                 if check:
                     raise ClickHouseError.make(372, f"Session {session_id} not found")
                 session = _Session(session_id, EngineConn(self._path), threading.Lock(), timeout, time.monotonic())
-                session.conn.session = True
                 self._sessions[session_id] = session
             if not session.lock.acquire(blocking=False):
                 raise ClickHouseError.make(373, f"Session {session_id} is locked by a concurrent client")
@@ -1017,6 +1016,7 @@ class ReplicaServer:
         if keyword in _STATE_KEYWORDS:
             # SET / USE change the session itself: run them on the session's own state.
             conn.apply_settings({})
+            conn.set_by_client = conn.set_by_client or keyword == "SET"
             result = self._execute(conn, plan)
             if keyword == "USE":
                 target = _USE_TARGET.match(_LEADING_NOISE.sub("", statement.sql, count=1))
