@@ -24,8 +24,8 @@ Locks (``flock``, so they are cluster-wide and a SIGKILLed holder releases them)
   kernel), and still every entry is durable before the statement that wrote it is acknowledged.
 
 Readers never lock: a record not yet complete (or a torn one) is simply not read yet.
-:meth:`LocalCluster.pause` takes ``log.lock`` exclusively (through the turnstile) before SIGSTOP,
-so a stopped replica holds none of these locks.
+:meth:`LocalCluster.pause` holds the turnstile and ``log.lock`` exclusively while it sends SIGSTOP
+and waits for the stop, so a stopped replica holds none of these locks (at most it waits for one).
 """
 
 from __future__ import annotations
@@ -226,11 +226,15 @@ def _turnstile(directory: Path) -> Iterator[None]:
 @contextmanager
 def writer_lock(directory: str | os.PathLike[str]) -> Iterator[None]:
     """The writer lock of the log in ``directory``, exclusively, for another process (the
-    cluster's pause): once held, no replica is inside a logged write or an append."""
+    cluster's pause): once held, no replica is inside a logged write or an append.
+
+    The turnstile stays held too: released early, a replica's thread could pass it and wait
+    for the lock, and a replica stopped there would hold the turnstile, shutting every other
+    writer out until it is resumed."""
     fd = os.open(Path(directory) / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         with _turnstile(Path(directory)):
             fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+            yield
     finally:
         os.close(fd)
