@@ -160,3 +160,24 @@ async def test_the_async_sharded_pool_routes_the_same_way(shards: list[LocalClus
     for position, cluster in enumerate(shards):
         assert ids_on(cluster, 1) == sorted(i for i in ids if expected[i] == position)
     assert summary.written_rows == len(ids)
+
+
+def test_discovered_from_a_sharded_cluster_routes_to_every_shards_replicas() -> None:
+    """get_sharded_pool(hosts=[seed], cluster=...) reads shards, weights and replicas from
+    system.clusters; each row lands on both replicas of the shard the engine's expression picks."""
+    weights = [1, 3]
+    with LocalCluster(shards=2, replicas=2, shard_weights=weights) as cluster:
+        cluster.query(0, f"CREATE TABLE {TABLE} ON CLUSTER lb_cluster (id Int64, name String, v UInt32) "
+                         "ENGINE = ReplicatedMergeTree ORDER BY id")
+        with clickhouse_lb.get_sharded_pool(hosts=[cluster.hosts[0]], cluster="lb_cluster") as sharded:
+            assert sharded.shard_nums == (1, 2)
+            assert sharded.weights == (1, 3)
+            assert [sorted(p.addresses) for p in sharded.shards] == [sorted(h) for h in cluster.shard_hosts]
+            ids = list(range(400))
+            sharded.insert(TABLE, [[i, "x", 0] for i in ids], column_names=["id", "name", "v"],
+                           sharding_key="cityHash64(id)")
+        expected = engine_shard(cluster, "cityHash64(x)", ids, weights)
+        for position in range(2):
+            want = sorted(i for i in ids if expected[i] == position)
+            for i in cluster.shard_indices(position + 1):
+                assert ids_on(cluster, i) == want, (position, i)

@@ -1,4 +1,5 @@
-"""docker-compose.yml describes the cluster the integration suite expects and the docs name.
+"""docker-compose.yml describes the cluster the integration suite expects and the docs name
+(and docker-compose.sharded.yml its two-shard counterpart, checked at the end).
 
 No Docker engine runs here, so the file is checked as data: three clickhouse-server replicas and
 one Keeper of one pinned release, HTTP on loopback, healthchecks, and configuration files whose
@@ -181,3 +182,84 @@ def test_compose_cli_accepts_the_file_where_one_is_installed() -> None:
             assert resolved[name]["hostname"] == spec["hostname"] == name
     # CI installs Debian's docker-compose (.ci/run): there the check must have run.
     assert ran or not os.environ.get("CI"), "no compose CLI answered: .ci/run installs Debian's docker-compose"
+
+
+# -- docker-compose.sharded.yml: two shards of two replicas ---------------------------------------
+SHARDED = ROOT / "docker-compose.sharded.yml"
+SHARDED_REPLICAS = {"r1": "01", "r2": "01", "r3": "02", "r4": "02"}  # as LocalCluster(shards=2, replicas=2)
+
+
+def sharded_services() -> dict[str, Any]:
+    document = yaml.safe_load(SHARDED.read_text())
+    assert isinstance(document, dict)
+    result = document["services"]
+    assert isinstance(result, dict)
+    return result
+
+
+def sharded_servers() -> dict[str, dict[str, Any]]:
+    return {name: spec for name, spec in sharded_services().items() if name.startswith("clickhouse-")}
+
+
+def test_sharded_file_has_four_servers_and_a_keeper_of_the_same_release_as_the_main_file() -> None:
+    assert set(sharded_services()) == {"keeper", *(f"clickhouse-{r}" for r in SHARDED_REPLICAS)}
+    images = {spec["image"] for spec in sharded_services().values()}
+    main_tag = services()["keeper"]["image"].rpartition(":")[2]
+    assert {image.rpartition(":")[2] for image in images} == {main_tag}, images
+    assert "-p clickhouse-lb-sharded" in SHARDED.read_text()  # a project of its own, said how to start it
+
+
+def test_sharded_ports_are_on_loopback_apart_from_the_main_file_and_healthchecked() -> None:
+    main_ports = {int(str(spec["ports"][0]).split(":")[1]) for spec in servers().values()}
+    published = []
+    for name, spec in sharded_servers().items():
+        (port,) = spec["ports"]
+        host_ip, host_port, container_port = str(port).split(":")
+        assert (host_ip, container_port) == ("127.0.0.1", "8123"), name
+        published.append(int(host_port))
+        assert "/ping" in " ".join(spec["healthcheck"]["test"]), name
+        assert spec["depends_on"]["keeper"]["condition"] == "service_healthy", name
+    assert len(set(published)) == 4
+    assert not set(published) & main_ports
+
+
+def test_sharded_configuration_has_two_shards_whose_replicas_carry_their_shard_macro() -> None:
+    keeper_host = sharded_services()["keeper"]["hostname"]
+    shard_of_host: dict[str, str] = {}
+    cluster_files = set()
+    for name, spec in sorted(sharded_servers().items()):
+        replica_name = name.removeprefix("clickhouse-")
+        replica = ET.parse(mounted(spec, "/replica.xml")).getroot()
+        assert replica.findtext("macros/replica") == replica_name, name
+        assert replica.findtext("display_name") == replica_name, name
+        assert replica.findtext("macros/shard") == SHARDED_REPLICAS[replica_name], name
+        assert replica.findtext("interserver_http_host") == spec["hostname"], name
+        shard_of_host[spec["hostname"]] = SHARDED_REPLICAS[replica_name]
+        cluster_files.add(mounted(spec, "/cluster.xml"))
+    (cluster_file,) = cluster_files  # one remote_servers for all four
+    cluster = ET.parse(cluster_file).getroot()
+    assert cluster.findtext("zookeeper/node/host") == keeper_host
+    assert cluster.findtext("default_replica_path") == "/clickhouse/tables/{uuid}/{shard}"
+    shards = cluster.findall("remote_servers/lb_cluster/shard")
+    assert len(shards) == 2
+    for number, shard in enumerate(shards, start=1):
+        hosts = [r.findtext("host") or "" for r in shard.findall("replica")]
+        assert len(hosts) == 2
+        assert {shard_of_host[h] for h in hosts} == {f"{number:02d}"}  # each shard's replicas, shard macro
+        assert int(shard.findtext("weight") or "1") >= 0
+        assert shard.findtext("internal_replication") == "true"
+    keeper = mounted(sharded_services()["keeper"], "/keeper_config.xml")
+    assert ET.parse(keeper).getroot().find(".//keeper_server") is not None
+
+
+def test_compose_cli_accepts_the_sharded_file_where_one_is_installed() -> None:
+    for command in (["docker", "compose"], ["docker-compose"]):
+        if shutil.which(command[0]) is None:
+            continue
+        probe = subprocess.run([*command, "version"], capture_output=True, text=True, timeout=60, check=False)
+        if probe.returncode != 0:
+            continue
+        result = subprocess.run(
+            [*command, "-f", str(SHARDED), "config", "-q"], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert result.returncode == 0, result.stderr

@@ -130,3 +130,26 @@ def test_literals_and_literal_tables() -> None:
         "defaultValueOfTypeName('Map(String, UInt8)') AS `m`)"
     )
     assert literal_table(columns, []).endswith(" LIMIT 0)")
+
+
+def test_insert_settings_go_after_the_column_list() -> None:
+    from clickhouse_lb.testing._sql import with_insert_settings
+
+    def put(sql: str) -> str | None:
+        st = classify(sql)
+        assert st is not None
+        assert st.table is not None
+        return with_insert_settings(sql, st.table.end, {"insert_deduplication_token": "t1"})
+
+    assert put("INSERT INTO t (a, b) FORMAT Native") == (
+        "INSERT INTO t (a, b) SETTINGS insert_deduplication_token = 't1' FORMAT Native"
+    )
+    want = "INSERT INTO db.t SETTINGS insert_deduplication_token = 't1' VALUES (1)"
+    assert put("INSERT INTO db.t VALUES (1)") == want
+    assert put("INSERT INTO t (a)") == "INSERT INTO t (a) SETTINGS insert_deduplication_token = 't1'"
+    assert put("INSERT INTO t(a, tuple(b))SELECT 1") == (
+        "INSERT INTO t(a, tuple(b)) SETTINGS insert_deduplication_token = 't1' SELECT 1"
+    )
+    assert put("INSERT INTO t (a) SETTINGS x = 1 VALUES (1)") is None  # its own clause: SET instead
+    assert put("INSERT INTO t SETTINGS x = 1 VALUES (1)") is None
+    assert put("INSERT INTO t (SELECT 1)") is None

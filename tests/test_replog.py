@@ -66,3 +66,72 @@ def test_locked_is_reentrant(tmp_path: Path) -> None:
         assert log.held
         log.append({"kind": "attach"})
     assert not log.held
+
+
+def test_shared_holders_run_together_and_the_writer_lock_waits_for_them(tmp_path: Path) -> None:
+    log = ReplicationLog(tmp_path)
+    inside = threading.Barrier(3)  # two shared holders at once, and this thread
+    release = threading.Event()
+
+    def insert() -> None:
+        with log.shared():
+            inside.wait(timeout=10)
+            release.wait(timeout=10)
+
+    holders = [threading.Thread(target=insert) for _ in range(2)]
+    for t in holders:
+        t.start()
+    inside.wait(timeout=10)  # both are inside: shared holders do not exclude each other
+    order: list[str] = []
+    writer = threading.Thread(target=lambda: _take(tmp_path, order))
+    writer.start()
+    writer.join(timeout=0.3)
+    assert order == []  # the writer waits for them
+    release.set()
+    writer.join(timeout=10)
+    assert order == ["other got it"]
+    for t in holders:
+        t.join(timeout=10)
+
+
+def test_a_replica_stopped_while_waiting_for_the_lock_does_not_shut_writers_out(tmp_path: Path) -> None:
+    # pause() SIGSTOPs a replica under writer_lock. A replica thread that wants the lock at that
+    # moment must be stopped *waiting at* the turnstile: had it passed it (released early by the
+    # pause), it would be stopped holding it, and the next pause or writer would wait forever.
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = str(Path(__file__).resolve().parents[1])
+    code = "import sys; from clickhouse_lb.testing._replog import ReplicationLog\n"
+    code += "with ReplicationLog(sys.argv[1]).shared(): print('in', flush=True)\n"
+    with writer_lock(tmp_path):
+        child = subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": root}
+        )
+        deadline = time.monotonic() + 20
+        while f" {child.pid} " not in "".join(
+            line for line in Path("/proc/locks").read_text().splitlines(True) if "->" in line
+        ):
+            assert time.monotonic() < deadline, "the child never waited for a lock"
+            time.sleep(0.01)
+        os.kill(child.pid, signal.SIGSTOP)
+        while Path(f"/proc/{child.pid}/stat").read_text().rpartition(")")[2].split()[0] != "T":
+            assert time.monotonic() < deadline, "the child did not stop"  # SIGSTOP lands asynchronously
+            time.sleep(0.01)
+    try:
+        taken = threading.Event()
+
+        def again() -> None:
+            with writer_lock(tmp_path):
+                taken.set()
+
+        thread = threading.Thread(target=again, daemon=True)
+        thread.start()
+        assert taken.wait(timeout=10), "a stopped waiter holds the turnstile"
+    finally:
+        os.kill(child.pid, signal.SIGCONT)
+        out, _ = child.communicate(timeout=20)
+    assert out == b"in\n"

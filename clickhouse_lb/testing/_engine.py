@@ -252,6 +252,9 @@ class EngineConn:
         self.closed = False
         #: Set when a query failed part way; the pool then drops the connection instead of reusing it.
         self.broken = False
+        #: A SET statement of the client's ran on this connection (a session's): its settings
+        #: are then not only what apply_settings put on it.
+        self.set_by_client = False
 
     # -- execution -------------------------------------------------------------------------
     def execute(self, sql: str, fmt: str = "TabSeparated", params: dict[str, str] | None = None) -> Result:

@@ -205,14 +205,20 @@ def _engine(sql: str) -> EngineSpec | None:
     return None
 
 
-def _system_tables(toks: list[Token]) -> list[tuple[int, int, str]]:
+def _system_tables(toks: list[Token], names: tuple[str, ...] = ("clusters", "replicas")) -> list[tuple[int, int, str]]:
     found: list[tuple[int, int, str]] = []
     for i in range(len(toks) - 2):
         if toks[i].ident.lower() == "system" and toks[i + 1].text == ".":
             name = toks[i + 2].ident.lower()
-            if name in ("clusters", "replicas"):
+            if name in names:
                 found.append((toks[i].start, toks[i + 2].end, name))
     return found
+
+
+def system_tables_spans(sql: str) -> list[tuple[int, int, str]]:
+    """Where a SELECT names ``system.tables`` (answered by the engine, with the replicated
+    tables' engines put back: classify leaves it alone, as the engine's table is mostly right)."""
+    return _system_tables(tokens(sql), ("tables",))
 
 
 def classify(sql: str) -> Statement | None:
@@ -361,6 +367,33 @@ def replace_spans(sql: str, spans: list[tuple[int, int, str]]) -> str:
         last = end
     out.append(sql[last:])
     return "".join(out)
+
+
+def with_insert_settings(sql: str, table_end: int, settings: dict[str, str]) -> str | None:
+    """``sql`` (an INSERT whose table name ends at ``table_end``) with a ``SETTINGS`` clause of
+    ``settings`` after its column list, or None when it has a SETTINGS clause of its own there
+    (or a shape not understood): the caller then sets them on the connection instead.
+
+    ``INSERT INTO t [(c1, c2)] SETTINGS k = v [VALUES | FORMAT f | SELECT ...]``: a query-level
+    clause costs nothing, where a ``SET`` before and after the insert costs two queries."""
+    head = tokens(sql[table_end : table_end + _INSERT_PREFIX])
+    at = 0
+    if head and head[0].text == "(":
+        closing = next((t for t in head[1:] if t.text == ")" and t.depth == 0), None)
+        if closing is None or (len(head) > 1 and head[1].upper in ("SELECT", "WITH")):
+            return None  # a long column list, or INSERT INTO t (SELECT ...)
+        at = closing.end
+        rest = [t for t in head if t.start >= closing.end]
+    else:
+        rest = head
+    if rest and rest[0].upper == "SETTINGS":
+        return None
+    if rest and rest[0].upper not in ("VALUES", "FORMAT", "SELECT", "WITH") and rest[0].text != "(":
+        return None
+    clause = ", ".join(f"{name} = {sql_string(value)}" for name, value in settings.items())
+    cut = table_end + at
+    tail = sql[cut:].lstrip()
+    return f"{sql[:cut]} SETTINGS {clause}" + (f" {tail}" if tail else "")
 
 
 def inline_settings(sql: str) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""``LocalCluster``: n local ClickHouse replicas (the real engine through chdb), no Docker needed.
+"""``LocalCluster``: local ClickHouse replicas (the real engine through chdb), no Docker needed.
 
 Each replica is a separate Python process (``python -m clickhouse_lb.testing.replica``) running
 the ClickHouse engine from chdb behind ClickHouse's HTTP interface (see
@@ -17,6 +17,14 @@ shared by the replica processes (see docs/local-cluster.md for what it guarantee
 differs from ClickHouse Keeper). Replication faults: :meth:`delay_replication`,
 :meth:`stop_replication` / :meth:`start_replication`; network fault: :meth:`blackhole` /
 :meth:`unblackhole` (``connect()`` hangs). Plain MergeTree tables are per replica, as on a server.
+
+Shards: ``LocalCluster(shards=2, replicas=2)`` runs 4 processes in shard order (indices 0, 1 are
+shard 1's replicas, 2, 3 shard 2's); each has macro ``shard`` = its shard number (``01``,
+``02``), so ReplicatedMergeTree tables (default path ``/clickhouse/tables/{uuid}/{shard}``)
+replicate within their shard only; ``system.clusters`` lists every replica with its
+``shard_num``, ``replica_num`` and ``shard_weight`` (``shard_weights=``); ``ON CLUSTER`` runs on
+every process of every shard. See :attr:`LocalCluster.shard_hosts`, :meth:`LocalCluster.shard_of`,
+:meth:`LocalCluster.shard_indices`.
 
 Same port: ``shared_port=True`` (or ``port=N``) runs every replica on its own loopback address
 and one shared port, for the ``a,b,c:PORT`` URL forms.
@@ -92,6 +100,7 @@ class _Replica:
     name: str
     host: str
     data_dir: Path
+    shard: int = 1  # shard_num, from 1
     port: int = 0
     https_port: int = 0
     proc: subprocess.Popen[bytes] | None = None
@@ -104,10 +113,16 @@ def _default_distinct() -> bool:
 
 
 class LocalCluster(ClusterBase):
-    """n replica processes on loopback, each the real ClickHouse engine behind its HTTP interface.
+    """Replica processes on loopback, each the real ClickHouse engine behind its HTTP interface.
 
-    :param replicas: number of replicas.
-    :param names: replica names (macro ``replica`` and display name); default ``r1``, ``r2``, ...
+    :param replicas: number of replicas (of each shard).
+    :param shards: number of shards (default 1); processes are numbered in shard order, shard 1's
+        replicas first. Every process's macro ``shard`` is its shard number, two digits
+        (``01``, ``02``, ...), as in a server's ``<macros>``.
+    :param shard_weights: ``shard_weight`` of each shard in ``system.clusters`` (non-negative
+        integers, one per shard, as ``<weight>`` in ``remote_servers``); default 1 each.
+    :param names: replica names (macro ``replica`` and display name), one per process in shard
+        order; default ``r1``, ``r2``, ... (numbered across shards).
     :param base_dir: where the replicas' data directories go; default a temporary directory that
         :meth:`close` removes (a given ``base_dir`` is kept).
     :param distinct_addresses: replica ``i`` listens on ``127.0.0.(11+i)`` (Linux default) instead
@@ -134,6 +149,8 @@ class LocalCluster(ClusterBase):
         self,
         replicas: int = 3,
         *,
+        shards: int = 1,
+        shard_weights: list[int] | None = None,
         names: list[str] | None = None,
         base_dir: str | os.PathLike[str] | None = None,
         distinct_addresses: bool | None = None,
@@ -146,18 +163,32 @@ class LocalCluster(ClusterBase):
         port: int | None = None,
         advertised_hosts: list[str] | None = None,
     ) -> None:
-        if names is not None and len(names) != replicas:
-            raise ValueError("names must have one entry per replica")
-        if replicas < 1:
-            raise ValueError("at least one replica")
+        for label, value in (("replicas", replicas), ("shards", shards)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{label} must be an integer of at least 1, not {value!r}")
+        if shard_weights is None:
+            shard_weights = [1] * shards
+        if len(shard_weights) != shards:
+            raise ValueError(f"shard_weights must have one weight per shard ({shards}), not {len(shard_weights)}")
+        for n, weight in enumerate(shard_weights, start=1):
+            if isinstance(weight, bool) or not isinstance(weight, int) or weight < 0:
+                raise ValueError(f"shard_weights: the weight of shard {n} must be an integer >= 0, not {weight!r}")
+        total = shards * replicas
+        if names is not None and len(names) != total:
+            raise ValueError(f"names must have one entry per replica ({total}), not {len(names)}")
+        if names is not None and len(set(names)) != len(names):
+            raise ValueError(f"names must be distinct, not {names!r}")
+        self.shards = shards
+        self.replicas_per_shard = replicas
+        self.shard_weights = list(shard_weights)
         if port is not None and not 0 < port < 65536:
             raise ValueError(f"port must be between 1 and 65535, not {port!r}")
         if not cluster_name or not all(c.isalnum() or c in "_-" for c in cluster_name):
             raise ValueError(
                 f"cluster_name must be a non-empty name of letters, digits, '_' or '-', not {cluster_name!r}"
             )
-        self._names = list(names) if names is not None else [f"r{i + 1}" for i in range(replicas)]
-        self._advertised = _advertised(advertised_hosts, replicas)
+        self._names = list(names) if names is not None else [f"r{i + 1}" for i in range(total)]
+        self._advertised = _advertised(advertised_hosts, total)
         self._own_dir = base_dir is None
         self._base_dir = Path(base_dir) if base_dir is not None else None
         distinct = _default_distinct() if distinct_addresses is None else distinct_addresses
@@ -193,6 +224,26 @@ class LocalCluster(ClusterBase):
     @property
     def names(self) -> list[str]:
         return list(self._names)
+
+    # -- shards ----------------------------------------------------------------------------------
+    def shard_of(self, i: int) -> int:
+        """The shard (``shard_num``, from 1) of process ``i``."""
+        if not 0 <= i < len(self._names):
+            raise IndexError(f"no replica {i}; valid indices 0..{len(self._names) - 1}")
+        return i // self.replicas_per_shard + 1
+
+    def shard_indices(self, shard: int) -> list[int]:
+        """The process indices of shard ``shard`` (from 1), in replica order."""
+        if not 1 <= shard <= self.shards:
+            raise ValueError(f"no shard {shard!r}; valid shards 1..{self.shards}")
+        first = (shard - 1) * self.replicas_per_shard
+        return list(range(first, first + self.replicas_per_shard))
+
+    @property
+    def shard_hosts(self) -> list[list[str]]:
+        """``"host:port"`` of every replica, one list per shard in shard order."""
+        hosts = self.hosts
+        return [[hosts[i] for i in self.shard_indices(s)] for s in range(1, self.shards + 1)]
 
     @property
     def base_dir(self) -> Path:
@@ -243,7 +294,13 @@ class LocalCluster(ClusterBase):
                 self._base_dir = Path(tempfile.mkdtemp(prefix=_orphans.DIR_PREFIX))
             self._base_dir.mkdir(parents=True, exist_ok=True)
             self._replicas = [
-                _Replica(i, name, f"127.0.0.{11 + i}" if self._distinct else "127.0.0.1", self._base_dir / name)
+                _Replica(
+                    i,
+                    name,
+                    f"127.0.0.{11 + i}" if self._distinct else "127.0.0.1",
+                    self._base_dir / name,
+                    shard=self.shard_of(i),
+                )
                 for i, name in enumerate(self._names)
             ]
             if self._shared_port:
@@ -306,8 +363,9 @@ class LocalCluster(ClusterBase):
             r = self._replica(i)
             if r.proc is None or r.proc.poll() is not None:
                 raise ClusterError(f"replica {r.name} is not running")
-            # Never stop a replica while it holds the replication log's writer lock: the others
-            # would wait for it. Holding the lock here, it cannot be inside.
+            # Never stop a replica while it holds the replication log's lock (shared, inside an
+            # insert, or exclusive): the others would wait for it. Holding it exclusively here,
+            # no replica is inside.
             with _replog.writer_lock(self.replication_dir):
                 os.kill(r.proc.pid, signal.SIGSTOP)
                 # SIGSTOP takes effect asynchronously. Wait for it while still holding the lock:
@@ -398,9 +456,16 @@ class LocalCluster(ClusterBase):
         (see :mod:`clickhouse_lb.testing._replication`). Cleared by the crash."""
         self._replication(i, {"crash_before_logging": True})
 
+    def crash_in_batch(self, i: int) -> None:
+        """Replica ``i`` SIGKILLs itself the next time its applier inserts several log entries as
+        one engine insert (see :mod:`clickhouse_lb.testing._batching`), after the insert and
+        before the entries are recorded as applied. The restarted replica inserts that same
+        batch again, which the engine drops as a duplicate: every row once. Cleared by the crash."""
+        self._replication(i, {"crash_in_batch": True})
+
     def replication_state(self, i: int) -> dict[str, object]:
         """Replica ``i``'s replication: ``delay``, ``stopped``, ``crash_before_logging``,
-        ``applied``, ``log_end``, ``queue``."""
+        ``crash_in_batch``, ``applied``, ``log_end``, ``queue``."""
         return self._replication(i, None)
 
     def _replication(self, i: int, change: dict[str, object] | None) -> dict[str, object]:
@@ -490,7 +555,13 @@ class LocalCluster(ClusterBase):
         """Describe the cluster for the replicas' system.clusters."""
         def row(r: _Replica) -> dict[str, object]:
             host, port = self._advertised[r.index] if self._advertised else (r.host, None)
-            return {"name": r.name, "host": host, "port": port or r.port}
+            return {
+                "name": r.name,
+                "host": host,
+                "port": port or r.port,
+                "shard": r.shard,
+                "weight": self.shard_weights[r.shard - 1],
+            }
 
         description = {"cluster": self.cluster_name, "replicas": [row(self._replicas[i]) for i in self.described]}
         path = self.base_dir / "cluster.json"
@@ -557,6 +628,8 @@ class LocalCluster(ClusterBase):
             str(r.port),
             "--name",
             r.name,
+            "--shard",
+            f"{r.shard:02d}",
             "--data-dir",
             str(r.data_dir),
             "--port-file",

@@ -1016,6 +1016,7 @@ class ReplicaServer:
         if keyword in _STATE_KEYWORDS:
             # SET / USE change the session itself: run them on the session's own state.
             conn.apply_settings({})
+            conn.set_by_client = conn.set_by_client or keyword == "SET"
             result = self._execute(conn, plan)
             if keyword == "USE":
                 target = _USE_TARGET.match(_LEADING_NOISE.sub("", statement.sql, count=1))
