@@ -31,6 +31,12 @@ from clickhouse_lb.config.discovery import (
 )
 from clickhouse_lb.config.health import DEFAULT_HEALTH, HEALTH_SETTING_NAMES, HealthSettings, parse_health_settings
 from clickhouse_lb.config.lag import DEFAULT_LAG, LAG_SETTING_NAMES, LagSettings, parse_lag_settings
+from clickhouse_lb.config.read_your_writes import (
+    DEFAULT_READ_YOUR_WRITES,
+    READ_YOUR_WRITES_SETTING_NAMES,
+    ReadYourWritesSettings,
+    parse_read_your_writes_settings,
+)
 from clickhouse_lb.config.replicas import DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, Replica, parse_dsn, parse_replicas
 from clickhouse_lb.config.settings import (
     BALANCING_SETTING_NAMES,
@@ -161,6 +167,8 @@ class PoolConfig:
     discovery: DiscoverySettings = NO_DISCOVERY
     #: The hosts the user gave, when ``replicas`` were discovered from them.
     seeds: tuple[Replica, ...] = ()
+    #: Reads that follow a write go to a replica known to have it (clickhouse_lb.core.read_your_writes).
+    read_your_writes: ReadYourWritesSettings = DEFAULT_READ_YOUR_WRITES
 
     #: How attempts wait (timeouts, liveness, hedging): derived from the settings and the
     #: timeout options, which are then taken out of ``client_options`` (the pool gives each
@@ -188,9 +196,10 @@ class PoolConfig:
 
 #: Every setting a pool takes by name: balancing, health probes, replica lag.
 POOL_SETTING_NAMES: tuple[str, ...] = (
-    *BALANCING_SETTING_NAMES, *HEALTH_SETTING_NAMES, *LAG_SETTING_NAMES, *DISCOVERY_SETTING_NAMES
+    *BALANCING_SETTING_NAMES, *HEALTH_SETTING_NAMES, *LAG_SETTING_NAMES, *DISCOVERY_SETTING_NAMES,
+    *READ_YOUR_WRITES_SETTING_NAMES,
 )
-_OWN_SECTIONS = (*HEALTH_SETTING_NAMES, *LAG_SETTING_NAMES, *DISCOVERY_SETTING_NAMES)
+_OWN_SECTIONS = (*HEALTH_SETTING_NAMES, *LAG_SETTING_NAMES, *DISCOVERY_SETTING_NAMES, *READ_YOUR_WRITES_SETTING_NAMES)
 #: ``compress=``: a boolean, or one of these algorithms (clickhouse-connect's).
 COMPRESS_CHOICES = ("lz4", "zstd", "br", "brotli", "gzip", "deflate")
 _BOOL_OPTIONS = frozenset(
@@ -332,5 +341,8 @@ def resolve_pool_config(
     health = parse_health_settings({k: v for k, v in own.items() if k in HEALTH_SETTING_NAMES})
     lag = parse_lag_settings({k: v for k, v in own.items() if k in LAG_SETTING_NAMES})
     discovery = parse_discovery_settings({k: v for k, v in own.items() if k in DISCOVERY_SETTING_NAMES})
+    ryw = parse_read_your_writes_settings({k: v for k, v in own.items() if k in READ_YOUR_WRITES_SETTING_NAMES})
     share = True if share_state is None else as_bool(SHARE_STATE, share_state)
-    return PoolConfig(replicas, settings, options, health, lag, share_state=share, discovery=discovery)
+    return PoolConfig(
+        replicas, settings, options, health, lag, share_state=share, discovery=discovery, read_your_writes=ryw
+    )

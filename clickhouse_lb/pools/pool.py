@@ -50,6 +50,7 @@ from clickhouse_lb.pools._base import (
 from clickhouse_lb.pools._client_api import STATEMENT_METHODS, SyncClientAPI
 from clickhouse_lb.pools._client_members import read_statement
 from clickhouse_lb.pools._drive_sync import SyncDriver
+from clickhouse_lb.pools._read_your_writes import PoolReadYourWrites, ReadYourWritesMember
 from clickhouse_lb.pools._transport import current_attempt, quiet_transport, set_client_timeouts, tracking_pool_manager
 from clickhouse_lb.pools._watchdog import Watchdog
 from clickhouse_lb.probes._shared import Forwarder, SharedProbes
@@ -77,7 +78,7 @@ class _Slot(ClientSlot[Client]):
         self.lock = threading.Lock()
 
 
-class ReplicaPool(SyncClientAPI, PoolBase):
+class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolBase):
     """A Client-like pool over ClickHouse replicas with ClickHouse's load balancing and failover.
 
     Create it with :func:`get_pool`. Statements (``query``, ``command``, ``insert``, ``query_df``,
@@ -107,6 +108,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         if self._manager is not None:
             self._options["pool_mgr"] = self._manager
         self._view = self._view._replace(slots=tuple(_Slot() for _ in self.config.replicas))
+        self._ryw = PoolReadYourWrites(config.read_your_writes, config.client_options.get("database"))
         self._policy = sync_policy()
         self._driver = SyncDriver()
         # Attempts that are not hedged run on the caller's thread under a watchdog where their
@@ -226,6 +228,9 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         order = view.balancer.plan_indices(call.overrides)
         if view.health is not None:
             order = self._fresh_first(order, call.settings, view)
+        ryw = self._ryw.begin(call, method, view.balancer) if self._ryw.armed or call.read_your_writes else None
+        if ryw is not None:
+            order = ryw.order(order)
         attempts = self._attempts(method, order, view=view, statement=call)
         plan = self._statement_plan(attempts, call)
 
@@ -244,6 +249,8 @@ class ReplicaPool(SyncClientAPI, PoolBase):
                 view.balancer.record_success(winner)
             return result
 
+        if ryw is not None:
+            attempt = ryw.guard_sync(attempt, plan, lambda index: self._client(index, view))
         if not self._track_views:
             return run_sync(attempts, attempt, self._policy)
         self._in_flight.acquire(view)
@@ -457,6 +464,9 @@ def get_pool(
     shard: int | None = None,
     cluster_http_port: int | None = None,
     cluster_discovery_interval_ms: int | None = None,
+    read_your_writes: bool | int | None = None,
+    read_your_writes_window_ms: int | None = None,
+    read_your_writes_timeout_ms: int | None = None,
     listeners: Iterable[Listener] = (),
     share_state: bool | None = None,
     connect_on_create: bool = True,
@@ -487,6 +497,11 @@ def get_pool(
     9440 -> 8443, any other port as listed) and re-reads them every
     ``cluster_discovery_interval_ms=30000`` (0: once) through the health worker (see
     :mod:`clickhouse_lb.core.discovery`). A discovered pool keeps its balancing state to itself.
+
+    ``read_your_writes=1`` (off by default): a read that follows a write of the same thread or task
+    goes to a replica known to have it, for ``read_your_writes_window_ms=5000``; when that replica
+    fails, another is first made to catch up, waiting at most ``read_your_writes_timeout_ms=5000``
+    (see docs/read-your-writes.md; also per statement, and ``with pool.read_your_writes():``).
 
     ``share_state=True`` (the default; ``share_state=0`` in a DSN): the error counts, decay
     clock and round-robin counter are shared with every other pool and engine of the process
