@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar, Token
-from typing import Any, TypeVar, cast
+from typing import Any, NoReturn, TypeVar, cast
 
 from clickhouse_lb.config.read_your_writes import ReadYourWritesSettings
 from clickhouse_lb.core._statements import PreparedCall
@@ -68,10 +68,12 @@ class PoolReadYourWrites:
         if not on:
             return None
         settings, addresses = self.settings, balancer.addresses
-        if call.write:
-            table = written_table(method, call.args, call.kwargs, call.text, self.database)
-            return StatementHook(addresses, (), table, settings, write=True)
         writes = recent_writes(addresses, time.monotonic(), settings.window)
+        if call.write:
+            # A write goes where the earlier ones are (it needs no catch-up: the order of writes
+            # is replication's), so that one replica keeps having all of them for the reads.
+            table = written_table(method, call.args, call.kwargs, call.text, self.database)
+            return StatementHook(addresses, writes, table, settings, write=True)
         return StatementHook(addresses, writes, None, settings) if writes else None
 
     def opened(self) -> None:
@@ -108,7 +110,7 @@ class StatementHook:
 
     def _steer(self, plan: StatementPlan) -> None:
         # A hedge would send the read to a replica that may not have the write, unsynced.
-        if self.writes:
+        if self.writes and not self.write:
             plan.hedgeable = False
 
     def guard_sync(self, attempt: F, plan: StatementPlan, client_of: Callable[[int], Any]) -> F:
@@ -117,13 +119,13 @@ class StatementHook:
 
         def guarded(index: int) -> Any:
             address = self.addresses[index]
-            missing = missing_on(self.writes, address)
+            missing = missing_on(self.writes, address) if not self.write else []
             for table, first in self._tables(missing):
                 remaining = self._remaining(first, address)
                 try:
                     client_of(index).command(sync_replica_sql(table), settings={"receive_timeout": remaining})
                 except Exception as exc:
-                    raise self._failed(exc, first, table, address) from exc
+                    self._raise_failed(exc, first, table, address)
             self._synced(missing, address)
             result = attempt(index)
             self._written(address)
@@ -137,14 +139,14 @@ class StatementHook:
 
         async def guarded(index: int) -> Any:
             address = self.addresses[index]
-            missing = missing_on(self.writes, address)
+            missing = missing_on(self.writes, address) if not self.write else []
             for table, first in self._tables(missing):
                 remaining = self._remaining(first, address)
                 try:
                     client = await client_of(index)
                     await client.command(sync_replica_sql(table), settings={"receive_timeout": remaining})
                 except Exception as exc:
-                    raise self._failed(exc, first, table, address) from exc
+                    self._raise_failed(exc, first, table, address)
             self._synced(missing, address)
             result = await attempt(index)
             self._written(address)
@@ -183,11 +185,11 @@ class StatementHook:
                                       "no time left after earlier catch-ups")
         return round(remaining, 3)
 
-    def _failed(self, exc: Exception, write: RecentWrite, table: str, address: str) -> Exception:
+    def _raise_failed(self, exc: Exception, write: RecentWrite, table: str, address: str) -> NoReturn:
         failure = classify(exc)
-        if failure.replica and failure.kind != "query":
-            return exc  # this replica cannot serve now: fail over to the next, as for the read
-        return ReadYourWritesError(write.address, table, address, self.settings.timeout, failure.reason)
+        if failure.replica:
+            raise exc  # this replica cannot serve now: fail over to the next, as for the read
+        raise ReadYourWritesError(write.address, table, address, self.settings.timeout, failure.reason) from exc
 
 
 class ReadYourWritesBlock:
