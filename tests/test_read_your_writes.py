@@ -5,6 +5,7 @@ settings the server sees), and the settings' parsing. Against real replication (
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 
@@ -199,3 +200,24 @@ def test_settings_parse_from_keywords_and_dsn_with_bounds() -> None:
         make_pool(FakeCluster("a"), read_your_writes="maybe")
     with pytest.raises(ConfigurationError, match="read_your_writes 'sometimes'"):
         make_pool(FakeCluster("a")).query("SELECT 1", settings={"read_your_writes": "sometimes"})
+
+
+def test_async_pool_follows_the_write_and_makes_another_replica_catch_up() -> None:
+    from .test_aio import AsyncFakeCluster
+    from .test_aio import make_pool as make_async_pool
+    from .test_aio import refused as async_refused
+
+    async def main() -> None:
+        cluster = AsyncFakeCluster("a", "b", "c")
+        pool = make_async_pool(cluster, load_balancing="round_robin")
+        async with pool.read_your_writes():
+            writer = served_by(await pool.insert("events", [[1]], column_names=["x"]))
+            assert {served_by(await pool.query("SELECT 1")) for _ in range(3)} == {writer}
+            cluster[writer].outcomes = [async_refused]
+            other = served_by(await pool.query("SELECT count() FROM events"))
+        assert other != writer
+        (sync, sync_args, _), (read, _, _) = cluster[other].calls[-2:]
+        assert (sync, sync_args, read) == ("command", ("SYSTEM SYNC REPLICA events",), "query")
+        await pool.close()
+
+    asyncio.run(main())
