@@ -221,3 +221,14 @@ def test_async_pool_follows_the_write_and_makes_another_replica_catch_up() -> No
         await pool.close()
 
     asyncio.run(main())
+
+
+def test_a_sqlalchemy_url_takes_the_settings_like_the_other_pool_settings() -> None:
+    from sqlalchemy.engine import make_url
+
+    from clickhouse_lb.sqlalchemy.url import engine_args_from_url
+
+    url = make_url("clickhousedb+lb://default:@a:8123/db?host=b:8123&read_your_writes=1&read_your_writes_timeout_ms=300")
+    config = engine_args_from_url(url).config
+    assert config.read_your_writes == ReadYourWritesSettings(True, 5000, 300)
+    assert "read_your_writes" in repr(config)

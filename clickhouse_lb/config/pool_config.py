@@ -190,7 +190,7 @@ class PoolConfig:
         return (
             f"PoolConfig(replicas={self.replicas!r}, settings={self.settings!r}, client_options={shown!r}, "
             f"health={self.health!r}, lag={self.lag!r}, share_state={self.share_state!r}, "
-            f"attempts={self.attempts!r}, discovery={self.discovery!r})"
+            f"attempts={self.attempts!r}, discovery={self.discovery!r}, read_your_writes={self.read_your_writes!r})"
         )
 
 
