@@ -24,6 +24,7 @@ __all__ = [
     "AttemptFailure",
     "ConfigurationError",
     "PoolMemberError",
+    "ReadYourWritesError",
     "ReplicaConnectError",
     "RetryBudgetExhaustedError",
     "SessionLostError",
@@ -332,3 +333,27 @@ class ShardedInsertError(OperationalError):
             f"written: {done}; failed:\n" + "\n".join(lines)
             + "\nRepeat the insert with the same insert_deduplication_token to write only what is missing."
         )
+
+
+class ReadYourWritesError(OperationalError):
+    """A read under ``read_your_writes`` could not be served by a replica known to have this
+    thread's or task's recent write: the replica that acknowledged it (``writer``) failed, and
+    ``replica`` was not made to catch up with ``table`` (``SYSTEM SYNC REPLICA``) within
+    ``timeout`` seconds (``read_your_writes_timeout_ms``). ``reason`` says why (redacted); the
+    original failure, if any, is ``__cause__``. Code 159 (the server's TIMEOUT_EXCEEDED, which its
+    own ``SYNC REPLICA`` raises): a query failure for the pool, so the read stops here rather than
+    go on to a replica that might not have the write either."""
+
+    def __init__(self, writer: str, table: str, replica: str, timeout: float, reason: str) -> None:
+        self.writer = writer
+        self.table = table
+        self.replica = replica
+        self.timeout = timeout
+        self.reason = redact(reason)
+        super().__init__(
+            f"Read-your-writes: the write to {table} was acknowledged by {writer}, which did not serve the "
+            f"read; {replica} did not catch up with {table} within read_your_writes_timeout_ms="
+            f"{timeout * 1000:g} ({self.reason}). Retry the read later, raise read_your_writes_timeout_ms, "
+            "or read without read_your_writes."
+        )
+        self.code = 159  # after the base class, which may set its own

@@ -74,6 +74,9 @@ LIMITS: dict[str, Bounds] = {
     "shard": Bounds("int", 1, 2**32 - 1, "(a shard_num of system.clusters)"),
     "cluster_http_port": Bounds("int", 1, 65535, "(a TCP port)"),
     "cluster_discovery_interval_ms": Bounds("int", 0, 24 * _HOUR_MS, "ms (0: read once)"),
+    # read-your-writes (clickhouse_lb.config.read_your_writes)
+    "read_your_writes_window_ms": Bounds("int", 1, 24 * _HOUR_MS, "ms"),
+    "read_your_writes_timeout_ms": Bounds("int", 1, _HOUR_MS, "ms"),
     # clickhouse-connect client options the pool checks before any I/O (clickhouse_lb.config.pool_config)
     "connect_timeout": Bounds("seconds", 0.001, 3600.0, "seconds"),
     "send_receive_timeout": Bounds("seconds", 0.001, 7 * _DAY, "seconds"),

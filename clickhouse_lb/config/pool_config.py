@@ -27,6 +27,12 @@ from clickhouse_lb.config.discovery import (
 )
 from clickhouse_lb.config.health import DEFAULT_HEALTH, HEALTH_SETTING_NAMES, HealthSettings, parse_health_settings
 from clickhouse_lb.config.lag import DEFAULT_LAG, LAG_SETTING_NAMES, LagSettings, parse_lag_settings
+from clickhouse_lb.config.read_your_writes import (
+    DEFAULT_READ_YOUR_WRITES,
+    READ_YOUR_WRITES_SETTING_NAMES,
+    ReadYourWritesSettings,
+    parse_read_your_writes_settings,
+)
 from clickhouse_lb.config.replicas import DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, Replica, parse_dsn, parse_replicas
 from clickhouse_lb.config.retry_budget import (
     DEFAULT_RETRY_BUDGET,
@@ -173,6 +179,8 @@ class PoolConfig:
     timeout_options: Mapping[str, float] = field(default_factory=dict)
     #: The limit on the requests the pool sends on its own (clickhouse_lb.core.retry_budget).
     retry_budget: RetryBudgetSettings = DEFAULT_RETRY_BUDGET
+    #: Reads that follow a write go to a replica known to have it (clickhouse_lb.core.read_your_writes).
+    read_your_writes: ReadYourWritesSettings = DEFAULT_READ_YOUR_WRITES
 
     def __post_init__(self) -> None:
         mixed = sorted(name for name in CLIENT_TIMEOUT_OPTIONS if name in self.client_options)
@@ -201,7 +209,7 @@ class PoolConfig:
             f"PoolConfig(replicas={self.replicas!r}, settings={self.settings!r}, client_options={shown!r}, "
             f"timeout_options={dict(self.timeout_options)!r}, health={self.health!r}, lag={self.lag!r}, "
             f"share_state={self.share_state!r}, attempts={self.attempts!r}, discovery={self.discovery!r}, "
-            f"retry_budget={self.retry_budget!r})"
+            f"retry_budget={self.retry_budget!r}, read_your_writes={self.read_your_writes!r})"
         )
 
 
@@ -209,8 +217,12 @@ class PoolConfig:
 POOL_SETTING_NAMES: tuple[str, ...] = (
     *BALANCING_SETTING_NAMES, *HEALTH_SETTING_NAMES, *LAG_SETTING_NAMES, *DISCOVERY_SETTING_NAMES,
     *RETRY_BUDGET_SETTING_NAMES,
+    *READ_YOUR_WRITES_SETTING_NAMES,
 )
-_OWN_SECTIONS = (*HEALTH_SETTING_NAMES, *LAG_SETTING_NAMES, *DISCOVERY_SETTING_NAMES, *RETRY_BUDGET_SETTING_NAMES)
+_OWN_SECTIONS = (
+    *HEALTH_SETTING_NAMES, *LAG_SETTING_NAMES, *DISCOVERY_SETTING_NAMES, *RETRY_BUDGET_SETTING_NAMES,
+    *READ_YOUR_WRITES_SETTING_NAMES,
+)
 #: ``compress=``: a boolean, or one of these algorithms (clickhouse-connect's).
 COMPRESS_CHOICES = ("lz4", "zstd", "br", "brotli", "gzip", "deflate")
 _BOOL_OPTIONS = frozenset(
@@ -347,8 +359,10 @@ def resolve_pool_config(
     lag = parse_lag_settings({k: v for k, v in own.items() if k in LAG_SETTING_NAMES})
     discovery = parse_discovery_settings({k: v for k, v in own.items() if k in DISCOVERY_SETTING_NAMES})
     budget = parse_retry_budget_settings({k: v for k, v in own.items() if k in RETRY_BUDGET_SETTING_NAMES})
+    ryw = parse_read_your_writes_settings({k: v for k, v in own.items() if k in READ_YOUR_WRITES_SETTING_NAMES})
     share = True if share_state is None else as_bool(SHARE_STATE, share_state)
     return PoolConfig(
         replicas, settings, options, health, lag,
         share_state=share, discovery=discovery, timeout_options=timeout_options, retry_budget=budget,
+        read_your_writes=ryw,
     )

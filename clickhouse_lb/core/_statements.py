@@ -21,6 +21,7 @@ from clickhouse_lb.config.attempt_settings import (
     StatementAttemptSettings,
     split_statement_attempt_settings,
 )
+from clickhouse_lb.config.read_your_writes import READ_YOUR_WRITES
 from clickhouse_lb.config.settings import NO_OVERRIDES, StatementOverrides, split_statement_settings
 from clickhouse_lb.errors import ConfigurationError
 
@@ -70,8 +71,8 @@ class PreparedCall:
     decided on first use: on the common path, where its first attempt succeeds, nothing asks."""
 
     __slots__ = (
-        "_safe", "_text", "_write", "args", "attempt_settings", "kwargs", "overrides", "query_id", "settings",
-        "settings_position",
+        "_safe", "_text", "_write", "args", "attempt_settings", "kwargs", "overrides", "query_id",
+        "read_your_writes", "settings", "settings_position",
     )
 
     def __init__(
@@ -87,6 +88,7 @@ class PreparedCall:
         attempt_settings: StatementAttemptSettings = NO_STATEMENT_SETTINGS,
         query_id: str | None = None,
         settings_position: int | None = None,
+        read_your_writes: bool | None = None,
     ) -> None:
         self.args = args
         self.kwargs = kwargs
@@ -98,6 +100,8 @@ class PreparedCall:
         #: The ``query_id`` it gave in its settings, if any.
         self.query_id = query_id
         self.settings_position = settings_position
+        #: Its own ``read_your_writes`` setting (None: not given; the pool's or a block's applies).
+        self.read_your_writes = read_your_writes
         # ``write`` None: decided from ``text`` (the statement's SQL) when first asked.
         self._write = write
         self._text = text
@@ -112,6 +116,11 @@ class PreparedCall:
         if write is None:
             write = self._write = not is_read_only(self._text)
         return write
+
+    @property
+    def text(self) -> Any:
+        """The statement's SQL (or query context) when it is not an insert method; else None."""
+        return self._text
 
     @property
     def read_only(self) -> bool:
@@ -186,6 +195,10 @@ def prepare_call(
     if rest and IDEMPOTENT in rest:
         idempotent = as_bool(IDEMPOTENT, rest[IDEMPOTENT])
         rest = {k: v for k, v in rest.items() if k != IDEMPOTENT}
+    read_your_writes: bool | None = None
+    if rest and READ_YOUR_WRITES in rest:
+        read_your_writes = as_bool(READ_YOUR_WRITES, rest[READ_YOUR_WRITES])
+        rest = {k: v for k, v in rest.items() if k != READ_YOUR_WRITES}
     write: bool | None = None
     text = None
     if method in INSERT_METHODS:
@@ -212,4 +225,5 @@ def prepare_call(
         args, kwargs, overrides, settings=rest, write=write, text=text, safe=safe or idempotent,
         attempt_settings=attempt_settings,
         query_id=str(query_id) if query_id is not None else None, settings_position=settings_position,
+        read_your_writes=read_your_writes,
     )

@@ -59,6 +59,7 @@ from clickhouse_lb.pools._client_members import async_read_statement
 from clickhouse_lb.pools._drive_async import AsyncDriver
 from clickhouse_lb.pools._factory_arguments import factory_arguments, pool_factory
 from clickhouse_lb.pools._liveness import async_reading
+from clickhouse_lb.pools._read_your_writes import PoolReadYourWrites, ReadYourWritesMember
 from clickhouse_lb.probes.workers import AsyncProbeWorker
 
 __all__ = ["AsyncPinnedSession", "AsyncReplicaPool", "get_async_pool"]
@@ -111,7 +112,7 @@ class _Slot(ClientSlot[AsyncClient]):
         return self._lock
 
 
-class AsyncReplicaPool(AsyncClientAPI, PoolBase):
+class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolBase):
     """An AsyncClient-like pool over ClickHouse replicas with ClickHouse's load balancing and
     failover. Create it with :func:`get_async_pool`.
 
@@ -138,6 +139,7 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         # The async client takes fractional timeouts natively.
         self._options = client_options_for(self.config, whole_seconds=False)
         self._view = self._view._replace(slots=tuple(_Slot() for _ in self.config.replicas))
+        self._ryw = PoolReadYourWrites(config.read_your_writes, config.client_options.get("database"))
         self._policy = async_policy()
         self._driver = AsyncDriver()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -265,6 +267,9 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
         order = await self._plan(call.overrides, view)
         if view.health is not None:
             order = self._fresh_first(order, call.settings, view)
+        ryw = self._ryw.begin(call, method, view.balancer) if self._ryw.armed or call.read_your_writes else None
+        if ryw is not None:
+            order = ryw.order(order)
         attempts = self._attempts(method, order, view=view, statement=call)
         plan = self._statement_plan(attempts, call)
 
@@ -279,6 +284,8 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
                 view.balancer.record_success(winner)
             return result
 
+        if ryw is not None:
+            attempt = ryw.guard_async(attempt, plan, lambda index: self._client(index, view))
         if not self._track_views:
             return await run_async(attempts, attempt, self._policy)
         self._in_flight.acquire(view)

@@ -52,6 +52,7 @@ from clickhouse_lb.pools._drive_sync import SyncDriver
 from clickhouse_lb.pools._factory_arguments import factory_arguments, pool_factory
 from clickhouse_lb.pools._leftovers import settled
 from clickhouse_lb.pools._liveness import SyncLiveness
+from clickhouse_lb.pools._read_your_writes import PoolReadYourWrites, ReadYourWritesMember
 from clickhouse_lb.pools._transport import current_attempt, quiet_transport, set_client_timeouts, tracking_pool_manager
 from clickhouse_lb.pools._watchdog import Watchdog
 from clickhouse_lb.probes._shared import Forwarder, SharedProbes
@@ -79,7 +80,7 @@ class _Slot(ClientSlot[Client]):
         self.lock = threading.Lock()
 
 
-class ReplicaPool(SyncClientAPI, PoolBase):
+class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolBase):
     """A Client-like pool over ClickHouse replicas with ClickHouse's load balancing and failover.
 
     Create it with :func:`get_pool`. Statements (``query``, ``command``, ``insert``, ``query_df``,
@@ -110,6 +111,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
             self._options["pool_mgr"] = self._manager
         self._view = self._view._replace(slots=tuple(_Slot() for _ in self.config.replicas))
         self._policy, self._driver, self._liveness = sync_policy(), SyncDriver(), SyncLiveness()
+        self._ryw = PoolReadYourWrites(config.read_your_writes, config.client_options.get("database"))
         # Attempts that are not hedged run on the caller's thread under a watchdog where their
         # connections can be shut down from outside (or the clients are the caller's own: a
         # test's fakes); otherwise on the driver's worker threads, which the statement can
@@ -227,6 +229,9 @@ class ReplicaPool(SyncClientAPI, PoolBase):
         order = view.balancer.plan_indices(call.overrides)
         if view.health is not None:
             order = self._fresh_first(order, call.settings, view)
+        ryw = self._ryw.begin(call, method, view.balancer) if self._ryw.armed or call.read_your_writes else None
+        if ryw is not None:
+            order = ryw.order(order)
         attempts = self._attempts(method, order, view=view, statement=call)
         plan = self._statement_plan(attempts, call)
 
@@ -245,6 +250,8 @@ class ReplicaPool(SyncClientAPI, PoolBase):
                 view.balancer.record_success(winner)
             return result
 
+        if ryw is not None:
+            attempt = ryw.guard_sync(attempt, plan, lambda index: self._client(index, view))
         if not self._track_views:
             return run_sync(attempts, attempt, self._policy)
         self._in_flight.acquire(view)
@@ -448,6 +455,11 @@ def get_pool(hosts: Any = None, **arguments: Any) -> ReplicaPool:
     9440 -> 8443, any other port as listed) and re-reads them every
     ``cluster_discovery_interval_ms=30000`` (0: once) through the health worker (see
     :mod:`clickhouse_lb.core.discovery`). A discovered pool keeps its balancing state to itself.
+
+    ``read_your_writes=1`` (off by default): a read that follows a write of the same thread or task
+    goes to a replica known to have it, for ``read_your_writes_window_ms=5000``; when that replica
+    fails, another is first made to catch up, waiting at most ``read_your_writes_timeout_ms=5000``
+    (see docs/read-your-writes.md; also per statement, and ``with pool.read_your_writes():``).
 
     ``share_state=True`` (the default; ``share_state=0`` in a DSN): the error counts, decay
     clock and round-robin counter are shared with every other pool and engine of the process
