@@ -57,7 +57,6 @@ _POOL_OWNED = {
     "host": "pass hosts=[...] (or a dsn) to the pool instead",
     "port": "give each host as 'host:port'",
     "dsn": "pass dsn= to the pool",
-    "session_id": "use `with pool.session() as client:` for a session pinned to one replica",
 }
 
 

@@ -57,6 +57,7 @@ from clickhouse_lb.pools._base import (
 from clickhouse_lb.pools._client_api import STATEMENT_METHODS
 from clickhouse_lb.pools._client_members import async_read_statement
 from clickhouse_lb.pools._drive_async import AsyncDriver
+from clickhouse_lb.pools._session_async import AsyncSessionRoute
 from clickhouse_lb.probes.workers import AsyncProbeWorker
 
 __all__ = ["AsyncPinnedSession", "AsyncReplicaPool", "get_async_pool"]
@@ -122,6 +123,7 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
     _settings_position = _SETTINGS_POSITION
 
     _prober: AsyncProbeWorker | None
+    _connect_hint = "create the pool with `pool = await get_async_pool(...)` (or `await pool.connect()`)"
 
     def __init__(
         self,
@@ -154,6 +156,7 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
             weakref.finalize(self, self._prober.stop)
         #: Whether ``await pool`` checks that a replica answers (get_async_pool's connect_on_create).
         self._connect_on_await = True
+        self._in_session = AsyncSessionRoute(self, AsyncPinnedSession) if self._session_id else None
         self._sealed = True
 
     # -- loop, ordering --------------------------------------------------------------------
@@ -211,7 +214,7 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
             slot.raise_shared_failure(seen)
             version = self._changes.version
             with slot.creating(address):
-                client = await self._new_client(index, view, autogenerate_session_id=False)
+                client = await self._new_client(index, view, **self._pooled_options)
             if self._closed:  # closed while the client was being created
                 await _close_quietly(client)
                 raise self._closed_error()
@@ -256,6 +259,8 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
     # -- statements ------------------------------------------------------------------------
 
     async def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self._in_session is not None:  # session_id=: one replica, one ClickHouse session
+            return await self._in_session.call(method, args, kwargs)
         if self._closed:
             raise self._closed_error()
         call = self._prepare(method, args, kwargs)
@@ -303,6 +308,8 @@ class AsyncReplicaPool(AsyncClientAPI, PoolBase):
     async def _call_read(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A client method that only reads (``create_insert_context``), on one replica with
         failover; no balancing settings are taken out of its arguments."""
+        if self._in_session is not None:
+            return await self._in_session.call(method, args, kwargs)
         self._check_open()
         attempts = self._attempts(method, await self._plan(), retry_after_send=True)
 

@@ -50,6 +50,7 @@ from clickhouse_lb.pools._base import (
 from clickhouse_lb.pools._client_api import STATEMENT_METHODS, SyncClientAPI
 from clickhouse_lb.pools._client_members import read_statement
 from clickhouse_lb.pools._drive_sync import SyncDriver
+from clickhouse_lb.pools._session_sync import SessionRoute
 from clickhouse_lb.pools._transport import current_attempt, quiet_transport, set_client_timeouts, tracking_pool_manager
 from clickhouse_lb.pools._watchdog import Watchdog
 from clickhouse_lb.probes._shared import Forwarder, SharedProbes
@@ -131,6 +132,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
             )
             if self._prober is not None:  # a pool dropped without close() must not leave its worker running
                 weakref.finalize(self, self._prober.stop)
+        self._in_session = SessionRoute(self, PinnedSession) if self._session_id else None
         self._sealed = True
 
     def _share_probes(self, shared: SharedReplicaSet) -> None:
@@ -177,7 +179,7 @@ class ReplicaPool(SyncClientAPI, PoolBase):
             version = self._changes.version
             try:
                 with slot.creating(address):
-                    client = self._new_client(index, view, autogenerate_session_id=False)
+                    client = self._new_client(index, view, **self._pooled_options)
             except Exception:
                 attempt = current_attempt()
                 if attempt is not None and attempt.abandoned:
@@ -219,6 +221,8 @@ class ReplicaPool(SyncClientAPI, PoolBase):
     # -- statements ------------------------------------------------------------------------
 
     def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self._in_session is not None:  # session_id=: one replica, one ClickHouse session
+            return self._in_session.call(method, args, kwargs)
         if self._closed:
             raise self._closed_error()
         call = self._prepare(method, args, kwargs)
@@ -277,6 +281,8 @@ class ReplicaPool(SyncClientAPI, PoolBase):
     def _call_read(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A client method that only reads (e.g. ``create_insert_context``), on one replica
         with failover; no balancing settings are taken out of its arguments."""
+        if self._in_session is not None:
+            return self._in_session.call(method, args, kwargs)
         self._check_open()
         attempts = self._attempts(method, self._balancer.plan_indices(), retry_after_send=True)
         return run_sync(attempts, lambda index: getattr(self._client(index), method)(*args, **kwargs), self._policy)
