@@ -103,3 +103,16 @@ def test_getmembers_on_a_real_unconnected_async_pool_does_no_io() -> None:
             await pool.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("name", ["_apply_server_tz", "_autogenerate_query_id"])
+def test_private_members_clickhouse_connects_suite_reads_are_the_reference_clients(flavour: Flavour, name: str) -> None:
+    cluster = MemberCluster()
+    pool = flavour.make_pool(cluster)
+    assert not hasattr(pool, name)  # nothing to read before a replica answered, and no I/O
+    assert cluster.clients == []
+    flavour.run(pool.connect())
+    setattr(cluster.clients[0], name, "value of a")
+    assert getattr(pool, name) == "value of a"
+    with pytest.raises(PoolMemberError, match="cannot be assigned"):
+        setattr(pool, name, True)

@@ -83,3 +83,15 @@ async def test_async_session_id_pins_and_moves_only_after_session_lost() -> None
     assert after != first
     assert {c.options["session_id"] for c in cluster.clients} == {"s-3"}
     await pool.close()
+
+
+def test_hosts_given_with_a_dsn_are_the_replicas_and_the_dsn_gives_the_rest() -> None:
+    # clickhouse-connect's own suite does get_client(dsn=...) where a pool also gets its hosts.
+    pool = clickhouse_lb.get_pool(
+        ["x:8123", "y:8123"], dsn="clickhouse://bob:pw@z:9000/db?session_id=s-4", connect_on_create=False
+    )
+    assert pool.addresses == ["x:8123", "y:8123"]
+    assert pool.config.client_options["database"] == "db"
+    assert pool.config.client_options["username"] == "bob"
+    assert pool._session_id == "s-4"
+    pool.close()

@@ -26,7 +26,7 @@ if ORIGINAL_ASYNC is not None:
 
 def _replicas(kwargs: dict[str, Any]) -> dict[str, Any]:
     # The suite names one server (host/port, or a DSN naming it): the pool gets the replicas
-    # instead, keeping what the DSN says besides its host (database, user, settings).
+    # instead (hosts given with a dsn win over its host; the DSN gives the rest).
     kwargs.pop("host", None)
     kwargs.pop("port", None)
     return kwargs
@@ -36,8 +36,7 @@ def pooled_client(*args: Any, **kwargs: Any) -> Any:
     if args:  # create_client(host) positionally is not a form the suite uses; keep it honest
         raise TypeError("create_client takes keyword arguments only")
     kwargs = _replicas(kwargs)
-    hosts: Any = None if "dsn" in kwargs else HOSTS
-    pool = clickhouse_lb.get_pool(hosts, load_balancing="in_order", connect_on_create=False, **kwargs)
+    pool = clickhouse_lb.get_pool(HOSTS, load_balancing="in_order", connect_on_create=False, **kwargs)
     pool._factory = ORIGINAL  # the replicas' own clients: not this patched create_client
     return pool.connect()
 
@@ -46,8 +45,7 @@ async def pooled_async_client(*args: Any, **kwargs: Any) -> Any:
     if args:
         raise TypeError("get_async_client takes keyword arguments only")
     kwargs = _replicas(kwargs)
-    hosts: Any = None if "dsn" in kwargs else HOSTS
-    pool = clickhouse_lb.get_async_pool(hosts, load_balancing="in_order", connect_on_create=False, **kwargs)
+    pool = clickhouse_lb.get_async_pool(HOSTS, load_balancing="in_order", connect_on_create=False, **kwargs)
     pool._factory = ORIGINAL_ASYNC
     return await pool.connect()
 

@@ -41,6 +41,7 @@ from clickhouse_lb.core.shared_state import SharedReplicaSet, acquire_state
 from clickhouse_lb.core.stats import PoolStats, StatsSnapshot
 from clickhouse_lb.errors import ReplicaConnectError, SessionLostError
 from clickhouse_lb.pools._client_members import ClientChanges, ClientMembers, unknown_attribute_message
+from clickhouse_lb.pools._private_members import PrivateMembers
 from clickhouse_lb.pools._session_mode import SESSION_OPTIONS, pool_session_id, pooled_client_options
 from clickhouse_lb.probes._discovery_query import ClusterReader
 
@@ -182,7 +183,7 @@ class ReplicaSetView(NamedTuple):
     slots: tuple[Any, ...]
 
 
-class PoolBase(ClientMembers):
+class PoolBase(PrivateMembers, ClientMembers):
     """The balancing side of a pool; subclasses add the clients and the statements. The
     Client members that are not statements (``database``, ``server_version``, ...) come from
     :class:`~clickhouse_lb.pools._client_members.ClientMembers`."""
