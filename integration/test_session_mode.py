@@ -52,7 +52,8 @@ def test_session_id_keeps_temporary_tables_and_set_and_moves_only_on_session_los
 
 def test_async_session_id_keeps_a_temporary_table_on_one_replica(cluster: ClusterBase) -> None:
     async def main() -> None:
-        pool = await clickhouse_lb.get_async_pool(cluster.hosts, load_balancing="random", session_id=f"a-{uuid.uuid4()}")
+        session = f"a-{uuid.uuid4()}"
+        pool = await clickhouse_lb.get_async_pool(cluster.hosts, load_balancing="random", session_id=session)
         try:
             await pool.command("CREATE TEMPORARY TABLE tmp_async (n UInt32)")
             await pool.command("INSERT INTO tmp_async VALUES (7)")

@@ -245,7 +245,9 @@ def engine_args_from_url(
         secure = secure or interface.strip().lower() == "https"
     session_text = _single(query, "autogenerate_session_id")
     session = default_session if session_text is None else as_bool("autogenerate_session_id", session_text)
-    priority = _single(query, "priority")
+    # One list (priority=0,1,1) or one value per host (priority=0&priority=1&priority=1: the
+    # form the engine renders, commas being encoded as %2C).
+    priority = ",".join(_values(query, "priority")) or None
     replicas = parse_replicas(
         hosts,
         default_port=DEFAULT_HTTPS_PORT if secure else DEFAULT_HTTP_PORT,
