@@ -31,6 +31,12 @@ if ORIGINAL_ASYNC is not None:
     async_client_option_names()
 
 
+# Each client the suite makes is a pool of its own, with a balancing state of its own
+# (share_state=False), as plain clients share nothing: a replica error one test provokes on
+# purpose (a timeout) must not move every later test's pools to another replica, where the
+# suite's database does not exist (the replicas are independent engines).
+
+
 def _replicas(kwargs: dict[str, Any]) -> dict[str, Any]:
     # The suite names one server (host/port, or a DSN naming it): the pool gets the replicas
     # instead (hosts given with a dsn win over its host; the DSN gives the rest).
@@ -43,7 +49,9 @@ def pooled_client(*args: Any, **kwargs: Any) -> Any:
     if args:  # create_client(host) positionally is not a form the suite uses; keep it honest
         raise TypeError("create_client takes keyword arguments only")
     kwargs = _replicas(kwargs)
-    pool = clickhouse_lb.get_pool(HOSTS, load_balancing="in_order", connect_on_create=False, **kwargs)
+    pool = clickhouse_lb.get_pool(
+        HOSTS, load_balancing="in_order", connect_on_create=False, share_state=False, **kwargs
+    )
     return pool.connect()
 
 
@@ -51,7 +59,9 @@ async def pooled_async_client(*args: Any, **kwargs: Any) -> Any:
     if args:
         raise TypeError("get_async_client takes keyword arguments only")
     kwargs = _replicas(kwargs)
-    pool = clickhouse_lb.get_async_pool(HOSTS, load_balancing="in_order", connect_on_create=False, **kwargs)
+    pool = clickhouse_lb.get_async_pool(
+        HOSTS, load_balancing="in_order", connect_on_create=False, share_state=False, **kwargs
+    )
     return await pool.connect()
 
 
@@ -85,7 +95,7 @@ def pooled_engine(url: Any, *args: Any, **kwargs: Any) -> Any:
         # the dialect's engine URL avoids), the rest of the URL as the suite wrote it.
         parsed = URL.create(
             "clickhousedb+lb", parsed.username, parsed.password, None, None, parsed.database, parsed.query
-        ).update_query_pairs([*(("host", h) for h in HOSTS), ("load_balancing", "in_order")])
+        ).update_query_pairs([*(("host", h) for h in HOSTS), ("load_balancing", "in_order"), ("share_state", "0")])
     return ORIGINAL_CREATE_ENGINE(parsed, *args, **kwargs)
 
 
