@@ -105,7 +105,7 @@ def test_getmembers_on_a_real_unconnected_async_pool_does_no_io() -> None:
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("name", ["_apply_server_tz", "_autogenerate_query_id"])
+@pytest.mark.parametrize("name", ["_apply_server_tz", "_autogenerate_query_id", "_session", "_initialized"])
 def test_private_members_clickhouse_connects_suite_reads_are_the_reference_clients(flavour: Flavour, name: str) -> None:
     cluster = MemberCluster()
     pool = flavour.make_pool(cluster)

@@ -37,20 +37,25 @@ if ORIGINAL_ASYNC is not None:
 # suite's database does not exist (the replicas are independent engines).
 
 
-def _replicas(kwargs: dict[str, Any]) -> dict[str, Any]:
-    # The suite names one server (host/port, or a DSN naming it): the pool gets the replicas
-    # instead (hosts given with a dsn win over its host; the DSN gives the rest).
-    kwargs.pop("host", None)
-    kwargs.pop("port", None)
-    return kwargs
+SERVER = (os.environ["CLICKHOUSE_CONNECT_TEST_HOST"], os.environ["CLICKHOUSE_CONNECT_TEST_PORT"])
+
+
+def _hosts(kwargs: dict[str, Any]) -> list[str]:
+    """The suite names one server (host/port, or a DSN naming it): the pool gets the replicas
+    instead (hosts given with a dsn win over its host; the DSN gives the rest). A client aimed
+    elsewhere on purpose (a port nothing listens on) keeps its own address."""
+    host, port = kwargs.pop("host", None), kwargs.pop("port", None)
+    if host is not None and port is not None and (str(host), str(port)) != SERVER:
+        return [f"{host}:{port}"]
+    return HOSTS
 
 
 def pooled_client(*args: Any, **kwargs: Any) -> Any:
     if args:  # create_client(host) positionally is not a form the suite uses; keep it honest
         raise TypeError("create_client takes keyword arguments only")
-    kwargs = _replicas(kwargs)
+    hosts = _hosts(kwargs)
     pool = clickhouse_lb.get_pool(
-        HOSTS, load_balancing="in_order", connect_on_create=False, share_state=False, **kwargs
+        hosts, load_balancing="in_order", connect_on_create=False, share_state=False, **kwargs
     )
     return pool.connect()
 
@@ -58,9 +63,9 @@ def pooled_client(*args: Any, **kwargs: Any) -> Any:
 async def pooled_async_client(*args: Any, **kwargs: Any) -> Any:
     if args:
         raise TypeError("get_async_client takes keyword arguments only")
-    kwargs = _replicas(kwargs)
+    hosts = _hosts(kwargs)
     pool = clickhouse_lb.get_async_pool(
-        HOSTS, load_balancing="in_order", connect_on_create=False, share_state=False, **kwargs
+        hosts, load_balancing="in_order", connect_on_create=False, share_state=False, **kwargs
     )
     return await pool.connect()
 

@@ -63,12 +63,13 @@ def outcomes(report: Path) -> dict[str, tuple[str, str]]:
     return result
 
 
-def run(mode: str, suite: Path, hosts: list[str], report_dir: Path, pytest_args: list[str]) -> float:
+def run(mode: str, suite: Path, hosts: list[str], database: str, *, report_dir: Path, pytest_args: list[str]) -> float:
     host, _, port = hosts[0].rpartition(":")
     env = {
         **os.environ,
         "CLICKHOUSE_CONNECT_TEST_HOST": host,
         "CLICKHOUSE_CONNECT_TEST_PORT": port,
+        "CLICKHOUSE_CONNECT_TEST_DATABASE": database,
         # The suite's own tests/ package, and (pooled run) the plugin.
         "PYTHONPATH": os.pathsep.join([str(suite), str(HERE), os.environ.get("PYTHONPATH", "")]),
     }
@@ -134,7 +135,12 @@ def main() -> int:
         suite = Path(work)
         shutil.copytree(args.suite / "tests", suite / "tests")
         for mode in modes:
-            seconds[mode] = run(mode, suite, cluster.hosts, report_dir, pytest_args)
+            # The suite's database on every replica (the suite makes it on the one it talks
+            # to): a statement the pool fails over to another replica finds it there too.
+            # Its tables are still on the first replica only: the replicas are independent.
+            database = f"cc_suite_{mode}"
+            cluster.on_all(f"CREATE DATABASE IF NOT EXISTS {database}")
+            seconds[mode] = run(mode, suite, cluster.hosts, database, report_dir=report_dir, pytest_args=pytest_args)
     text = compare(outcomes(report_dir / "plain.xml"), outcomes(report_dir / "pool.xml"), seconds)
     (report_dir / "comparison.md").write_text(text)
     print(text)
