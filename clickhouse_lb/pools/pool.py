@@ -510,7 +510,8 @@ def get_pool(
     ``send_receive_timeout``, ``settings``, ...) goes to each replica's
     ``clickhouse_connect.get_client`` (``user=``, ``interface=``, ``generic_args=`` and a
     single-host DSN in clickhouse-connect's own form are understood as ``get_client`` does;
-    ``host``/``port``/``session_id`` are refused with what to use). Bad names and values raise
+    ``host``/``port`` are refused with what to use; ``session_id=`` runs every statement in that
+    one session on one replica, see :mod:`clickhouse_lb.pools._session_mode`). Bad names and values raise
     :class:`~clickhouse_lb.errors.ConfigurationError` here, before any I/O.
 
     ``connect_on_create=True`` (the default), like ``get_client``: the pool then checks that
