@@ -300,11 +300,16 @@ class AllReplicasStaleError(OperationalError):
         self.code = 369  # after the base class, which may set its own
 
 
-class PoolMemberError(NotSupportedError):
+class PoolMemberError(NotSupportedError, AttributeError):
     """A clickhouse-connect Client member used on a pool in a way that has no pool meaning
-    (``pool.url``: one per replica; assigning ``pool.server_version``: a fact the replicas
-    report). The message says what to use instead. A DB-API ``NotSupportedError``, never an
-    ``AttributeError``: the member exists, the use does not make sense for N replicas."""
+    (assigning ``pool.server_version``: a fact the replicas report), or read before the pool
+    has anything to answer it with (``pool.server_version`` before any replica answered, with
+    ``connect_on_create=False``). The message says what to use instead.
+
+    A DB-API ``NotSupportedError`` and also an ``AttributeError``: generic introspection
+    (``hasattr``, ``getattr(pool, name, default)``, ``inspect.getmembers``, debuggers, IPython
+    completion) treats such a member as absent instead of failing, as it would on any object
+    whose attribute cannot be read."""
 
 
 class ShardedInsertError(OperationalError):

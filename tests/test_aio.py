@@ -187,8 +187,6 @@ def test_get_async_pool_validates_like_get_pool() -> None:
         clickhouse_lb.get_async_pool(["a:8123"], load_balancng="in_order")
     with pytest.raises(ConfigurationError, match="pool_mgr"):  # a sync-only option
         clickhouse_lb.get_async_pool(["a:8123"], pool_mgr=object())
-    with pytest.raises(ConfigurationError, match="session"):
-        clickhouse_lb.get_async_pool(["a:8123"], session_id="x")
     with pytest.raises(ConfigurationError, match="valid choices"):
         clickhouse_lb.get_async_pool(["a:8123"], load_balancing="nope")
     pool = clickhouse_lb.get_async_pool(dsn="clickhouse://u:p@a:8123,b:8124/db?load_balancing=in_order")
@@ -421,7 +419,11 @@ async def test_session_options_override_the_pools(abc: AsyncFakeCluster) -> None
         assert session.client.options["session_id"] == session.session_id
         assert session.get_client_setting("session_id") == session.session_id  # the client's own
     await pool.query("SELECT 1")
-    assert abc.clients[-1].options["autogenerate_session_id"] is False  # pooled clients: never
+    # autogenerate_session_id=True given to the pool: the pool's own statements run in its one
+    # session (clickhouse_lb.pools._session_mode), not in the pinned session's.
+    pooled = abc.clients[-1].options["session_id"]
+    assert pooled
+    assert pooled != session.session_id
 
 
 async def test_sessions_get_their_own_clients_and_ids(abc: AsyncFakeCluster) -> None:

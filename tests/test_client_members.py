@@ -24,7 +24,7 @@ from clickhouse_connect.driver.exceptions import ProgrammingError
 
 from clickhouse_lb.config.pool_config import async_client_option_names, sync_client_option_names
 from clickhouse_lb.errors import ConfigurationError, PoolMemberError
-from clickhouse_lb.pools._client_members import MEMBERS, PER_REPLICA
+from clickhouse_lb.pools._client_members import MEMBERS
 from clickhouse_lb.pools.pool import ReplicaPool
 
 from . import fakes
@@ -454,14 +454,15 @@ def test_min_version_answers_for_the_lowest_version_seen(flavour: Flavour) -> No
     assert pool.min_version("24.3") is True
 
 
-# -- per replica: refused with what to use instead ---------------------------------------------
+# -- url/uri: the reference replica's ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", [n for n, m in MEMBERS.items() if m.kind == PER_REPLICA])
-def test_per_replica_members_raise_saying_what_to_use(flavour: Flavour, name: str) -> None:
-    pool = connected(flavour, MemberCluster())
-    with pytest.raises(PoolMemberError, match=r"pool\.client\(address\)"):
-        getattr(pool, name)
+@pytest.mark.parametrize("name", ["url", "uri"])
+def test_url_and_uri_are_the_reference_replicas_and_cannot_be_assigned(flavour: Flavour, name: str) -> None:
+    cluster = MemberCluster()
+    cluster.down.add("a")
+    pool = connected(flavour, cluster)  # b answered the check: the reference
+    assert getattr(pool, name) == "http://b:8123"
     with pytest.raises(PoolMemberError, match="cannot be assigned"):
         setattr(pool, name, "http://x:8123")
 
@@ -614,7 +615,6 @@ def test_a_dsn_in_clickhouse_connects_form_with_user_in_the_query(factory: Calla
     [
         ({"host": "x"}, "hosts="),
         ({"port": 9000}, "host:port"),
-        ({"session_id": "s"}, "pool.session"),
         ({"generic_args": {"port": 9000}}, "host:port"),
         ({"interface": "chdb"}, "in-process engine"),
         ({"generic_args": "port=1"}, "expected a dict"),
@@ -632,15 +632,18 @@ def test_async_facts_before_any_replica_answered_say_to_await_the_pool() -> None
     flavours = _async()  # kept: the generator closes its loop when dropped
     flavour = next(flavours)
     pool = flavour.make_pool(MemberCluster())
-    with pytest.raises(ProgrammingError, match=r"await get_async_pool"):
+    with pytest.raises(PoolMemberError, match=r"await get_async_pool"):
         _ = pool.server_version
     assert flavour.run(pool.connect()) is pool
     assert pool.server_version == "25.8.1"
     flavours.close()
 
 
-def test_sync_facts_before_any_client_connect_one() -> None:
+def test_sync_facts_before_any_client_say_to_connect_and_connect_nothing() -> None:
     cluster = MemberCluster()
     pool = next(_sync()).make_pool(cluster)
-    assert pool.server_version == "25.8.1"
+    with pytest.raises(PoolMemberError, match=r"pool\.connect\(\)"):
+        _ = pool.server_version
+    assert cluster.clients == []  # a property read opened no connection
+    assert pool.connect().server_version == "25.8.1"
     assert [c.host for c in cluster.clients] == ["a"]

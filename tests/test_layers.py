@@ -141,7 +141,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("clickhouse_lb.core",)),
     ("probes", ("clickhouse_lb.probes",)),
     ("pools", ("clickhouse_lb.pools",)),
-    ("integrations", ("clickhouse_lb.sqlalchemy", "clickhouse_lb.prometheus")),
+    ("integrations", ("clickhouse_lb.sqlalchemy", "clickhouse_lb.prometheus", "clickhouse_lb.alembic")),
     ("cli", ("clickhouse_lb.cli",)),
     ("entry points", ("clickhouse_lb.__main__", "clickhouse_lb")),
 ]

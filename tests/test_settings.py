@@ -155,11 +155,9 @@ def test_statement_settings_split() -> None:
     [
         ({"hosts": ["a"], "load_balancing": "nope"}, "Unknown load_balancing 'nope'"),
         ({"hosts": ["a"], "compres": True}, "Unknown option 'compres'. Did you mean compress"),
-        ({"hosts": ["a"], "session_id": "x"}, "pool.session()"),
         ({"hosts": ["a"], "host": "b"}, "hosts="),
         ({"hosts": None}, "No replicas given"),
         ({"hosts": ["a"], "distributed_replica_error_half_life": "x"}, "expected a number of seconds"),
-        ({"dsn": "clickhouse://h1/db?session_id=1"}, "DSN option 'session_id'"),
     ],
 )
 def test_get_pool_rejects_bad_configuration_before_any_io(kwargs: dict[str, Any], message: str) -> None:

@@ -45,14 +45,23 @@ def test_the_port_form_renders_without_percent_and_survives_alembics_config() ->
     assert create_engine(read_back).url.password == "s3cret"
 
 
-def test_the_host_port_form_needs_percent_doubled_for_configparser() -> None:
+def test_the_engine_renders_the_host_port_form_without_percent_for_configparser() -> None:
+    # make_url alone renders host=ch-1:8123 as host=ch-1%3A8123, which configparser refuses;
+    # the engine's URL is given the port= form instead (clickhouse_lb.sqlalchemy._url_form).
+    assert "%3A" in make_url(HOST_PORT_FORM).render_as_string(hide_password=False)
     text = rendered(HOST_PORT_FORM)
-    assert "%3A" in text  # what SQLAlchemy makes of host=ch-1:8123
-    with pytest.raises(ValueError, match="interpolation"):
-        Config().set_main_option("sqlalchemy.url", text)
+    assert "%" not in text
     config = Config()
-    config.set_main_option("sqlalchemy.url", text.replace("%", "%%"))  # the documented escape
+    config.set_main_option("sqlalchemy.url", text)
     assert addresses(config.get_main_option("sqlalchemy.url")) == EXPECTED
+
+
+def test_an_authority_and_alt_hosts_keep_their_order_in_the_rendered_form() -> None:
+    url = "clickhousedb+lb://u:p@ch-1:8123/db?host=ch-2:8124&alt_hosts=ch-3:8125&priority=0,1,1&load_balancing=in_order"
+    text = rendered(url)
+    assert "%" not in text
+    assert addresses(text) == ["ch-1:8123", "ch-2:8124", "ch-3:8125"]
+    assert engine_args_from_url(make_url(text)).config.replicas == engine_args_from_url(make_url(url)).config.replicas
 
 
 def test_rendered_urls_go_back_into_create_engine_unchanged() -> None:

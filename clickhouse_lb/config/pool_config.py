@@ -66,7 +66,6 @@ _POOL_OWNED = {
     "host": "pass hosts=[...] (or a dsn) to the pool instead",
     "port": "give each host as 'host:port'",
     "dsn": "pass dsn= to the pool",
-    "session_id": "use `with pool.session() as client:` for a session pinned to one replica",
 }
 
 
@@ -289,13 +288,10 @@ def resolve_pool_config(
     """Merge a DSN and keyword arguments (keywords win), validate every name and value.
     Health-check (``health_check_*``) and lag settings may come in ``balancing`` or among the
     client options (``**kwargs``); a DSN carries them as query parameters. ``share_state``:
-    None takes the DSN's ``share_state=``, or True.
+    None takes the DSN's ``share_state=``, or True. ``hosts`` given with a ``dsn`` are the
+    replicas (keywords win, as ``get_client(dsn=..., host=...)`` takes its ``host``); the DSN
+    gives the rest (credentials, database, options).
     """
-    if dsn is not None and hosts is not None:
-        raise ConfigurationError(
-            "Give the replicas once: hosts= or a dsn with its hosts, not both "
-            "(extra hosts go in the dsn: clickhouse://ch-1,ch-2:8123/db or ?host=ch-3:8123)"
-        )
     options = dict(client_options)
     own = {name: options.pop(name) for name in _OWN_SECTIONS if name in options}
     options = create_client_spellings(options, valid_client_options)

@@ -42,6 +42,8 @@ from clickhouse_lb.core.shared_state import SharedReplicaSet, acquire_state
 from clickhouse_lb.core.stats import PoolStats, StatsSnapshot
 from clickhouse_lb.errors import ReplicaConnectError, SessionLostError
 from clickhouse_lb.pools._client_members import ClientChanges, ClientMembers, unknown_attribute_message
+from clickhouse_lb.pools._private_members import PrivateMembers
+from clickhouse_lb.pools._session_mode import SESSION_OPTIONS, pool_session_id, pooled_client_options
 from clickhouse_lb.probes._discovery_query import ClusterReader
 
 __all__ = [
@@ -68,7 +70,8 @@ def client_options_for(config: PoolConfig, *, whole_seconds: bool) -> dict[str, 
     timeouts. ``whole_seconds``: the client takes its timeouts in whole seconds (the sync one,
     at construction; the pool sets the exact values on its transport afterwards, see
     :func:`clickhouse_lb.pools._transport.set_client_timeouts`); the async one takes floats."""
-    options = dict(config.client_options)
+    # The session options are decided per client (clickhouse_lb.pools._session_mode).
+    options = {k: v for k, v in config.client_options.items() if k not in SESSION_OPTIONS}
     # Failover is the pool's job: the client's own retries would only delay it on one replica.
     options.setdefault("query_retries", 0)
     timeouts = config.attempts.timeouts
@@ -181,7 +184,7 @@ class ReplicaSetView(NamedTuple):
     slots: tuple[Any, ...]
 
 
-class PoolBase(ClientMembers):
+class PoolBase(PrivateMembers, ClientMembers):
     """The balancing side of a pool; subclasses add the clients and the statements. The
     Client members that are not statements (``database``, ``server_version``, ...) come from
     :class:`~clickhouse_lb.pools._client_members.ClientMembers`."""
@@ -247,6 +250,9 @@ class PoolBase(ClientMembers):
         # and which replica's client the server facts are read from.
         self._changes = ClientChanges()
         self._reference = None
+        #: ``session_id=``: every statement in that one session (clickhouse_lb.pools._session_mode).
+        self._session_id = pool_session_id(config.client_options)
+        self._pooled_options = pooled_client_options(self._session_id)
 
     @property
     def _balancer(self) -> Balancer:

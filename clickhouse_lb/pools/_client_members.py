@@ -16,8 +16,14 @@ gets one meaning on a pool, from :data:`MEMBERS`:
   ``server_tz`` is a fact that may also be assigned (an override, as on a Client: state).
   ``min_version(v)`` is answered for the lowest ``server_version`` among the replicas the pool
   has connected to. Facts cannot be assigned.
-* **per replica** (``uri``, ``url``): one value per replica; reading one raises
-  :class:`~clickhouse_lb.errors.PoolMemberError` naming what to use instead.
+  ``uri`` and ``url`` are facts too: the reference replica's (what clickhouse-connect's own
+  error scrubbing and logging read; ``pool.client(address).url`` for another replica).
+
+Reading a member never does I/O and never raises anything but an ``AttributeError``: before any
+replica has answered (``connect_on_create=False``), a fact or an unrecorded state member raises
+:class:`~clickhouse_lb.errors.PoolMemberError` (an ``AttributeError``) saying to connect first,
+so ``hasattr``, ``getattr(pool, name, default)`` and ``inspect.getmembers`` behave. Explicit
+calls (``min_version``, ``get_client_setting``, ``create_query_context``) may connect.
 
 The record and the table are here; the pools hook in at two points: each new client goes
 through :meth:`ClientChanges.replay`, and the first one becomes the reference.
@@ -97,9 +103,9 @@ MEMBERS: dict[str, Member] = {
     "protocol_version": Member(FACT),
     "valid_transport_settings": Member(CONSTANT),
     "optional_transport_settings": Member(CONSTANT),
-    # one value per replica
-    "uri": Member(PER_REPLICA, _USE_CLIENT),
-    "url": Member(PER_REPLICA, _USE_CLIENT),
+    # one value per replica: the reference replica's (what clickhouse-connect's error scrubbing reads)
+    "uri": Member(FACT, _USE_CLIENT),
+    "url": Member(FACT, _USE_CLIENT),
     # methods with a pool meaning (implemented by the pools and ClientMembers)
     "set_client_setting": Member(METHOD, "every replica's client, recorded and replayed"),
     "get_client_setting": Member(METHOD, "the reference client's value"),
@@ -285,8 +291,11 @@ class ClientMembers:
         return None if index is None else self._clients[index].client  # type: ignore[attr-defined]
 
     def _reference_client(self) -> Any:
-        """The client facts are read from; the sync pool connects one when none exists."""
+        """The client explicit calls read from; the sync pool connects one when none exists."""
         raise NotImplementedError
+
+    #: How to connect this kind of pool, for the error of a member read before any replica answered.
+    _connect_hint = "call pool.connect() first (get_pool does unless connect_on_create=False)"
 
     # -- members ---------------------------------------------------------------------------
 
@@ -296,7 +305,11 @@ class ClientMembers:
             recorded, value = self._changes.get(("attr", name))
             if recorded:
                 return value
-            client = self._reference_client()
+            # No I/O in an attribute read (debuggers, hasattr and IPython completion read them).
+            raise PoolMemberError(
+                f"{name!r} is read from the first replica the pool connects to, and no replica has "
+                f"answered yet: {self._connect_hint}"
+            )
         return getattr(client, name)
 
     def _change(self, key: ChangeKey, value: Any) -> None:

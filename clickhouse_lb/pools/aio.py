@@ -60,6 +60,7 @@ from clickhouse_lb.pools._drive_async import AsyncDriver
 from clickhouse_lb.pools._factory_arguments import factory_arguments, pool_factory
 from clickhouse_lb.pools._liveness import async_reading
 from clickhouse_lb.pools._read_your_writes import PoolReadYourWrites, ReadYourWritesMember
+from clickhouse_lb.pools._session_async import AsyncSessionRoute
 from clickhouse_lb.probes.workers import AsyncProbeWorker
 
 __all__ = ["AsyncPinnedSession", "AsyncReplicaPool", "get_async_pool"]
@@ -125,6 +126,7 @@ class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolBase):
     _settings_position = _SETTINGS_POSITION
 
     _prober: AsyncProbeWorker | None
+    _connect_hint = "create the pool with `pool = await get_async_pool(...)` (or `await pool.connect()`)"
 
     def __init__(
         self,
@@ -158,6 +160,7 @@ class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolBase):
             weakref.finalize(self, self._prober.stop)
         #: Whether ``await pool`` checks that a replica answers (get_async_pool's connect_on_create).
         self._connect_on_await = True
+        self._in_session = AsyncSessionRoute(self, AsyncPinnedSession) if self._session_id else None
         self._sealed = True
 
     # -- loop, ordering --------------------------------------------------------------------
@@ -215,7 +218,7 @@ class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolBase):
             slot.raise_shared_failure(seen)
             version = self._changes.version
             with slot.creating(address):
-                client = await self._new_client(index, view, autogenerate_session_id=False)
+                client = await self._new_client(index, view, **self._pooled_options)
             if self._closed:  # closed while the client was being created
                 await _close_quietly(client)
                 raise self._closed_error()
@@ -260,6 +263,8 @@ class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolBase):
     # -- statements ------------------------------------------------------------------------
 
     async def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self._in_session is not None:  # session_id=: one replica, one ClickHouse session
+            return await self._in_session.call(method, args, kwargs)
         if self._closed:
             raise self._closed_error()
         call = self._prepare(method, args, kwargs)
@@ -309,6 +314,8 @@ class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolBase):
     async def _call_read(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A client method that only reads (``create_insert_context``), on one replica with
         failover; no balancing settings are taken out of its arguments."""
+        if self._in_session is not None:
+            return await self._in_session.call(method, args, kwargs)
         self._check_open()
         attempts = self._attempts(method, await self._plan(), write=False)
 

@@ -53,6 +53,7 @@ from clickhouse_lb.pools._factory_arguments import factory_arguments, pool_facto
 from clickhouse_lb.pools._leftovers import settled
 from clickhouse_lb.pools._liveness import SyncLiveness
 from clickhouse_lb.pools._read_your_writes import PoolReadYourWrites, ReadYourWritesMember
+from clickhouse_lb.pools._session_sync import SessionRoute
 from clickhouse_lb.pools._transport import current_attempt, quiet_transport, set_client_timeouts, tracking_pool_manager
 from clickhouse_lb.pools._watchdog import Watchdog
 from clickhouse_lb.probes._shared import Forwarder, SharedProbes
@@ -134,6 +135,7 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolBase):
             )
             if self._prober is not None:  # a pool dropped without close() must not leave its worker running
                 weakref.finalize(self, self._prober.stop)
+        self._in_session = SessionRoute(self, PinnedSession) if self._session_id else None
         self._sealed = True
 
     def _share_probes(self, shared: SharedReplicaSet) -> None:
@@ -180,7 +182,7 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolBase):
             version = self._changes.version
             try:
                 with slot.creating(address):
-                    client = self._new_client(index, view, autogenerate_session_id=False)
+                    client = self._new_client(index, view, **self._pooled_options)
             except Exception:
                 attempt = current_attempt()
                 if attempt is not None and attempt.abandoned:
@@ -222,6 +224,8 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolBase):
     # -- statements ------------------------------------------------------------------------
 
     def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self._in_session is not None:  # session_id=: one replica, one ClickHouse session
+            return self._in_session.call(method, args, kwargs)
         if self._closed:
             raise self._closed_error()
         call = self._prepare(method, args, kwargs)
@@ -279,6 +283,8 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolBase):
     def _call_read(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A client method that only reads (e.g. ``create_insert_context``), on one replica
         with failover; no balancing settings are taken out of its arguments."""
+        if self._in_session is not None:
+            return self._in_session.call(method, args, kwargs)
         self._check_open()
         attempts = self._attempts(method, self._balancer.plan_indices(), write=False)
         return run_sync(attempts, lambda index: getattr(self._client(index), method)(*args, **kwargs), self._policy)
@@ -477,7 +483,8 @@ def get_pool(hosts: Any = None, **arguments: Any) -> ReplicaPool:
     ``send_receive_timeout``, ``settings``, ...) goes to each replica's
     ``clickhouse_connect.get_client`` (``user=``, ``interface=``, ``generic_args=`` and a
     single-host DSN in clickhouse-connect's own form are understood as ``get_client`` does;
-    ``host``/``port``/``session_id`` are refused with what to use). Bad names and values raise
+    ``host``/``port`` are refused with what to use; ``session_id=`` runs every statement in that
+    one session on one replica, see :mod:`clickhouse_lb.pools._session_mode`). Bad names and values raise
     :class:`~clickhouse_lb.errors.ConfigurationError` here, before any I/O.
 
     ``connect_on_create=True`` (the default), like ``get_client``: the pool then checks that

@@ -39,6 +39,7 @@ from clickhouse_connect.common import get_setting
 
 from clickhouse_lb.config.pool_config import async_client_option_names, sync_client_option_names
 from clickhouse_lb.sqlalchemy._shared import ENGINE_ARGS, is_replica_failure
+from clickhouse_lb.sqlalchemy._url_form import give_percent_free_url
 from clickhouse_lb.sqlalchemy.url import EngineArgs, engine_args_from_url
 
 try:
@@ -83,6 +84,11 @@ class ClickHouseLBAsyncDialect(ClickHouseAsyncDialect):
         self._pool_loop: asyncio.AbstractEventLoop | None = None
         self._pool_lock = threading.Lock()
         self._session: bool | None = None
+
+    @classmethod
+    def engine_created(cls, engine: Any) -> None:
+        """The engine's URL in a form without ``%`` (see :mod:`clickhouse_lb.sqlalchemy._url_form`)."""
+        give_percent_free_url(engine)
 
     # -- connecting ------------------------------------------------------------------------
 

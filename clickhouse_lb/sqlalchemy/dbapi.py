@@ -118,6 +118,15 @@ class PinnedConnection(Connection):
     def session_id(self) -> str | None:
         return self.pinned.session_id
 
+    def repin(self, pinned: PinnedSession) -> None:
+        """Move this connection to another pinned session (closing the one it had): Alembic's
+        connection is moved to the migration replica (:mod:`clickhouse_lb.sqlalchemy._alembic`)."""
+        old, self.pinned = self.pinned, pinned
+        self.client = cast(Client, _CursorClient(pinned))
+        self.client._add_integration_tag("sqlalchemy")
+        self.timezone = pinned.client.server_tz
+        old.close()
+
     def close(self) -> None:
         self.pinned.close()
 

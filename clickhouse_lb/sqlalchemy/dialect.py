@@ -29,6 +29,7 @@ from clickhouse_lb.pools.pool import ReplicaPool
 from clickhouse_lb.sqlalchemy import _compat
 from clickhouse_lb.sqlalchemy import dbapi as _dbapi
 from clickhouse_lb.sqlalchemy._shared import ENGINE_ARGS, is_replica_failure
+from clickhouse_lb.sqlalchemy._url_form import give_percent_free_url
 from clickhouse_lb.sqlalchemy.dbapi import PinnedConnection
 from clickhouse_lb.sqlalchemy.url import EngineArgs, engine_args_from_url
 
@@ -63,6 +64,12 @@ class ClickHouseLBDialect(ClickHouseDialect):
         self._replica_pool: ReplicaPool | None = None
         self._pool_lock = threading.Lock()
         self._session: bool | None = None
+
+    @classmethod
+    def engine_created(cls, engine: Engine) -> None:
+        """Give the engine its URL in a form without ``%`` (Alembic's configparser reads
+        ``str(engine.url)``; see :mod:`clickhouse_lb.sqlalchemy._url_form`)."""
+        give_percent_free_url(engine)
 
     # -- connecting ------------------------------------------------------------------------
 

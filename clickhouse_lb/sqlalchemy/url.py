@@ -63,6 +63,10 @@ _BALANCING_PREFIXES = (
 )
 # Real server settings that look like ours; they go to the server as they are.
 _SERVER_LOOKALIKES = frozenset({"connect_timeout_with_failover_secure_ms"})
+#: The form for hosts with ports of their own, named by every host error of the URL: SQLAlchemy's
+#: own parser cannot read ``ch-1:8123,ch-2:9000`` in the host part (``ValueError: invalid literal
+#: for int()`` from inside SQLAlchemy, before the dialect sees the URL).
+PER_HOST_PORTS = "?host=ch-1:8123&host=ch-2:9000 (a port per host) or ch-1,ch-2:8123 (one port for all)"
 # Options a pinned connection decides for itself.
 _REFUSED = ("session_id", "dsn", "generic_args")
 
@@ -141,11 +145,11 @@ def _authority_hosts(url: URL) -> list[str]:
     the port is shared by every host of the authority."""
     if not url.host:
         if url.port is not None:
-            raise ConfigurationError(f"The URL gives port {url.port} but no host before it")
+            raise ConfigurationError(f"The URL gives port {url.port} but no host before it: write {PER_HOST_PORTS}")
         return []
     hosts = [h.strip() for h in url.host.split(",")]
     if not all(hosts):
-        raise ConfigurationError(f"Empty host name in {url.host!r}: expected ch-1,ch-2,ch-3:8123")
+        raise ConfigurationError(f"Empty host name in {url.host!r}: write {PER_HOST_PORTS}")
     if url.port is None:
         return hosts
     return [f"[{h}]:{url.port}" if ":" in h else f"{h}:{url.port}" for h in hosts]
@@ -161,10 +165,11 @@ def _with_ports(hosts: list[str], ports: list[str]) -> list[str]:
     """``host=`` values given their ``port=`` values: one port for every host, or one per host
     in order (a host that already has a port may not get another)."""
     if not hosts:
-        raise ConfigurationError(f"The URL gives port={ports[0]} but no host= before it")
+        raise ConfigurationError(f"The URL gives port={ports[0]} but no host= before it: write {PER_HOST_PORTS}")
     if len(ports) not in (1, len(hosts)):
         raise ConfigurationError(
-            f"The URL gives {len(ports)} port= values for {len(hosts)} host= values: give one per host, or one for all"
+            f"The URL gives {len(ports)} port= values for {len(hosts)} host= values: give one per host, or one for "
+            f"all (or write {PER_HOST_PORTS})"
         )
     paired = []
     for i, host in enumerate(hosts):
@@ -173,7 +178,9 @@ def _with_ports(hosts: list[str], ports: list[str]) -> list[str]:
             if len(ports) == 1:
                 paired.append(host)  # a port of its own wins over the shared one
                 continue
-            raise ConfigurationError(f"Host {host!r} has a port and is also given port={port}: give it once")
+            raise ConfigurationError(
+                f"Host {host!r} has a port and is also given port={port}: give it once ({PER_HOST_PORTS})"
+            )
         bare = host[1:-1] if host.startswith("[") else host
         paired.append(f"[{bare}]:{port}" if ":" in bare else f"{bare}:{port}")
     return paired
@@ -229,8 +236,8 @@ def engine_args_from_url(
     if not hosts:
         shown = url.render_as_string(hide_password=True)
         raise ConfigurationError(
-            f"No hosts in URL {shown!r}: expected {scheme}://user:pw@ch-1,ch-2:8123/db "
-            f"or {scheme}://user:pw@/db?host=ch-1:8123&host=ch-2:8123"
+            f"No hosts in URL {shown!r}: expected {scheme}://user:pw@ch-1,ch-2:8123/db (one port for all) "
+            f"or {scheme}://user:pw@/db?host=ch-1:8123&host=ch-2:9000 (a port per host)"
         )
     flags = [as_bool(name, value) for name in ("secure", "https") if (value := _single(query, name)) is not None]
     interface = _single(query, "interface")
@@ -241,7 +248,9 @@ def engine_args_from_url(
     secure = uses_tls({"secure": any(flags), "interface": interface})
     session_text = _single(query, "autogenerate_session_id")
     session = default_session if session_text is None else as_bool("autogenerate_session_id", session_text)
-    priority = _single(query, "priority")
+    # One list (priority=0,1,1) or one value per host (priority=0&priority=1&priority=1: the
+    # form the engine renders, commas being encoded as %2C).
+    priority = ",".join(_values(query, "priority")) or None
     replicas = parse_replicas(
         hosts,
         default_port=DEFAULT_HTTPS_PORT if secure else DEFAULT_HTTP_PORT,

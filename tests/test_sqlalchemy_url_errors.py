@@ -1,0 +1,43 @@
+"""Host errors of a ``clickhousedb+lb://`` URL name the form for hosts with ports of their own,
+``?host=ch-1:8123&host=ch-2:9000``: SQLAlchemy's own parser fails on ``ch-1:8123,ch-2:9000`` in
+the host part with a message about int() that says nothing of it (docs/sqlalchemy.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from clickhouse_lb.errors import ConfigurationError
+from clickhouse_lb.sqlalchemy.url import engine_args_from_url
+
+FORM = "?host=ch-1:8123&host=ch-2:9000"
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "sqlalchemy.md"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "clickhousedb+lb://u:@/db",
+        "clickhousedb+lb://u:@ch-1,,ch-2:8123/db",
+        "clickhousedb+lb://u:@:8123/db",
+        "clickhousedb+lb://u:@/db?port=8123",
+        "clickhousedb+lb://u:@/db?host=a&host=b&port=1&port=2&port=3",
+        "clickhousedb+lb://u:@/db?host=a:1&host=b&port=2&port=3",
+    ],
+)
+def test_every_host_error_the_dialect_owns_names_the_per_host_port_form(url: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        engine_args_from_url(make_url(url))
+    assert FORM in str(caught.value)
+
+
+def test_sqlalchemys_own_failure_on_per_host_ports_is_what_the_docs_explain() -> None:
+    with pytest.raises(ValueError, match="invalid literal for int") as caught:
+        make_url("clickhousedb+lb://u:@ch-1:8123,ch-2:9000/db")
+    assert not isinstance(caught.value, ConfigurationError)  # SQLAlchemy's, before the dialect
+    docs = DOCS.read_text()
+    top = docs[: docs.index("## URL forms")]  # where a user looks first
+    assert str(caught.value) in top.replace("\n> ", " ")
+    assert FORM in top
