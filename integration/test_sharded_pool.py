@@ -181,3 +181,29 @@ def test_discovered_from_a_sharded_cluster_routes_to_every_shards_replicas() -> 
             want = sorted(i for i in ids if expected[i] == position)
             for i in cluster.shard_indices(position + 1):
                 assert ids_on(cluster, i) == want, (position, i)
+
+
+@pytest.mark.parametrize("fault", ["kill", "pause"])
+def test_a_replica_failing_during_routed_inserts_loses_and_doubles_nothing(fault: str) -> None:
+    """LocalCluster(shards=2, replicas=2): a replica of shard 2 killed (or paused) between routed
+    inserts; every acknowledged row is on its shard's replicas exactly once, on no other shard."""
+    with LocalCluster(shards=2, replicas=2) as cluster:
+        cluster.query(0, f"CREATE TABLE {TABLE} ON CLUSTER lb_cluster (id Int64, name String, v UInt32) "
+                         "ENGINE = ReplicatedMergeTree ORDER BY id")
+        victim = cluster.shard_indices(2)[0]
+        acknowledged: list[int] = []
+        with clickhouse_lb.get_sharded_pool(hosts=[cluster.hosts[0]], cluster="lb_cluster",
+                                            load_balancing="in_order") as sharded:
+            for batch in range(10):
+                if batch == 3:
+                    (cluster.kill if fault == "kill" else cluster.pause)(victim)
+                ids = list(range(batch * 40, batch * 40 + 40))
+                sharded.insert(TABLE, [[i, "x", 0] for i in ids], column_names=["id", "name", "v"],
+                               column_type_names=["Int64", "String", "UInt32"], sharding_key="sipHash64(id)")
+                acknowledged += ids
+        (cluster.restart if fault == "kill" else cluster.resume)(victim)
+        expected = engine_shard(cluster, "sipHash64(x)", acknowledged, [1, 1])
+        for position in range(2):
+            want = sorted(i for i in acknowledged if expected[i] == position)
+            for i in cluster.shard_indices(position + 1):
+                assert ids_on(cluster, i) == want, (fault, position, i)
