@@ -271,7 +271,9 @@ def test_a_failed_ping_while_this_process_stalled_is_asked_again() -> None:
     assert watch.next_wake(0.6) == (Wake.CHECK, 0.0)  # ask again at once
     assert watch.checked(True, 0.62) is False  # it answers: the attempt keeps going
     assert watch.checked(False, 1.7, stalled=True) is False
-    assert watch.checked(False, 1.9, stalled=True) is True  # stalled or not, three times is enough
+    assert watch.checked(False, 1.9, stalled=True) is False  # a stalled check never counts ...
+    assert watch.next_wake(1.9) == (Wake.CHECK, pytest.approx(0.15))  # ... past 2: asked a ping timeout later
+    assert watch.checked(False, 2.1) is True  # a check that failed while the process ran does count
 
 
 def test_the_race_tells_a_late_wake_up_from_a_hung_replica(clock: FakeClock) -> None:

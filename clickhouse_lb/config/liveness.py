@@ -19,8 +19,8 @@ class LivenessPolicy:
     failed_checks_for_writes: int = 3
     #: A ping that failed while this process was itself stalled (the check woke up, or the
     #: ping's timeout fired, this much later than planned: a loaded machine, a busy event
-    #: loop) proves nothing about the replica; it is repeated, up to ``max_inconclusive`` times
-    #: in a row (each repeat costs a ping timeout: a hung replica then costs a read one more).
+    #: loop) proves nothing about the replica and never counts; the first ``max_inconclusive``
+    #: such checks in a row are repeated at once, later ones a ping timeout later.
     stall_tolerance: float = 0.05
     max_inconclusive: int = 1
 

@@ -135,14 +135,14 @@ class AttemptWatch:
         if hard:
             self._next_check = None
             return True
-        if stalled and not self.retry_safe:
-            # A write that cannot fail over is only given up on evidence: a stalled check never
-            # counts, however many there are (its receive timeout and deadline still bound it).
-            self._next_check = now + min(self.liveness.interval, self.liveness.ping_timeout)
-            return False
-        if stalled and self._inconclusive < self.liveness.max_inconclusive:
+        if stalled:
+            # A check that failed while this process itself ran late proves nothing about the
+            # replica: it never counts, for a read or a write (the receive timeout and the
+            # deadline still bound the attempt). The first ``max_inconclusive`` are asked again
+            # at once, later ones after a ping timeout (a process stalled again and again).
             self._inconclusive += 1
-            self._next_check = now  # ask again at once
+            again = self._inconclusive <= self.liveness.max_inconclusive
+            self._next_check = now if again else now + min(self.liveness.interval, self.liveness.ping_timeout)
             return False
         self._failed_checks += 1
         needed = 1 if self.retry_safe else max(1, self.liveness.failed_checks_for_writes)
