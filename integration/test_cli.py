@@ -211,7 +211,9 @@ def test_cluster_command_end_to_end(demo_env: dict[str, str], capsys: pytest.Cap
         report = json.loads(capsys.readouterr().out)
         assert sorted(r["address"] for r in report["replicas"]) == sorted(found["hosts"])
 
-        with clickhouse_lb.get_pool(dsn=found["dsn"]) as pool:
+        # read_your_writes: the count right after the insert goes to a replica that has it
+        # (replication is asynchronous: another replica may not have the rows yet).
+        with clickhouse_lb.get_pool(dsn=found["dsn"], read_your_writes=1) as pool:
             assert pool.command("SELECT currentDatabase()") == "analytics"
             pool.command("CREATE TABLE events ON CLUSTER lb_cluster (x UInt32) "
                          "ENGINE = ReplicatedMergeTree ORDER BY x")
