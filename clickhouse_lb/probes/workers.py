@@ -211,12 +211,14 @@ class ProbeWorker:
             log_failure("clickhouse_lb health probe of %s", target.urls[index])
 
     def stop(self) -> None:
-        """Ask the worker to stop, without waiting (the pool was garbage-collected unclosed)."""
+        """Ask the worker to stop, without waiting (the pool was garbage-collected unclosed).
+
+        Only flags: this runs as a finalizer, that is wherever the garbage collector happens to
+        run, for example inside this worker's own ``helpers.submit`` while it holds the
+        executor's locks; shutting the executor down here deadlocked every thread that submits
+        (seen in CI). The worker shuts its helpers down itself when its loop ends."""
         self._closed = True
         self._stop.set()
-        helpers = self._helpers
-        if helpers is not None:
-            helpers.shutdown(wait=False, cancel_futures=True)
 
     def _read_delay(self, target: _Target, index: int) -> None:
         pinger = self._pinger
