@@ -108,7 +108,7 @@ class BalancingSettings:
     receive_data_timeout_ms: float | str = "auto"
     #: Liveness-checked waits (clickhouse_lb.core.watch): ping a replica whose answer is this late
     #: (0: off), how long the ping may take, how often to ping again while it keeps working.
-    liveness_check_after_ms: float = LIVENESS_DEFAULTS.check_after * 1000  # type: ignore[operator]
+    liveness_check_after_ms: float = (LIVENESS_DEFAULTS.check_after or 0.0) * 1000  # None (off) is 0 here
     liveness_ping_timeout_ms: float = LIVENESS_DEFAULTS.ping_timeout * 1000
     liveness_check_interval_ms: float = LIVENESS_DEFAULTS.interval * 1000
     #: ``least_loaded`` only (no server equivalent): seconds, the time constant of each replica's
