@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, Retrying
 
 from clickhouse_lb.core._driver_logs import enter_pool, leave_pool
+from clickhouse_lb.core._statements import StatementKind
 from clickhouse_lb.core.balancer import Balancer
 from clickhouse_lb.core.deadline import Deadline
 from clickhouse_lb.core.events import FailoverEvent, logger
@@ -55,16 +56,6 @@ T = TypeVar("T")
 DIRECT_FIRST_ATTEMPT = True
 
 
-class _Statement(Protocol):
-    """What a statement's attempts ask of it, once one failed."""
-
-    @property
-    def write(self) -> bool: ...
-
-    @property
-    def retry_after_send(self) -> bool: ...
-
-
 class StatementAttempts:
     """One statement's current :class:`FailoverPolicy` and the effects of its attempts."""
 
@@ -81,7 +72,7 @@ class StatementAttempts:
         operation: str,
         retry_after_send: bool = True,
         write: bool = True,
-        statement: _Statement | None = None,
+        statement: StatementKind | None = None,
         budget: RetryBudget | None = None,
     ) -> None:
         """``statement``: where ``write`` and ``retry_after_send`` come from instead (a
