@@ -86,6 +86,10 @@ class AttemptFailure:
         return f"{self.address} (attempt {self.attempt}): {self.error}"
 
 
+def _count(number: int, what: str) -> str:
+    return f"{number} {what}{'s' if number != 1 else ''}"
+
+
 def _per_replica(last_errors: dict[str, str | None]) -> str:
     return "\n".join(
         f"  {address}: {brief(error) if error is not None else 'not tried'}" for address, error in last_errors.items()
@@ -117,20 +121,18 @@ class AllReplicasUnavailableError(OperationalError):
         #: (the write may have been applied there); False: no replica received it. Always
         #: False for a read.
         self.may_have_been_applied = may_have_been_applied
-        tries = len(self.failures)
-        attempts = f"{tries} attempt{'s' if tries != 1 else ''}"
-        if operation == CREATION_CHECK:
-            head = (
+        super().__init__(self._head() + _per_replica(self.last_errors) + _write_outcome(write, may_have_been_applied))
+
+    def _head(self) -> str:
+        """The message's first line(s), before the last error per replica."""
+        attempts = _count(len(self.failures), "attempt")
+        if self.operation == CREATION_CHECK:
+            return (
                 f"The pool's creation check failed: none of its {len(self.last_errors)} replicas answered "
                 f"({attempts}; get_pool checks that one does, as clickhouse_connect.get_client does; "
                 "connect_on_create=False skips the check). Last error per replica:\n"
             )
-        else:
-            head = (
-                f"All {len(self.last_errors)} replicas are unavailable ({attempts} failed); "
-                "last error per replica:\n"
-            )
-        super().__init__(head + _per_replica(self.last_errors) + _write_outcome(write, may_have_been_applied))
+        return f"All {len(self.last_errors)} replicas are unavailable ({attempts} failed); last error per replica:\n"
 
 
 class StatementTimeoutError(AllReplicasUnavailableError):
@@ -152,18 +154,17 @@ class StatementTimeoutError(AllReplicasUnavailableError):
         write: bool = False,
         operation: str | None = None,
     ) -> None:
+        self.timeout = timeout
         write = write or may_have_been_applied  # only a write may have been applied
         super().__init__(
             failures, last_errors, may_have_been_applied=may_have_been_applied, write=write, operation=operation
         )
-        self.timeout = timeout
-        what = "The pool's creation check" if operation == CREATION_CHECK else "Statement"
-        tries = len(self.failures)
-        self.args = (
-            f"{what} timed out: failover_timeout={timeout:g}s ran out after {tries} "
-            f"attempt{'s' if tries != 1 else ''}. Last error per replica:\n"
-            + _per_replica(self.last_errors)
-            + _write_outcome(write, may_have_been_applied),
+
+    def _head(self) -> str:
+        what = "The pool's creation check" if self.operation == CREATION_CHECK else "Statement"
+        return (
+            f"{what} timed out: failover_timeout={self.timeout:g}s ran out after "
+            f"{_count(len(self.failures), 'attempt')}. Last error per replica:\n"
         )
 
 
@@ -183,22 +184,18 @@ class RetryBudgetExhaustedError(AllReplicasUnavailableError):
         write: bool = False,
         operation: str | None = None,
     ) -> None:
+        #: The budget's settings, as text.
+        self.budget = budget
         super().__init__(
             failures, last_errors, may_have_been_applied=may_have_been_applied, write=write, operation=operation
         )
-        #: The budget's settings, as text.
-        self.budget = budget
-        lines = [
-            f"  {address}: {error if error is not None else 'not tried'}"
-            for address, error in self.last_errors.items()
-        ]
-        self.args = (
-            f"Retry budget spent ({budget}): after {len(self.failures)} failed attempt"
-            f"{'s' if len(self.failures) != 1 else ''} the pool did not send the statement again. "
-            "Raise retry_budget_ratio or retry_budget_min_per_second if the replicas can take the "
-            "extra load (retry_budget_window_ms=0 turns the budget off). Last error per replica:\n"
-            + "\n".join(lines)
-            + _write_outcome(write, may_have_been_applied),
+
+    def _head(self) -> str:
+        return (
+            f"Retry budget spent ({self.budget}): after {_count(len(self.failures), 'failed attempt')} the pool "
+            "did not send the statement again. Raise retry_budget_ratio or retry_budget_min_per_second if the "
+            "replicas can take the extra load (retry_budget_window_ms=0 turns the budget off). Last error per "
+            "replica:\n"
         )
 
 

@@ -27,10 +27,11 @@ from typing import Any, TextIO
 from urllib.parse import quote
 
 from clickhouse_lb._redact import redact
+from clickhouse_lb.cli._arguments import Command, int_between, verbose_option
 from clickhouse_lb.cli._console import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, format_table
 from clickhouse_lb.cli._local import chdb_available, chdb_missing, raise_interrupt, signals, stopping
 
-__all__ = ["ClusterOptions", "Endpoints", "add_cluster_command", "endpoints", "run_cluster"]
+__all__ = ["CLUSTER_COMMAND", "ClusterOptions", "Endpoints", "endpoints", "run_cluster"]
 
 MAX_REPLICAS = 9
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -96,14 +97,7 @@ def endpoints(
 # -- arguments ---------------------------------------------------------------------------------
 
 
-def _replica_count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, not {text!r}") from None
-    if not 1 <= value <= MAX_REPLICAS:
-        raise argparse.ArgumentTypeError(f"expected 1 to {MAX_REPLICAS} replicas, not {value}")
-    return value
+_replica_count = int_between(1, MAX_REPLICAS, f"expected 1 to {MAX_REPLICAS} replicas, not {{value}}")
 
 
 def user_and_password(text: str) -> tuple[str, str]:
@@ -125,17 +119,7 @@ def database_name(text: str) -> str:
     return text
 
 
-def add_cluster_command(commands: Any) -> None:
-    """Register ``cluster`` on the ``clickhouse-lb`` sub-command parser."""
-    parser = commands.add_parser(
-        "cluster",
-        help="run a local cluster in the foreground and print how to connect to it",
-        description=(
-            "Start a local cluster of real ClickHouse replicas (chdb: the 'local' extra), print the replicas' "
-            "addresses, a DSN and a SQLAlchemy URL, and serve until Ctrl-C or SIGTERM; then every replica "
-            "stops and its files are removed (exit 0)."
-        ),
-    )
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replicas", type=_replica_count, default=3, metavar="N",
                         help=f"number of replicas (1-{MAX_REPLICAS}, default 3)")
     parser.add_argument("--shared-port", action="store_true",
@@ -148,8 +132,7 @@ def add_cluster_command(commands: Any) -> None:
                         help="serve HTTPS with a certificate of a test CA (its file is printed: ca_cert)")
     parser.add_argument("--json", action="store_true",
                         help='print {"hosts": [...], "dsn": ..., "url": ...} as the first line')
-    parser.add_argument("-v", "--verbose", action="count", default=0,
-                        help="log the library's events on stderr")
+    verbose_option(parser, "log the library's events on stderr")
 
 
 def options_from_args(args: argparse.Namespace) -> ClusterOptions:
@@ -277,3 +260,16 @@ def run_cluster(options: ClusterOptions, out: TextIO | None = None, err: TextIO 
         return EXIT_INTERRUPTED
     print("stopped: every replica is gone and its files are removed", file=out, flush=True)
     return EXIT_OK
+
+
+CLUSTER_COMMAND = Command(
+    "cluster",
+    help="run a local cluster in the foreground and print how to connect to it",
+    description=(
+        "Start a local cluster of real ClickHouse replicas (chdb: the 'local' extra), print the replicas' "
+        "addresses, a DSN and a SQLAlchemy URL, and serve until Ctrl-C or SIGTERM; then every replica "
+        "stops and its files are removed (exit 0)."
+    ),
+    arguments=_arguments,
+    run=lambda args, out: run_cluster(options_from_args(args), out),
+)

@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TextIO
+from typing import TextIO
 
 from clickhouse_lb._redact import redact
 from clickhouse_lb._version import __version__
-from clickhouse_lb.cli._cluster import add_cluster_command, options_from_args, run_cluster
+from clickhouse_lb.cli._arguments import Command, int_between, positive_seconds, verbose_option
+from clickhouse_lb.cli._cluster import CLUSTER_COMMAND
 from clickhouse_lb.cli._console import EXIT_INTERRUPTED, EXIT_USAGE, format_table, short_error
 from clickhouse_lb.cli._status import PASSWORD_ENV, ReplicaCheck, check_replicas, run_status
 from clickhouse_lb.config.settings import LoadBalancing
@@ -100,24 +100,78 @@ def run_demo_command(args: argparse.Namespace, out: TextIO) -> int:
 # -- command line ------------------------------------------------------------------------------
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, not {text!r}") from None
-    if not value > 0 or math.isinf(value):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, not {text!r}")
-    return value
+_VERBOSE = "log the library's events on stderr (-v: INFO, failovers and recoveries; -vv: DEBUG, every attempt)"
 
 
-def _replica_count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, not {text!r}") from None
-    if not 2 <= value <= 9:
-        raise argparse.ArgumentTypeError("the demo needs 2 to 9 replicas (one is killed on the way)")
-    return value
+def _demo_arguments(demo: argparse.ArgumentParser) -> None:
+    choices = ", ".join(m.value for m in LoadBalancing)
+    demo.add_argument("--replicas", type=_demo_replicas, default=3, help="number of replicas (2-9, default 3)")
+    demo.add_argument(
+        "--strategy", default=None, metavar="NAME",
+        help=f"run only this strategy in the tour and use it for the kill and the restart ({choices}); "
+        "default: a tour of five, then round_robin",
+    )
+    demo.add_argument(
+        "--duration", type=positive_seconds, default=40.0, metavar="SECONDS",
+        help="length of the workload phases, scaled together (default 40; the cluster start comes on top)",
+    )
+    demo.add_argument("--threads", type=int, choices=range(1, 17), default=3, metavar="N",
+                      help="client threads running the workload (default 3)")
+    verbose_option(demo, _VERBOSE)
+
+
+_demo_replicas = int_between(2, 9, "the demo needs 2 to 9 replicas (one is killed on the way)")
+
+_DEMO_COMMAND = Command(
+    "demo",
+    help="start a local cluster and show the strategies, a failover and a recovery",
+    description=(
+        "Start a local cluster of real ClickHouse replicas (chdb: the 'local' extra), "
+        "run a workload through several load_balancing strategies, kill a replica mid-run (no statement "
+        "fails, its errors rise, traffic moves) and restart it (it returns to rotation once its errors "
+        "decay). Ctrl-C stops cleanly. Exit 0 when the run met those claims."
+    ),
+    arguments=_demo_arguments,
+    run=run_demo_command,
+)
+
+
+def _status_arguments(status: argparse.ArgumentParser) -> None:
+    status.add_argument(
+        "targets", nargs="+", metavar="DSN_OR_HOSTS",
+        help="clickhouse://user:pw@h1:8123,h2:8123/db, or hosts: 'h1:8123,h2:8123' or h1:8123 h2:8123",
+    )
+    status.add_argument("--user", default=None, help="user name (default: the DSN's, else 'default')")
+    status.add_argument("--password", default=None, help=f"password (default: the DSN's, else ${PASSWORD_ENV})")
+    status.add_argument("--database", default=None, help="database (default: the DSN's, else 'default')")
+    status.add_argument("--secure", action="store_true", help="HTTPS (default port 8443)")
+    status.add_argument("--timeout", type=positive_seconds, default=3.0, metavar="SECONDS",
+                        help="connect and read timeout per request (default 3)")
+    status.add_argument("--min-healthy", type=int, default=1, metavar="N",
+                        help="exit 1 when fewer replicas than this answer (default 1)")
+    status.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    status.add_argument("--watch", type=positive_seconds, nargs="?", const=2.0, default=None, metavar="SECONDS",
+                        help="refresh every SECONDS (default 2) until interrupted; the probes keep running between")
+    status.add_argument("--count", type=int, default=None, metavar="N",
+                        help="with --watch: stop after N reports")
+    verbose_option(status, _VERBOSE)
+
+
+_STATUS_COMMAND = Command(
+    "status",
+    help="ping every replica and print a health table",
+    description=(
+        "Ping every replica and print address, up, latency, server version, the health probes' view "
+        "(probe state, last probe, replication delay), errors_count, estimated_recovery_time, in_flight "
+        "and latency_ewma. Exit 0 when at least --min-healthy replicas answer (at the last refresh with "
+        f"--watch), 1 otherwise, 2 on bad arguments. The password can also come from ${PASSWORD_ENV}."
+    ),
+    arguments=_status_arguments,
+    run=run_status,
+)
+
+#: The sub-commands, in the order ``clickhouse-lb --help`` lists them.
+COMMANDS = {command.name: command for command in (CLUSTER_COMMAND, _DEMO_COMMAND, _STATUS_COMMAND)}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,75 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"clickhouse-lb {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    add_cluster_command(commands)
-    _add_demo(commands)
-    _add_status(commands)
+    for command in COMMANDS.values():
+        command.add_to(commands)
     return parser
-
-
-def _verbose_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "-v", "--verbose", action="count", default=0,
-        help="log the library's events on stderr (-v: INFO, failovers and recoveries; -vv: DEBUG, every attempt)",
-    )
-
-
-def _add_demo(commands: Any) -> None:
-    demo = commands.add_parser(
-        "demo",
-        help="start a local cluster and show the strategies, a failover and a recovery",
-        description=(
-            "Start a local cluster of real ClickHouse replicas (chdb: the 'local' extra), "
-            "run a workload through several load_balancing strategies, kill a replica mid-run (no statement "
-            "fails, its errors rise, traffic moves) and restart it (it returns to rotation once its errors "
-            "decay). Ctrl-C stops cleanly. Exit 0 when the run met those claims."
-        ),
-    )
-    choices = ", ".join(m.value for m in LoadBalancing)
-    demo.add_argument("--replicas", type=_replica_count, default=3, help="number of replicas (2-9, default 3)")
-    demo.add_argument(
-        "--strategy", default=None, metavar="NAME",
-        help=f"run only this strategy in the tour and use it for the kill and the restart ({choices}); "
-        "default: a tour of five, then round_robin",
-    )
-    demo.add_argument(
-        "--duration", type=_positive_float, default=40.0, metavar="SECONDS",
-        help="length of the workload phases, scaled together (default 40; the cluster start comes on top)",
-    )
-    demo.add_argument("--threads", type=int, choices=range(1, 17), default=3, metavar="N",
-                      help="client threads running the workload (default 3)")
-    _verbose_option(demo)
-
-
-def _add_status(commands: Any) -> None:
-    status = commands.add_parser(
-        "status",
-        help="ping every replica and print a health table",
-        description=(
-            "Ping every replica and print address, up, latency, server version, the health probes' view "
-            "(probe state, last probe, replication delay), errors_count, estimated_recovery_time, in_flight "
-            "and latency_ewma. Exit 0 when at least --min-healthy replicas answer (at the last refresh with "
-            f"--watch), 1 otherwise, 2 on bad arguments. The password can also come from ${PASSWORD_ENV}."
-        ),
-    )
-    status.add_argument(
-        "targets", nargs="+", metavar="DSN_OR_HOSTS",
-        help="clickhouse://user:pw@h1:8123,h2:8123/db, or hosts: 'h1:8123,h2:8123' or h1:8123 h2:8123",
-    )
-    status.add_argument("--user", default=None, help="user name (default: the DSN's, else 'default')")
-    status.add_argument("--password", default=None, help=f"password (default: the DSN's, else ${PASSWORD_ENV})")
-    status.add_argument("--database", default=None, help="database (default: the DSN's, else 'default')")
-    status.add_argument("--secure", action="store_true", help="HTTPS (default port 8443)")
-    status.add_argument("--timeout", type=_positive_float, default=3.0, metavar="SECONDS",
-                        help="connect and read timeout per request (default 3)")
-    status.add_argument("--min-healthy", type=int, default=1, metavar="N",
-                        help="exit 1 when fewer replicas than this answer (default 1)")
-    status.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
-    status.add_argument("--watch", type=_positive_float, nargs="?", const=2.0, default=None, metavar="SECONDS",
-                        help="refresh every SECONDS (default 2) until interrupted; the probes keep running between")
-    status.add_argument("--count", type=int, default=None, metavar="N",
-                        help="with --watch: stop after N reports")
-    _verbose_option(status)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -205,11 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = sys.stdout
     try:
         with library_logging(args.verbose):
-            if args.command == "status":
-                return run_status(args, out)
-            if args.command == "cluster":
-                return run_cluster(options_from_args(args), out)
-            return run_demo_command(args, out)
+            return COMMANDS[args.command].run(args, out)
     except ConfigurationError as exc:
         print(f"clickhouse-lb {args.command}: {redact(str(exc))}", file=sys.stderr)
         return EXIT_USAGE

@@ -14,7 +14,10 @@ from dataclasses import dataclass
 from clickhouse_lb._redact import shown
 from clickhouse_lb.errors import ConfigurationError, did_you_mean
 
-__all__ = ["LIMITS", "Bounds", "as_bool", "as_int", "as_seconds", "bounded", "parse_priorities"]
+__all__ = [
+    "LIMITS", "Bounds", "as_bool", "as_int", "as_seconds", "bounded", "bounded_float", "bounded_int",
+    "parse_priorities",
+]
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -111,6 +114,16 @@ def bounded(name: str, value: object) -> int | float | None:
         name, value, allow_none=bounds.none_is_zero, minimum=bounds.low, maximum=bounds.high,
         accepted=bounds.describe(),
     )
+
+
+def bounded_int(name: str, value: object) -> int:
+    """:func:`bounded` for a setting whose bounds are integers (never None)."""
+    return int(bounded(name, value) or 0)
+
+
+def bounded_float(name: str, value: object) -> float:
+    """:func:`bounded` for a fractional setting that has no "no limit" value (never None)."""
+    return float(bounded(name, value) or 0.0)
 
 
 def as_int(

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from enum import Enum
 from typing import Any, Protocol
 
 from clickhouse_lb.config.hedging import HedgePolicy, parse_receive_data_timeout
@@ -64,7 +65,14 @@ CLIENT_TIMEOUT_OPTIONS = ("send_receive_timeout", "receive_timeout", "send_timeo
 #: What a statement may give for itself in ``settings=``.
 STATEMENT_ATTEMPT_SETTING_NAMES = STATEMENT_TIMEOUT_NAMES | {"use_hedged_requests", "receive_data_timeout_ms"}
 
-_UNSET = object()
+
+class _Unset(Enum):
+    """A statement's ``receive_data_timeout`` not given (None means "auto")."""
+
+    UNSET = "unset"
+
+
+_UNSET = _Unset.UNSET
 
 
 def _flag(name: str, value: object) -> bool:
@@ -112,7 +120,7 @@ class StatementAttemptSettings:
 
     timeouts: Timeouts = NO_TIMEOUTS
     use_hedged_requests: bool | None = None
-    receive_data_timeout: float | object | None = _UNSET  # seconds, None: "auto"
+    receive_data_timeout: float | _Unset | None = _UNSET  # seconds, None: "auto"
 
     def apply(self, pool: AttemptSettings) -> AttemptSettings:
         if self is NO_STATEMENT_SETTINGS:
@@ -120,8 +128,8 @@ class StatementAttemptSettings:
         hedging = pool.hedging
         if self.use_hedged_requests is not None:
             hedging = replace(hedging, enabled=self.use_hedged_requests)
-        if self.receive_data_timeout is not _UNSET:
-            hedging = replace(hedging, delay=self.receive_data_timeout)  # type: ignore[arg-type]
+        if not isinstance(self.receive_data_timeout, _Unset):
+            hedging = replace(hedging, delay=self.receive_data_timeout)
         return AttemptSettings(pool.timeouts.override(self.timeouts), pool.liveness, hedging)
 
 
@@ -170,7 +178,7 @@ def split_statement_attempt_settings(
     timeouts, rest = split_statement_timeouts(settings)
     remaining = {k: v for k, v in (rest or {}).items() if k not in ("use_hedged_requests", "receive_data_timeout_ms")}
     hedged = settings.get("use_hedged_requests")
-    delay: object = _UNSET
+    delay: float | _Unset | None = _UNSET
     if "receive_data_timeout_ms" in settings:
         delay = parse_receive_data_timeout(settings["receive_data_timeout_ms"])
     return (

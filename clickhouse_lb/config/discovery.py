@@ -9,7 +9,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from clickhouse_lb._redact import shown
-from clickhouse_lb.config._values import bounded
+from clickhouse_lb.config._fields import parse_fields
+from clickhouse_lb.config._values import bounded_int
 from clickhouse_lb.config.replicas import parse_host
 from clickhouse_lb.errors import ConfigurationError
 
@@ -72,6 +73,19 @@ DISCOVERY_SETTING_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Discover
 NO_DISCOVERY = DiscoverySettings()
 
 
+def _host_map(name: str, value: object) -> tuple[HostMapping, ...]:
+    return parse_host_map(value)
+
+
+#: The settings besides ``cluster`` and their parsers.
+_PARSERS = {
+    "shard": bounded_int,
+    "cluster_http_port": bounded_int,
+    "cluster_discovery_interval_ms": bounded_int,
+    "cluster_host_map": _host_map,
+}
+
+
 def parse_discovery_settings(values: Mapping[str, Any]) -> DiscoverySettings:
     """Validate discovery settings given by name (strings allowed, as from a URL)."""
     values = {name: value for name, value in values.items() if value is not None}
@@ -81,21 +95,7 @@ def parse_discovery_settings(values: Mapping[str, Any]) -> DiscoverySettings:
     others = sorted(name for name in values if name != "cluster")
     if cluster is None and others:
         raise ConfigurationError(f"{', '.join(others)} given without cluster=: name the cluster to discover")
-    shard = values.get("shard")
-    http_port = values.get("cluster_http_port")
-    interval = values.get("cluster_discovery_interval_ms")
-    host_map = parse_host_map(values.get("cluster_host_map"))
-    return DiscoverySettings(
-        cluster=cluster.strip() if cluster is not None else None,
-        shard=None if shard is None else int(bounded("shard", shard) or 0),
-        cluster_http_port=None if http_port is None else int(bounded("cluster_http_port", http_port) or 0),
-        cluster_discovery_interval_ms=(
-            DiscoverySettings.cluster_discovery_interval_ms
-            if interval is None
-            else int(bounded("cluster_discovery_interval_ms", interval) or 0)
-        ),
-        cluster_host_map=host_map,
-    )
+    return DiscoverySettings(cluster=cluster.strip() if cluster is not None else None, **parse_fields(values, _PARSERS))
 
 
 _HOST_MAP_FORMS = (

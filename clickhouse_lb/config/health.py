@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from functools import partial
 from typing import Any
 
-from clickhouse_lb.config._values import bounded
+from clickhouse_lb.config._fields import InSeconds, parse_fields
+from clickhouse_lb.config._values import bounded_int
 from clickhouse_lb.config.settings import unknown_name_error
 from clickhouse_lb.errors import ConfigurationError
 
@@ -33,17 +35,9 @@ class HealthSettings:
     def enabled(self) -> bool:
         return self.health_check_interval_ms > 0
 
-    @property
-    def interval(self) -> float:
-        return self.health_check_interval_ms / 1000.0
-
-    @property
-    def fast_interval(self) -> float:
-        return self.health_check_fast_interval_ms / 1000.0
-
-    @property
-    def timeout(self) -> float:
-        return self.health_check_timeout_ms / 1000.0
+    interval = InSeconds("health_check_interval_ms")
+    fast_interval = InSeconds("health_check_fast_interval_ms")
+    timeout = InSeconds("health_check_timeout_ms")
 
     @property
     def delay_interval(self) -> float | None:
@@ -52,6 +46,9 @@ class HealthSettings:
 
 HEALTH_SETTING_NAMES: tuple[str, ...] = tuple(f.name for f in fields(HealthSettings))
 
+#: Every probe setting is a bounded integer.
+_PARSERS = dict.fromkeys(HEALTH_SETTING_NAMES, bounded_int)
+
 DEFAULT_HEALTH = HealthSettings()
 
 NO_PROBES = HealthSettings(health_check_interval_ms=0)
@@ -59,12 +56,8 @@ NO_PROBES = HealthSettings(health_check_interval_ms=0)
 
 def parse_health_settings(values: Mapping[str, Any]) -> HealthSettings:
     """Validate probe settings given by name (strings allowed, as from a URL)."""
-    parsed: dict[str, int] = {}
-    for name, value in values.items():
-        if name not in HEALTH_SETTING_NAMES:
-            raise unknown_name_error("health check setting", name, HEALTH_SETTING_NAMES)
-        if value is not None:
-            parsed[name] = int(bounded(name, value) or 0)
+    unknown = partial(unknown_name_error, "health check setting")
+    parsed = parse_fields(values, _PARSERS, unknown=unknown)
     settings = HealthSettings(**parsed)
     if settings.enabled and settings.health_check_fast_interval_ms > settings.health_check_interval_ms:
         raise ConfigurationError(

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from clickhouse_lb.config._values import as_bool, bounded
+from clickhouse_lb.config._fields import parse_fields
+from clickhouse_lb.config._values import as_bool, bounded_int
 
 
 @dataclass(frozen=True)
@@ -19,10 +20,12 @@ class LagSettings:
     fallback_to_stale_replicas_for_distributed_queries: bool = True
 
 
-LAG_SETTING_NAMES: tuple[str, ...] = (
-    "max_replica_delay_for_distributed_queries",
-    "fallback_to_stale_replicas_for_distributed_queries",
-)
+_PARSERS = {
+    "max_replica_delay_for_distributed_queries": bounded_int,
+    "fallback_to_stale_replicas_for_distributed_queries": as_bool,
+}
+
+LAG_SETTING_NAMES: tuple[str, ...] = tuple(_PARSERS)
 
 DEFAULT_LAG = LagSettings()
 
@@ -30,16 +33,7 @@ DEFAULT_LAG = LagSettings()
 def parse_lag_settings(values: Mapping[str, Any], base: LagSettings = DEFAULT_LAG) -> LagSettings:
     """The pool's lag settings, or a statement's (``base``: the pool's), from names and values
     (strings allowed, as from a URL or a statement's ``settings=``)."""
-    max_delay = values.get("max_replica_delay_for_distributed_queries")
-    fallback = values.get("fallback_to_stale_replicas_for_distributed_queries")
-    return LagSettings(
-        base.max_replica_delay_for_distributed_queries
-        if max_delay is None
-        else int(bounded("max_replica_delay_for_distributed_queries", max_delay) or 0),
-        base.fallback_to_stale_replicas_for_distributed_queries
-        if fallback is None
-        else as_bool("fallback_to_stale_replicas_for_distributed_queries", fallback),
-    )
+    return replace(base, **parse_fields(values, _PARSERS))
 
 
 def statement_lag_settings(statement_settings: Mapping[str, Any] | None, pool: LagSettings) -> LagSettings:

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from clickhouse_lb.config._values import as_bool, bounded
+from clickhouse_lb.config._fields import InSeconds, parse_fields
+from clickhouse_lb.config._values import as_bool, bounded_int
 
 __all__ = [
     "DEFAULT_READ_YOUR_WRITES",
@@ -34,34 +35,22 @@ class ReadYourWritesSettings:
     #: How long a read whose writer failed may wait for another replica to catch up (ms).
     read_your_writes_timeout_ms: int = 5000
 
-    @property
-    def window(self) -> float:
-        return self.read_your_writes_window_ms / 1000
-
-    @property
-    def timeout(self) -> float:
-        return self.read_your_writes_timeout_ms / 1000
+    window = InSeconds("read_your_writes_window_ms")
+    timeout = InSeconds("read_your_writes_timeout_ms")
 
 
-READ_YOUR_WRITES_SETTING_NAMES: tuple[str, ...] = (
-    READ_YOUR_WRITES,
-    "read_your_writes_window_ms",
-    "read_your_writes_timeout_ms",
-)
+#: Each setting and its parser.
+_PARSERS = {
+    READ_YOUR_WRITES: as_bool,
+    "read_your_writes_window_ms": bounded_int,
+    "read_your_writes_timeout_ms": bounded_int,
+}
+
+READ_YOUR_WRITES_SETTING_NAMES: tuple[str, ...] = tuple(_PARSERS)
 
 DEFAULT_READ_YOUR_WRITES = ReadYourWritesSettings()
 
 
 def parse_read_your_writes_settings(values: Mapping[str, Any]) -> ReadYourWritesSettings:
     """From names and values (strings allowed, as from a DSN or URL); missing ones are defaults."""
-    base = DEFAULT_READ_YOUR_WRITES
-    enabled = values.get(READ_YOUR_WRITES)
-    window = values.get("read_your_writes_window_ms")
-    timeout = values.get("read_your_writes_timeout_ms")
-    return ReadYourWritesSettings(
-        base.read_your_writes if enabled is None else as_bool(READ_YOUR_WRITES, enabled),
-        base.read_your_writes_window_ms if window is None else int(bounded("read_your_writes_window_ms", window) or 0),
-        base.read_your_writes_timeout_ms
-        if timeout is None
-        else int(bounded("read_your_writes_timeout_ms", timeout) or 0),
-    )
+    return ReadYourWritesSettings(**parse_fields(values, _PARSERS))

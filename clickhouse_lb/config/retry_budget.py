@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from clickhouse_lb._redact import shown
-from clickhouse_lb.config._values import LIMITS, bounded
+from clickhouse_lb.config._fields import InSeconds, parse_fields
+from clickhouse_lb.config._values import LIMITS, bounded_float, bounded_int
 from clickhouse_lb.errors import ConfigurationError
 
 __all__ = ["DEFAULT_RETRY_BUDGET", "RETRY_BUDGET_SETTING_NAMES", "RetryBudgetSettings", "parse_retry_budget_settings"]
@@ -34,10 +35,8 @@ class RetryBudgetSettings:
     def min_per_second(self) -> float:
         return self.retry_budget_min_per_second
 
-    @property
-    def window(self) -> float:
-        """The window in seconds (0: no budget)."""
-        return self.retry_budget_window_ms / 1000.0
+    #: The window in seconds (0: no budget).
+    window = InSeconds("retry_budget_window_ms")
 
 
 RETRY_BUDGET_SETTING_NAMES: tuple[str, ...] = (
@@ -60,16 +59,16 @@ def _number(name: str, value: object) -> float:
             raise ConfigurationError(f"Bad {name} {shown(raw)}: expected a number, {accepted}") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigurationError(f"Bad {name} {shown(raw)}: expected a number, {accepted}")
-    return float(bounded(name, value) or 0.0)
+    return bounded_float(name, value)
+
+
+_PARSERS = {
+    "retry_budget_ratio": _number,
+    "retry_budget_min_per_second": _number,
+    "retry_budget_window_ms": bounded_int,
+}
 
 
 def parse_retry_budget_settings(values: Mapping[str, Any]) -> RetryBudgetSettings:
     """The pool's retry budget from names and values; a missing or None value is the default."""
-    given = {name: value for name, value in values.items() if value is not None}
-    parsed: dict[str, Any] = {}
-    for name in ("retry_budget_ratio", "retry_budget_min_per_second"):
-        if name in given:
-            parsed[name] = _number(name, given[name])
-    if "retry_budget_window_ms" in given:
-        parsed["retry_budget_window_ms"] = int(bounded("retry_budget_window_ms", given["retry_budget_window_ms"]) or 0)
-    return RetryBudgetSettings(**parsed)
+    return RetryBudgetSettings(**parse_fields(values, _PARSERS))

@@ -13,10 +13,12 @@ import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from enum import Enum
+from functools import partial
 from typing import Any
 
 from clickhouse_lb._redact import shown
-from clickhouse_lb.config._values import LIMITS, as_bool, bounded
+from clickhouse_lb.config._fields import FieldParser, parse_fields
+from clickhouse_lb.config._values import LIMITS, as_bool, bounded, bounded_int
 from clickhouse_lb.config.attempt_settings import ATTEMPT_SETTING_NAMES, normalize_attempt_setting
 from clickhouse_lb.config.liveness import LIVENESS_DEFAULTS
 from clickhouse_lb.errors import CONFIGURATION_REFERENCE, ConfigurationError, did_you_mean
@@ -108,7 +110,7 @@ class BalancingSettings:
     receive_data_timeout_ms: float | str = "auto"
     #: Liveness-checked waits (clickhouse_lb.core.watch): ping a replica whose answer is this late
     #: (0: off), how long the ping may take, how often to ping again while it keeps working.
-    liveness_check_after_ms: float = LIVENESS_DEFAULTS.check_after * 1000  # type: ignore[operator]
+    liveness_check_after_ms: float = (LIVENESS_DEFAULTS.check_after or 0.0) * 1000  # None (off) is 0 here
     liveness_ping_timeout_ms: float = LIVENESS_DEFAULTS.ping_timeout * 1000
     liveness_check_interval_ms: float = LIVENESS_DEFAULTS.interval * 1000
     #: ``least_loaded`` only (no server equivalent): seconds, the time constant of each replica's
@@ -156,29 +158,39 @@ def parse_local_hostname(value: object) -> str | None:
     return text
 
 
+def _load_balancing(name: str, value: object) -> LoadBalancing:
+    return LoadBalancing.parse(value)
+
+
+def _local_hostname(name: str, value: object) -> str | None:
+    return parse_local_hostname(value)
+
+
+#: Each balancing setting's parser: a number is checked against its bounds, unless it is one
+#: of the attempt settings (kept as normalised there).
+_BALANCING_PARSERS: dict[str, FieldParser] = {
+    **dict.fromkeys(BALANCING_SETTING_NAMES, bounded),
+    "load_balancing": _load_balancing,
+    "local_hostname": _local_hostname,
+    "auto_insert_deduplication_token": as_bool,
+    **dict.fromkeys(ATTEMPT_SETTING_NAMES, normalize_attempt_setting),
+}
+
+
 def parse_balancing_settings(values: Mapping[str, Any]) -> BalancingSettings:
     """Validate balancing settings given by name (strings allowed); unknown names are errors."""
-    parsed: dict[str, Any] = {}
-    for name, value in values.items():
-        if not isinstance(name, str) or name not in BALANCING_SETTING_NAMES:
-            raise unknown_name_error("balancing setting", name, BALANCING_SETTING_NAMES)
-        if name == "load_balancing":
-            parsed[name] = LoadBalancing.parse(value)
-        elif name == "local_hostname":
-            parsed[name] = parse_local_hostname(value)
-        elif name == "auto_insert_deduplication_token":
-            parsed[name] = as_bool(name, value)
-        elif name in ATTEMPT_SETTING_NAMES:
-            parsed[name] = normalize_attempt_setting(name, value)
-        else:
-            parsed[name] = bounded(name, value)
+    unknown = partial(unknown_name_error, "balancing setting")
+    parsed = parse_fields(values, _BALANCING_PARSERS, unknown=unknown, none_is_default=False)
     return BalancingSettings(**parsed)
 
 
 #: Balancing settings a statement may change for itself through ``settings=``, as on the server.
-STATEMENT_SETTING_NAMES = frozenset(
-    {"load_balancing", "load_balancing_first_offset", "distributed_replica_max_ignored_errors"}
-)
+_STATEMENT_PARSERS: dict[str, FieldParser] = {
+    "load_balancing": _load_balancing,
+    "load_balancing_first_offset": bounded_int,
+    "distributed_replica_max_ignored_errors": bounded_int,
+}
+STATEMENT_SETTING_NAMES = frozenset(_STATEMENT_PARSERS)
 
 
 @dataclass(frozen=True)
@@ -208,16 +220,4 @@ def split_statement_settings(
     if not settings or not any(key in STATEMENT_SETTING_NAMES for key in settings):
         return NO_OVERRIDES, settings
     rest = {k: v for k, v in settings.items() if k not in STATEMENT_SETTING_NAMES}
-    lb = settings.get("load_balancing")
-    offset = settings.get("load_balancing_first_offset")
-    ignored = settings.get("distributed_replica_max_ignored_errors")
-    overrides = StatementOverrides(
-        load_balancing=LoadBalancing.parse(lb) if lb is not None else None,
-        load_balancing_first_offset=(
-            int(bounded("load_balancing_first_offset", offset) or 0) if offset is not None else None
-        ),
-        distributed_replica_max_ignored_errors=(
-            int(bounded("distributed_replica_max_ignored_errors", ignored) or 0) if ignored is not None else None
-        ),
-    )
-    return overrides, rest
+    return StatementOverrides(**parse_fields(settings, _STATEMENT_PARSERS)), rest

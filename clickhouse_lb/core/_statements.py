@@ -12,7 +12,7 @@ import inspect
 import re
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from clickhouse_lb._redact import shown
 from clickhouse_lb.config._values import as_bool
@@ -25,7 +25,7 @@ from clickhouse_lb.config.read_your_writes import READ_YOUR_WRITES
 from clickhouse_lb.config.settings import NO_OVERRIDES, StatementOverrides, split_statement_settings
 from clickhouse_lb.errors import ConfigurationError
 
-__all__ = ["INSERT_METHODS", "PreparedCall", "is_read_only", "prepare_call", "settings_positions"]
+__all__ = ["INSERT_METHODS", "PreparedCall", "StatementKind", "is_read_only", "prepare_call", "settings_positions"]
 
 #: Methods that write rows: a deduplication token makes them retryable after sending.
 INSERT_METHODS = frozenset({"insert", "insert_df", "insert_arrow", "insert_df_arrow", "raw_insert", "data_insert"})
@@ -63,6 +63,17 @@ def settings_positions(client_class: type, methods: list[str]) -> dict[str, int 
             (i for i, p in enumerate(params) if p.name == "settings" and p.kind is p.POSITIONAL_OR_KEYWORD), None
         )
     return positions
+
+
+class StatementKind(Protocol):
+    """What failover and the attempts' waits ask of a statement, only once it matters (a
+    failure, a hedge, a deadline): a :class:`PreparedCall` decides it on first use."""
+
+    @property
+    def write(self) -> bool: ...
+
+    @property
+    def retry_after_send(self) -> bool: ...
 
 
 class PreparedCall:

@@ -13,9 +13,9 @@ import math
 import time
 import uuid
 from collections.abc import Callable
-from typing import Protocol
 
 from clickhouse_lb.config.attempt_settings import AttemptSettings
+from clickhouse_lb.core._statements import StatementKind
 from clickhouse_lb.core.deadline import Deadline
 from clickhouse_lb.core.hedging import LatencyWindow, hedge_delay
 from clickhouse_lb.core.race import AttemptSpec
@@ -23,16 +23,6 @@ from clickhouse_lb.core.retry_budget import RetryBudget
 from clickhouse_lb.core.watch import AttemptWatch
 
 __all__ = ["StatementPlan"]
-
-
-class _Statement(Protocol):
-    """What a plan asks of its statement (a :class:`~clickhouse_lb.core._statements.PreparedCall`)."""
-
-    @property
-    def write(self) -> bool: ...
-
-    @property
-    def retry_after_send(self) -> bool: ...
 
 
 class StatementPlan:
@@ -54,7 +44,7 @@ class StatementPlan:
         settings: AttemptSettings,
         deadline: Deadline,
         addresses: tuple[str, ...],
-        statement: _Statement,
+        statement: StatementKind,
         window: LatencyWindow,
         count_failure: Callable[[int, BaseException], object],
         count_slowdown: Callable[[int], object],

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeGuard, runtime_checkable
 
 from clickhouse_lb._redact import shown
 from clickhouse_lb.errors import ConfigurationError
@@ -107,34 +107,43 @@ class ReplicaDownEvent:
     error: str
 
 
+# Each protocol's method does nothing by default (a bare ``return``, not a docstring alone, which a
+# type checker would take for abstract): PoolListener inherits all five as its no-op defaults.
+
+
 @runtime_checkable
 class ErrorRecordedListener(Protocol):
     def on_error_recorded(self, event: ErrorRecordedEvent) -> None:
         """An error was counted against a replica."""
+        return
 
 
 @runtime_checkable
 class FailoverListener(Protocol):
     def on_failover(self, event: FailoverEvent) -> None:
         """A statement moved from a failed replica to the next one."""
+        return
 
 
 @runtime_checkable
 class RecoveryListener(Protocol):
     def on_replica_recovered(self, event: ReplicaRecoveredEvent) -> None:
         """A replica returned to rotation."""
+        return
 
 
 @runtime_checkable
 class ProbeListener(Protocol):
     def on_probe(self, event: ProbeEvent) -> None:
         """A background health probe finished (called from the probe worker)."""
+        return
 
 
 @runtime_checkable
 class DownListener(Protocol):
     def on_replica_down(self, event: ReplicaDownEvent) -> None:
         """Health probes marked a replica down (called from the probe worker)."""
+        return
 
 
 #: What ``listeners=[...]`` takes: any object with one or more of the five methods.
@@ -143,21 +152,6 @@ Listener = ErrorRecordedListener | FailoverListener | RecoveryListener | ProbeLi
 
 class PoolListener(ErrorRecordedListener, FailoverListener, RecoveryListener, ProbeListener, DownListener):
     """Override any of these; each is called synchronously, outside the pool's lock."""
-
-    def on_error_recorded(self, event: ErrorRecordedEvent) -> None:
-        """An error was counted against a replica."""
-
-    def on_failover(self, event: FailoverEvent) -> None:
-        """A statement moved from a failed replica to the next one."""
-
-    def on_replica_recovered(self, event: ReplicaRecoveredEvent) -> None:
-        """A replica returned to rotation."""
-
-    def on_probe(self, event: ProbeEvent) -> None:
-        """A background health probe finished (called from the probe worker)."""
-
-    def on_replica_down(self, event: ReplicaDownEvent) -> None:
-        """Health probes marked a replica down (called from the probe worker)."""
 
 
 @contextmanager
@@ -177,13 +171,17 @@ def _takes(listener: object, method: str) -> bool:
     return callable(getattr(listener, method, None))
 
 
+def _is_listener(listener: object) -> TypeGuard[Listener]:
+    return any(_takes(listener, method) for method in _METHODS)
+
+
 def _checked(listener: object) -> Listener:
-    if not any(_takes(listener, method) for method in _METHODS):
+    if not _is_listener(listener):
         raise ConfigurationError(
             f"Bad listener {shown(listener)}: expected an object with on_error_recorded, on_failover, "
             "on_replica_recovered, on_probe and/or on_replica_down (see clickhouse_lb.PoolListener)"
         )
-    return listener  # type: ignore[return-value]
+    return listener
 
 
 def check_listeners(listeners: Iterable[Listener]) -> tuple[Listener, ...]:
@@ -210,23 +208,12 @@ class ListenerSet:
         self._set(check_listeners(listeners))
 
     def _set(self, listeners: tuple[Listener, ...]) -> None:
-        # Rebuilt (not mutated) on change, so a dispatch in progress keeps its own tuples.
+        # Rebuilt (not mutated) on change, so a dispatch in progress keeps its own tuples; one
+        # tuple per method, so that a dispatch walks only the listeners that take its event.
         self._listeners = listeners
-        self._errors: tuple[ErrorRecordedListener, ...] = tuple(
-            x for x in listeners if _takes(x, "on_error_recorded")  # type: ignore[misc]
-        )
-        self._failovers: tuple[FailoverListener, ...] = tuple(
-            x for x in listeners if _takes(x, "on_failover")  # type: ignore[misc]
-        )
-        self._recoveries: tuple[RecoveryListener, ...] = tuple(
-            x for x in listeners if _takes(x, "on_replica_recovered")  # type: ignore[misc]
-        )
-        self._probes: tuple[ProbeListener, ...] = tuple(
-            x for x in listeners if _takes(x, "on_probe")  # type: ignore[misc]
-        )
-        self._downs: tuple[DownListener, ...] = tuple(
-            x for x in listeners if _takes(x, "on_replica_down")  # type: ignore[misc]
-        )
+        self._takers: dict[str, tuple[Listener, ...]] = {
+            method: tuple(x for x in listeners if _takes(x, method)) for method in _METHODS
+        }
 
     def add(self, listener: Listener) -> None:
         _checked(listener)
@@ -244,27 +231,22 @@ class ListenerSet:
     def __bool__(self) -> bool:
         return bool(self._listeners)
 
+    def _dispatch(self, method: str, event: object) -> None:
+        for listener in self._takers[method]:
+            with _isolated(listener, method):
+                getattr(listener, method)(event)
+
     def error_recorded(self, event: ErrorRecordedEvent) -> None:
-        for listener in self._errors:
-            with _isolated(listener, "on_error_recorded"):
-                listener.on_error_recorded(event)
+        self._dispatch("on_error_recorded", event)
 
     def failover(self, event: FailoverEvent) -> None:
-        for listener in self._failovers:
-            with _isolated(listener, "on_failover"):
-                listener.on_failover(event)
+        self._dispatch("on_failover", event)
 
     def replica_recovered(self, event: ReplicaRecoveredEvent) -> None:
-        for listener in self._recoveries:
-            with _isolated(listener, "on_replica_recovered"):
-                listener.on_replica_recovered(event)
+        self._dispatch("on_replica_recovered", event)
 
     def probe(self, event: ProbeEvent) -> None:
-        for listener in self._probes:
-            with _isolated(listener, "on_probe"):
-                listener.on_probe(event)
+        self._dispatch("on_probe", event)
 
     def replica_down(self, event: ReplicaDownEvent) -> None:
-        for listener in self._downs:
-            with _isolated(listener, "on_replica_down"):
-                listener.on_replica_down(event)
+        self._dispatch("on_replica_down", event)

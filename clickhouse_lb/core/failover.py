@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, Retrying
 
 from clickhouse_lb.core._driver_logs import enter_pool, leave_pool
+from clickhouse_lb.core._statements import StatementKind
 from clickhouse_lb.core.balancer import Balancer
 from clickhouse_lb.core.deadline import Deadline
 from clickhouse_lb.core.events import FailoverEvent, logger
@@ -55,16 +56,6 @@ T = TypeVar("T")
 DIRECT_FIRST_ATTEMPT = True
 
 
-class _Statement(Protocol):
-    """What a statement's attempts ask of it, once one failed."""
-
-    @property
-    def write(self) -> bool: ...
-
-    @property
-    def retry_after_send(self) -> bool: ...
-
-
 class StatementAttempts:
     """One statement's current :class:`FailoverPolicy` and the effects of its attempts."""
 
@@ -81,7 +72,7 @@ class StatementAttempts:
         operation: str,
         retry_after_send: bool = True,
         write: bool = True,
-        statement: _Statement | None = None,
+        statement: StatementKind | None = None,
         budget: RetryBudget | None = None,
     ) -> None:
         """``statement``: where ``write`` and ``retry_after_send`` come from instead (a
@@ -135,20 +126,25 @@ class StatementAttempts:
         self._load.finish(index, self._attempt_started)
         self._balancer.record_success(index)
 
-    def failed(self, index: int, exc: BaseException, *, ran_on: int | None = None) -> None:
-        """An attempt ended with ``exc``: count it and decide (:attr:`verdict`). A cancelled or
-        interrupted attempt (not an ``Exception``) only leaves the in-flight count. ``ran_on``:
-        the replica the attempt's last run failed on, when a hedge took it elsewhere."""
+    def failed(self, index: int, exc: BaseException, *, ran_on: int | None = None) -> BaseException:
+        """An attempt ended with ``exc``: count it and decide (:attr:`verdict`); returns the error
+        the attempt raises. A cancelled or interrupted attempt (not an ``Exception``) only leaves
+        the in-flight count. ``ran_on``: the replica the attempt's last run failed on, when a hedge
+        took it elsewhere (an attempt run through :mod:`clickhouse_lb.core.race` ends with a
+        :class:`RaceFailure` that names it and carries the error)."""
         self._load.finish(index, self._attempt_started)
+        if isinstance(exc, RaceFailure):
+            ran_on, exc = exc.index, exc.error
         if not isinstance(exc, Exception):
             self.verdict = Verdict.RAISE
-            return
+            return exc
         self.run_failed(index if ran_on is None else ran_on, exc)
         verdict = self.policy.verdict(retry_after_send=self.retry_after_send)
         budget = self._budget
         if verdict is Verdict.RETRY and budget is not None and self.policy.resends() and not budget.try_spend():
             verdict = Verdict.BUDGET
         self.verdict = verdict
+        return exc
 
     def run_failed(self, index: int, exc: BaseException) -> None:
         """A run on replica ``index`` failed (a hedged read's other run may go on): counted,
@@ -167,8 +163,7 @@ class StatementAttempts:
         try:
             result = call(index)
         except BaseException as exc:  # a cancelled attempt too must leave the in-flight count
-            ran_on, error = _unwrap(exc)
-            self.failed(index, error, ran_on=ran_on)
+            error = self.failed(index, exc)
             if error is exc:
                 raise
         else:
@@ -182,8 +177,7 @@ class StatementAttempts:
         try:
             result = await call(index)
         except BaseException as exc:
-            ran_on, error = _unwrap(exc)
-            self.failed(index, error, ran_on=ran_on)
+            error = self.failed(index, exc)
             if error is exc:
                 raise
         else:
@@ -277,14 +271,6 @@ class StatementAttempts:
         logger.error("%s failed on every replica: %s", self.operation, shown)
         return AllReplicasUnavailableError(attempts, last, may_have_been_applied=may_have_been_applied,
                                            write=self.write, operation=self.operation)
-
-
-def _unwrap(exc: BaseException) -> tuple[int | None, BaseException]:
-    """An attempt run through :mod:`clickhouse_lb.core.race` names the replica its last run failed
-    on (a hedge may have run elsewhere): ``(that replica or None, the error)``."""
-    if isinstance(exc, RaceFailure):
-        return exc.index, exc.error
-    return None, exc
 
 
 def sync_policy() -> Retrying:

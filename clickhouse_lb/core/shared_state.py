@@ -61,7 +61,7 @@ import time
 import weakref
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from clickhouse_lb.config.retry_budget import RetryBudgetSettings
 from clickhouse_lb.core.retry_budget import RetryBudget
@@ -237,7 +237,9 @@ class StateRegistry:
                 entry = self._entries[key] = _Entry(factory())
             entry.users += 1
             entry.idle_since = None
-            value: V = entry.value  # type: ignore[assignment]
+            # One registry holds values of several types; a key names one of them (every caller
+            # that passes the same key passes the same factory), so what it made is a V.
+            value = cast(V, entry.value)
         return StateLease(self, key, entry, value)
 
     def _release(self, lease: StateLease[Any]) -> None:

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar, Token
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, NoReturn, TypeVar, cast
 
 from clickhouse_lb.config.read_your_writes import ReadYourWritesSettings
@@ -87,23 +88,19 @@ class PoolReadYourWrites:
             self.armed = self.settings.read_your_writes or self._open > 0
 
 
+@dataclass(slots=True, eq=False)
 class StatementHook:
     """Read-your-writes for one statement: a write is remembered where it succeeds; a read
     goes to replicas that have ``writes`` first, and makes any other catch up."""
 
-    __slots__ = ("addresses", "deadline", "settings", "table", "write", "writes")
-
-    def __init__(
-        self, addresses: Sequence[str], writes: tuple[RecentWrite, ...], table: str | None,
-        settings: ReadYourWritesSettings, *, write: bool = False,
-    ) -> None:
-        self.addresses = addresses
-        self.write = write
-        self.writes = writes
-        self.table = table
-        self.settings = settings
-        #: When the read's catch-up waits must end (set by the first one).
-        self.deadline: float | None = None
+    addresses: Sequence[str]
+    writes: tuple[RecentWrite, ...]
+    table: str | None
+    settings: ReadYourWritesSettings
+    _: KW_ONLY
+    write: bool = False
+    #: When the read's catch-up waits must end (set by the first one).
+    deadline: float | None = field(default=None, init=False)
 
     def order(self, order: list[int]) -> list[int]:
         return order_for_read(order, self.addresses, self.writes) if self.writes else order

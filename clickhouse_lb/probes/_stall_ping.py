@@ -37,7 +37,8 @@ _HARD = (ConnectionRefusedError, ConnectionResetError, BrokenPipeError)
 
 
 def _readable(sock: socket.socket, timeout: float) -> bool:
-    if getattr(sock, "pending", None) and sock.pending():  # type: ignore[attr-defined]
+    pending = getattr(sock, "pending", None)  # TLS: bytes already decrypted, which select() cannot see
+    if pending is not None and pending():
         return True
     readable, _, _ = select.select([sock], [], [], max(0.0, timeout))
     return bool(readable)

@@ -20,7 +20,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from chdb.state import sqlitelike
 
@@ -169,6 +169,14 @@ def sql_identifier(name: str) -> str:
     return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
 
 
+class _Inserter(Protocol):
+    """What this module uses of chdb's streaming insert (chdb's own methods are untyped)."""
+
+    def append(self, data: bytes) -> None: ...
+    def finish(self) -> Any: ...
+    def cancel(self) -> None: ...
+
+
 @dataclass
 class Result:
     """What one executed statement produced."""
@@ -298,16 +306,16 @@ class EngineConn:
     def insert(self, statement: str, fmt: str, data: bytes) -> Result:
         """Stream ``data`` (encoded in input format ``fmt``) into ``statement`` (``INSERT INTO t (cols)``)."""
         try:
-            inserter = self._wrapper.send_insert(statement, fmt)
+            inserter: _Inserter = self._wrapper.send_insert(statement, fmt)
         except Exception as exc:
             raise ClickHouseError.from_engine(exc) from None
         try:
             if data:
-                inserter.append(data)  # type: ignore[no-untyped-call]
+                inserter.append(data)
             res = inserter.finish()
         except Exception as exc:
             with contextlib.suppress(Exception):
-                inserter.cancel()  # type: ignore[no-untyped-call]
+                inserter.cancel()
             raise ClickHouseError.from_engine(exc) from None
         return Result(
             b"",

@@ -469,23 +469,7 @@ class LocalCluster(ClusterBase):
         return self._replication(i, None)
 
     def _replication(self, i: int, change: dict[str, object] | None) -> dict[str, object]:
-        r = self._replica(i)
-        if change is None:
-            status, body = self._http(i, "GET", _REPLICATION_PATH, None, 5.0)
-        else:
-            status, body = self._http(
-                i,
-                "POST",
-                _REPLICATION_PATH,
-                json.dumps(change).encode(),
-                5.0,
-                headers={"Content-Type": "application/json"},
-            )
-        if status != 200:
-            raise ClusterError(f"replication endpoint of {r.name}: HTTP {status} {body!r}")
-        state = json.loads(body)
-        assert isinstance(state, dict)
-        return state
+        return self._control(i, _REPLICATION_PATH, "replication", change)
 
     # -- black hole ------------------------------------------------------------------------------
     def blackhole(self, i: int, timeout: float = 10.0) -> None:
@@ -726,15 +710,20 @@ class LocalCluster(ClusterBase):
             proc.wait(timeout=30)
 
     def _faults(self, i: int, change: dict[str, object] | None) -> dict[str, object]:
+        return self._control(i, _FAULTS_PATH, "fault", change)
+
+    def _control(self, i: int, path: str, what: str, change: dict[str, object] | None) -> dict[str, object]:
+        """Replica ``i``'s state behind one of its control endpoints (``what``: for the error),
+        after applying ``change`` (None: read only)."""
         r = self._replica(i)
         if change is None:
-            status, body = self._http(i, "GET", _FAULTS_PATH, None, 5.0)
+            status, body = self._http(i, "GET", path, None, 5.0)
         else:
             status, body = self._http(
-                i, "POST", _FAULTS_PATH, json.dumps(change).encode(), 5.0, headers={"Content-Type": "application/json"}
+                i, "POST", path, json.dumps(change).encode(), 5.0, headers={"Content-Type": "application/json"}
             )
         if status != 200:
-            raise ClusterError(f"fault endpoint of {r.name}: HTTP {status} {body!r}")
+            raise ClusterError(f"{what} endpoint of {r.name}: HTTP {status} {body!r}")
         state = json.loads(body)
         assert isinstance(state, dict)
         return state
