@@ -95,12 +95,10 @@ class StatementAttempts:
             budget.record_statement()
         settings = balancer.settings
         timeout = settings.failover_timeout
-        deadline = NO_DEADLINE if timeout is None else Deadline(timeout)
         #: The statement's deadline (its policy's, for the attempts' waits).
-        self.deadline = deadline
+        self.deadline = NO_DEADLINE if timeout is None else Deadline(timeout)
         self._order = order
-        # Built when first asked (see :attr:`policy`): a statement answered at once never asks.
-        self._policy: FailoverPolicy | None = None
+        self._policy: FailoverPolicy | None = None  # built when first asked: see :attr:`policy`
         self.operation = operation
         self._retry_after_send = retry_after_send
         self._write = write
@@ -110,17 +108,13 @@ class StatementAttempts:
 
     @property
     def policy(self) -> FailoverPolicy:
-        """The statement's current failover policy (the plan and the history of its failures)."""
+        """The statement's failover policy now (built on first use: a statement answered at once never asks)."""
         policy = self._policy
         if policy is None:
             settings = self._balancer.settings
             policy = self._policy = FailoverPolicy(self._order, settings.connections_with_failover_max_tries,
                                                    settings.failover_backoff_ms, self.deadline)
         return policy
-
-    @policy.setter
-    def policy(self, policy: FailoverPolicy) -> None:
-        self._policy = policy
 
     @property
     def write(self) -> bool:
@@ -140,8 +134,7 @@ class StatementAttempts:
         if policy is None:  # the first attempt (no failure yet): the plan's first replica
             done, index = 0, self._order[0]
         else:
-            done = len(policy.history)
-            index = policy.next_index()
+            done, index = len(policy.history), policy.next_index()
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("%s: attempt %d on %s", self.operation, done + 1, self._balancer.addresses[index])
         # The attempt is in flight from here until succeeded()/failed() (one at a time).
@@ -172,7 +165,7 @@ class StatementAttempts:
         and it uses up its place in the schedule, as a failed attempt does (a cancelled run,
         not an ``Exception``, counts nothing)."""
         if isinstance(exc, Exception):
-            self.policy = self.policy.increment(index, self._balancer.count_failure(index, exc))
+            self._policy = self.policy.increment(index, self._balancer.count_failure(index, exc))
 
     def hedge_candidate(self, running: set[int]) -> int | None:
         return self.policy.hedge_candidate(running)
