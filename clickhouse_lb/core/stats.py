@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import Counter
+from collections.abc import Callable
 from typing import NamedTuple
 
 from clickhouse_lb.core.events import ErrorRecordedEvent, FailoverEvent, ProbeEvent
@@ -36,13 +37,12 @@ class PoolStats:
         # the GIL, no lock. Reading it advances it too, so the reads are counted and taken off.
         self._statements = itertools.count()
         self._statement_reads = 0
+        #: A statement started: the counter's own ``__next__`` (a C call, no Python frame).
+        self.count_statement: Callable[[], object] = self._statements.__next__
         self._failovers = 0
         self._failures: Counter[str] = Counter()
         self._probes = 0
         self._failed_probes = 0
-
-    def count_statement(self) -> None:
-        next(self._statements)
 
     def _statements_now(self) -> int:
         """Statements counted so far (under the lock: the reads it takes off are counted there)."""
