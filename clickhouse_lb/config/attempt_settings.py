@@ -24,8 +24,9 @@ failover_ms``                              remain (ms)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Protocol
 
@@ -112,6 +113,13 @@ class AttemptSettings:
     timeouts: Timeouts
     liveness: LivenessPolicy
     hedging: HedgePolicy
+    #: Seconds from an attempt's start to its first wake-up without a deadline: the earlier of
+    #: the receive timeout and the first liveness check (inf: neither). Computed from the fields.
+    first_wake_after: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        waits = (self.timeouts.receive, self.liveness.check_after)
+        object.__setattr__(self, "first_wake_after", min((w for w in waits if w is not None), default=math.inf))
 
 
 @dataclass(frozen=True)

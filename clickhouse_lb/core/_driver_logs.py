@@ -25,8 +25,9 @@ levels) touches nothing the application can see or has set.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar, Token
 
 __all__ = ["DRIVER_LOGGERS", "enter_pool", "handled_by_pool", "install", "leave_pool"]
@@ -53,14 +54,11 @@ def handled_by_pool() -> Iterator[None]:
         leave_pool(token)
 
 
-def enter_pool() -> Token[bool]:
-    """:func:`handled_by_pool` without the context manager, for the per-statement path: the
-    attempts from here on are the pool's, until :func:`leave_pool` with the returned token."""
-    return _IN_POOL_ATTEMPT.set(True)
-
-
-def leave_pool(token: Token[bool]) -> None:
-    _IN_POOL_ATTEMPT.reset(token)
+#: :func:`handled_by_pool` without the context manager, for the per-statement path: the
+#: attempts from here on are the pool's, until :func:`leave_pool` with the returned token.
+#: (The context variable's own C methods: no Python frame per statement.)
+enter_pool: Callable[[], Token[bool]] = functools.partial(_IN_POOL_ATTEMPT.set, True)
+leave_pool: Callable[[Token[bool]], None] = _IN_POOL_ATTEMPT.reset
 
 
 def configured_by_application(name: str) -> bool:

@@ -9,8 +9,8 @@ Shared by the sync and async pools: their Client method signatures agree on thes
 from __future__ import annotations
 
 import inspect
+import os
 import re
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -174,6 +174,17 @@ def _write_now(text: Any) -> bool | None:
     return not is_read_only(text)
 
 
+# The bits uuid.UUID(version=4) sets: the variant (RFC 4122) and the version.
+_UUID4_CLEAR = ~((0xC000 << 48) | (0xF000 << 64))
+_UUID4_SET = (0x8000 << 48) | (4 << 76)
+
+
+def new_insert_token() -> str:
+    """A fresh automatic ``insert_deduplication_token``: ``uuid.uuid4().hex`` (the same 16
+    random bytes and version marks), without building a ``UUID`` object for every insert."""
+    return f"{int.from_bytes(os.urandom(16), 'big') & _UUID4_CLEAR | _UUID4_SET:032x}"
+
+
 def prepare_call(
     method: str,
     args: tuple[Any, ...],
@@ -181,7 +192,7 @@ def prepare_call(
     settings_position: int | None,
     *,
     auto_token: bool,
-    new_token: Callable[[], str] = lambda: uuid.uuid4().hex,
+    new_token: Callable[[], str] = new_insert_token,
 ) -> PreparedCall:
     in_kwargs = "settings" in kwargs
     # Where ``settings`` was given positionally (None: by keyword, or not at all).
@@ -191,6 +202,8 @@ def prepare_call(
     settings = kwargs["settings"] if in_kwargs else args[at] if at is not None else None
     if settings is None and method not in INSERT_METHODS:
         # The common case: a statement without settings; nothing to take out or add.
+        if args and type(args[0]) is str:  # plain SQL: read or write, decided when it matters
+            return PreparedCall(args, kwargs, NO_OVERRIDES, text=args[0], settings_position=settings_position)
         text = _statement_text(args, kwargs)
         return PreparedCall(
             args, kwargs, NO_OVERRIDES, write=_write_now(text), text=text, settings_position=settings_position

@@ -9,7 +9,6 @@ of the adaptive hedge delay).
 
 from __future__ import annotations
 
-import math
 import time
 import uuid
 from collections.abc import Callable
@@ -121,8 +120,8 @@ class StatementPlan:
         (``watch(started).next_wake(started)``, without building the watch; inf: never)."""
         settings = self.settings
         at = self.deadline.at
-        if at is None:
-            at = math.inf
+        if at is None:  # the usual statement: computed once, with its settings
+            return started + settings.first_wake_after
         receive = settings.timeouts.receive
         if receive is not None and started + receive < at:
             at = started + receive

@@ -60,8 +60,8 @@ class StatementAttempts:
     """One statement's current :class:`FailoverPolicy` and the effects of its attempts."""
 
     __slots__ = (
-        "_attempt_started", "_balancer", "_budget", "_load", "_retry_after_send", "_statement", "_write",
-        "deadline", "operation", "policy", "verdict",
+        "_attempt_started", "_balancer", "_budget", "_load", "_order", "_policy", "_retry_after_send", "_statement",
+        "_write", "deadline", "operation", "verdict",
     )
 
     def __init__(
@@ -86,17 +86,26 @@ class StatementAttempts:
             budget.record_statement()
         settings = balancer.settings
         timeout = settings.failover_timeout
-        deadline = NO_DEADLINE if timeout is None else Deadline(timeout)
         #: The statement's deadline (its policy's, for the attempts' waits).
-        self.deadline = deadline
-        self.policy = FailoverPolicy(order, settings.connections_with_failover_max_tries,
-                                     settings.failover_backoff_ms, deadline)
+        self.deadline = NO_DEADLINE if timeout is None else Deadline(timeout)
+        self._order = order
+        self._policy: FailoverPolicy | None = None  # built when first asked: see :attr:`policy`
         self.operation = operation
         self._retry_after_send = retry_after_send
         self._write = write
         self._statement = statement
         #: The decision after the last attempt that ended (None: none ended yet).
         self.verdict: Verdict | None = None
+
+    @property
+    def policy(self) -> FailoverPolicy:
+        """The statement's failover policy now (built on first use: a statement answered at once never asks)."""
+        policy = self._policy
+        if policy is None:
+            settings = self._balancer.settings
+            policy = self._policy = FailoverPolicy(self._order, settings.connections_with_failover_max_tries,
+                                                   settings.failover_backoff_ms, self.deadline)
+        return policy
 
     @property
     def write(self) -> bool:
@@ -112,10 +121,11 @@ class StatementAttempts:
 
     def begin(self) -> int:
         """The replica index for the next attempt (every earlier attempt failed)."""
-        policy = self.policy
-        done = len(policy.history)
-        order = policy.order
-        index = order[done % len(order)]  # policy.next_index(), inlined: this runs for every statement
+        policy = self._policy
+        if policy is None:  # the first attempt (no failure yet): the plan's first replica
+            done, index = 0, self._order[0]
+        else:
+            done, index = len(policy.history), policy.next_index()
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("%s: attempt %d on %s", self.operation, done + 1, self._balancer.addresses[index])
         # The attempt is in flight from here until succeeded()/failed() (one at a time).
@@ -151,7 +161,7 @@ class StatementAttempts:
         and it uses up its place in the schedule, as a failed attempt does (a cancelled run,
         not an ``Exception``, counts nothing)."""
         if isinstance(exc, Exception):
-            self.policy = self.policy.increment(index, self._balancer.count_failure(index, exc))
+            self._policy = self.policy.increment(index, self._balancer.count_failure(index, exc))
 
     def hedge_candidate(self, running: set[int]) -> int | None:
         return self.policy.hedge_candidate(running)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import random as _random
 from collections.abc import Callable, Sequence
 
-__all__ = ["least_loaded_order", "plan_order", "round_robin_order", "static_ranks"]
+__all__ = ["least_loaded_order", "plan_order", "round_robin_order", "static_ranks", "tie_free_order"]
 
 
 def static_ranks(priorities: Sequence[int], strategy_priorities: Sequence[int]) -> list[int]:
@@ -26,6 +26,16 @@ def static_ranks(priorities: Sequence[int], strategy_priorities: Sequence[int]) 
     pairs = list(zip(priorities, strategy_priorities))
     rank_of = {pair: rank for rank, pair in enumerate(sorted(set(pairs)))}
     return [rank_of[pair] for pair in pairs]
+
+
+def tie_free_order(ranks: Sequence[int]) -> list[int] | None:
+    """The replicas by rank when no two ranks are equal (``in_order``, ``first_or_random``
+    over distinct priorities ...); None when some tie. Then the random term never decides, and
+    while no replica has errors or slowdowns :func:`plan_order` returns exactly this list,
+    whatever it draws: the plan of a healthy replica set, computed once."""
+    if len(set(ranks)) != len(ranks):
+        return None
+    return sorted(range(len(ranks)), key=ranks.__getitem__)
 
 
 def plan_order(

@@ -179,6 +179,16 @@ class ReplicaSetState:
             # tuple.__new__: a Selection without the Python-level __new__ NamedTuple gives it.
             return _new_tuple(Selection, (self._errors[:], self._slowdowns[:], slowed, counter, recovered))
 
+    def clear(self) -> bool:
+        """Whether :meth:`select` would find every error and slowdown count at zero and decay
+        nothing (the usual statement, on a healthy replica set): no snapshot is needed then.
+        Reads without the lock, as :meth:`record_success` does: a count that changes just after
+        is one that changed just after the snapshot would have been taken."""
+        last = self._last_decrease
+        return (
+            not self._slowed and last is not None and self._clock() - last < self.half_life and not any(self._errors)
+        )
+
     # -- outcomes --------------------------------------------------------------------------
 
     def record_error(self, index: int, error: str | None = None, *, sticky: bool = True) -> int:

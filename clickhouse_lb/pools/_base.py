@@ -356,7 +356,7 @@ class PoolBase(PrivateMembers, ClientMembers):
     def _prepare(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> PreparedCall:
         return prepare_call(
             method, args, kwargs, self._settings_position.get(method),
-            auto_token=self._balancer.settings.auto_insert_deduplication_token,
+            auto_token=self._view.balancer.settings.auto_insert_deduplication_token,
         )
 
     def _started(self) -> None:
@@ -490,7 +490,7 @@ class PoolBase(PrivateMembers, ClientMembers):
 
     def _statement_plan(self, attempts: StatementAttempts, call: PreparedCall) -> StatementPlan:
         """How the statement's attempts wait (timeouts, liveness checks, deadline, hedging)."""
-        balancer = self._balancer
+        balancer = self._view.balancer
         own = call.attempt_settings
         return StatementPlan(
             settings=self.config.attempts if own is NO_STATEMENT_SETTINGS else own.apply(self.config.attempts),

@@ -52,7 +52,7 @@ class _Watched(AttemptConnections):
         self.started = started
         #: When its first wake-up is due.
         self.first = first
-        super().__init__(connect_timeout)
+        AttemptConnections.__init__(self, connect_timeout)  # (no super() object: one per attempt)
         self.verdict: AttemptAbandonedError | None = None
         self.checking = False
         self.planned = first  # when its next wake-up is due (a check then late means a stall)
@@ -134,11 +134,14 @@ class Watchdog:
         """:meth:`run` for an attempt of a statement's plan (not hedged) on replica ``index``,
         without building its :class:`~clickhouse_lb.core.race.AttemptSpec`: the per-statement path."""
         if plan.deadline.at is None:  # the usual statement: no query id of the pool's, nothing to cut
-            query_id, connect_timeout = plan.query_id, plan.settings.timeouts.connect
+            settings = plan.settings
+            query_id, connect_timeout = plan.query_id, settings.timeouts.connect
+            started = self._clock()
+            first = started + settings.first_wake_after  # plan.first_wake(started), inlined
         else:
             query_id, connect_timeout = plan.run_query_id(None)(), plan.connect_timeout()
-        started = self._clock()
-        first = plan.first_wake(started)
+            started = self._clock()
+            first = plan.first_wake(started)
         entry = _Watched(plan, index, query_id, started, first=first, connect_timeout=connect_timeout)
         return self._watched_call(entry, call)
 

@@ -1,0 +1,108 @@
+"""The shortcuts of the per-statement path give what the general path gives: the plan of a
+healthy replica set computed once, the lock-free statement count, the automatic insert token."""
+
+from __future__ import annotations
+
+import random
+import threading
+import uuid
+
+import pytest
+
+from clickhouse_lb.config.replicas import parse_host
+from clickhouse_lb.config.settings import LoadBalancing, parse_balancing_settings, split_statement_settings
+from clickhouse_lb.core._statements import new_insert_token
+from clickhouse_lb.core.balancer import Balancer
+from clickhouse_lb.core.ordering import plan_order, tie_free_order
+from clickhouse_lb.core.stats import PoolStats
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def balancer(strategy: str, clock: Clock, *, half_life: int = 60, seed: int = 3) -> Balancer:
+    replicas = [parse_host(f"r{i}.example:8123") for i in range(4)]
+    settings = parse_balancing_settings({
+        "load_balancing": strategy, "distributed_replica_error_half_life": half_life, "local_hostname": "r2.example",
+    })
+    return Balancer(replicas, settings, clock=clock, random=random.Random(seed).random)
+
+
+def test_tie_free_ranks_are_the_plan_of_a_healthy_set_whatever_random_draws() -> None:
+    ranks = [2, 0, 3, 1]
+    assert tie_free_order(ranks) == [1, 3, 0, 2]
+    draws = random.Random(5)
+    for _ in range(50):
+        assert plan_order([0, 0, 0, 0], ranks, 0, draws.random) == [1, 3, 0, 2]
+    assert tie_free_order([0, 1, 1]) is None
+
+
+@pytest.mark.parametrize("strategy", [s.value for s in LoadBalancing])
+def test_every_strategy_plans_as_the_general_path_does(strategy: str) -> None:
+    clock = Clock()
+    fast, general = balancer(strategy, clock), balancer(strategy, clock)
+    general._clear_plan = None  # the general path only
+    general.state._round_robin = fast.state._round_robin  # (a random start per state)
+    for step in range(40):
+        clock.now += 7.0
+        if step in (10, 25):
+            for b in (fast, general):
+                b.record_error(step % 4, "down")
+        if step == 30:
+            for b in (fast, general):
+                b.record_slowdown(1)
+        assert fast.plan_indices() == general.plan_indices(), (strategy, step)
+    overrides, _ = split_statement_settings({"load_balancing": "in_order"})
+    assert fast.plan_indices(overrides) == general.plan_indices(overrides)
+
+
+def test_the_shortcut_keeps_the_decay_clock_as_a_snapshot_would() -> None:
+    """A healthy set planned from the computed list still restarts the decay clock once per
+    half-life, so an error counted later decays a whole half-life after that restart."""
+    clock = Clock()
+    b = balancer("in_order", clock)
+    assert b._clear_plan == [0, 1, 2, 3]
+    b.plan_indices()  # the first look starts the decay clock
+    for _ in range(7):  # 70 s of healthy statements: one restart at 60 s
+        clock.now += 10.0
+        assert b.plan_indices() == [0, 1, 2, 3]
+    clock.now += 5.0
+    b.record_error(0, "down")
+    clock.now += 35.0  # 50 s after the restart (110 s after the first look): the error still holds
+    assert b.plan_indices() == [1, 2, 3, 0]
+    assert b.error_counts()[0] == 1
+
+
+def test_the_statement_count_is_exact_across_threads_and_reads() -> None:
+    stats = PoolStats()
+    seen: list[int] = []
+
+    def run() -> None:
+        for i in range(2000):
+            stats.count_statement()
+            if i % 500 == 0:
+                seen.append(stats.snapshot().statements)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert stats.snapshot().statements == 8000
+    assert stats.snapshot().statements == 8000
+    assert all(0 < count <= 8000 for count in seen)
+
+
+def test_the_automatic_insert_token_is_a_uuid4_hex() -> None:
+    tokens = {new_insert_token() for _ in range(200)}
+    assert len(tokens) == 200
+    for token in tokens:
+        parsed = uuid.UUID(hex=token)
+        assert parsed.version == 4
+        assert parsed.variant == uuid.RFC_4122
+        assert parsed.hex == token
