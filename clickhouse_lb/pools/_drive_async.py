@@ -1,6 +1,6 @@
-"""The asyncio driver of :func:`clickhouse_lb.core.race.run_attempt`: each run a task, the statement
-awaiting them with timeouts; abandoning a run cancels its task (aiohttp then closes the
-connection)."""
+"""The asyncio driver of the attempt machine (:class:`clickhouse_lb.core.race.AttemptMachine`): each
+run and each liveness check a task, the statement awaiting them with timeouts; abandoning a run
+cancels its task (aiohttp then closes the connection). It decides nothing: it carries out commands."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from clickhouse_lb.core.events import logger
-from clickhouse_lb.core.race import Abandon, AttemptSpec, Launch, Ping, Wait, run_attempt
+from clickhouse_lb.core.race import Abandon, AttemptMachine, AttemptSpec, Launch, Ping, Wait
 from clickhouse_lb.core.stalls import PingReading
 from clickhouse_lb.pools._leftovers import release
 
@@ -34,30 +34,29 @@ class AsyncDriver:
         ping: Callable[[int, float], Awaitable[bool | PingReading]],
         kill: Callable[[int, str], Awaitable[None]],
     ) -> tuple[int, T]:
-        steps = run_attempt(spec)
-        launched: list[asyncio.Task[Any]] = []
-        reply: Any = None
+        machine = AttemptMachine(spec)
+        launched: list[asyncio.Future[Any]] = []  # runs and pings: none is left behind
         try:
-            while True:
-                try:
-                    command = steps.send(reply)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
-                reply = None
+            command = machine.send()
+            while command is not None:
+                reply: Any = None
                 if isinstance(command, Launch):
                     reply = asyncio.ensure_future(call(command.replica, command.query_id))
                     launched.append(reply)
                 elif isinstance(command, Wait):
                     await asyncio.wait(command.handles, timeout=command.timeout, return_when=asyncio.FIRST_COMPLETED)
                 elif isinstance(command, Ping):
-                    reply = await ping(command.replica, command.timeout)
+                    reply = asyncio.ensure_future(ping(command.replica, command.timeout))
+                    launched.append(reply)
                 elif isinstance(command, Abandon):
                     self._abandon(command, kill)
-        except BaseException:
-            for task in launched:  # cancelled, or a failure: no run is left behind
+                command = machine.send(reply)
+            return machine.outcome
+        finally:
+            for task in launched:  # a ping the answer made moot; on failure or cancellation, every run
                 if not task.done():
                     task.cancel()
-            raise
+                    task.add_done_callback(_retrieve)
 
     def _abandon(self, command: Abandon, kill: Callable[[int, str], Awaitable[None]]) -> None:
         task: asyncio.Task[Any] = command.handle
@@ -77,7 +76,7 @@ class AsyncDriver:
             background.add_done_callback(self._background.discard)
 
 
-def _retrieve(task: asyncio.Task[Any]) -> None:
+def _retrieve(task: asyncio.Future[Any]) -> None:
     """Read an abandoned task's outcome (no "exception was never retrieved" warning); close a
     stream it may have produced just before it was cancelled."""
     if task.cancelled():

@@ -1,5 +1,6 @@
-"""The sync driver of :func:`clickhouse_lb.core.race.run_attempt`: each run on a worker thread, the
-statement's thread waiting with timeouts (so it can stop waiting at any moment)."""
+"""The sync driver of the attempt machine (:class:`clickhouse_lb.core.race.AttemptMachine`): each run
+on a worker thread, each liveness check on a check thread, the statement's thread waiting with
+timeouts (so it can stop waiting at any moment). It decides nothing: it carries out commands."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ from typing import Any, TypeVar
 
 from clickhouse_lb.core._driver_logs import handled_by_pool
 from clickhouse_lb.core.events import logger
-from clickhouse_lb.core.race import Abandon, AttemptSpec, Launch, Ping, Wait, run_attempt
+from clickhouse_lb.core.race import Abandon, AttemptMachine, AttemptSpec, Launch, Ping, Wait
 from clickhouse_lb.core.stalls import PingReading
 from clickhouse_lb.pools._leftovers import release
 from clickhouse_lb.pools._threads import attempt_executor, check_executor
 from clickhouse_lb.pools._transport import AttemptConnections, quiet_transport
 
-__all__ = ["SyncDriver"]
+__all__ = ["SyncDriver", "kill_quietly"]
 
 T = TypeVar("T")
 
@@ -70,25 +71,24 @@ class SyncDriver:
         ping: Callable[[int, float], bool | PingReading],
         kill: Callable[[int, str], None],
     ) -> tuple[int, T]:
-        steps = run_attempt(spec)
+        machine = AttemptMachine(spec)
         launched: list[_ThreadRun] = []
-        reply: Any = None
         try:
-            while True:
-                try:
-                    command = steps.send(reply)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
-                reply = None
+            command = machine.send()
+            while command is not None:
+                reply: Any = None
                 if isinstance(command, Launch):
                     reply = self._launch(call, command, spec.connect_timeout)
                     launched.append(reply)
                 elif isinstance(command, Wait):
-                    cf.wait([run.future for run in command.handles], command.timeout, cf.FIRST_COMPLETED)
+                    futures = [h.future if isinstance(h, _ThreadRun) else h for h in command.handles]
+                    cf.wait(futures, command.timeout, cf.FIRST_COMPLETED)
                 elif isinstance(command, Ping):
-                    reply = ping(command.replica, command.timeout)
+                    reply = check_executor().submit(ping, command.replica, command.timeout)
                 elif isinstance(command, Abandon):
                     self._abandon(command, kill)
+                command = machine.send(reply)
+            return machine.outcome
         except BaseException as exc:
             if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: leave nothing behind
                 for run in launched:
@@ -114,13 +114,13 @@ class SyncDriver:
         run.connections.abandon()
         run.future.add_done_callback(_close_late_result)
         if command.kill and command.query_id:
-            index, query_id = command.replica, command.query_id
+            check_executor().submit(kill_quietly, kill, command.replica, command.query_id)
 
-            def kill_quietly() -> None:
-                try:
-                    with quiet_transport():
-                        kill(index, query_id)
-                except Exception as exc:
-                    logger.debug("KILL QUERY %s on replica %d failed: %s", query_id, index, exc)
 
-            check_executor().submit(kill_quietly)
+def kill_quietly(kill: Callable[[int, str], None], index: int, query_id: str) -> None:
+    """A best-effort ``KILL QUERY`` of an abandoned run (on a check thread, never waited for)."""
+    try:
+        with quiet_transport():
+            kill(index, query_id)
+    except Exception as exc:
+        logger.debug("KILL QUERY %s on replica %d failed: %s", query_id, index, exc)
