@@ -146,9 +146,19 @@ class Watchdog:
     def _watched_call(self, entry: _Watched, call: Callable[[int, str | None], T]) -> T:
         # An attempt with nothing to wait for (no liveness check, timeout or deadline) is not
         # registered: the watchdog would never act on it.
-        watched = entry.due != math.inf
+        first = entry.due
+        watched = first != math.inf
         if watched:
-            self._add(entry)
+            with self._lock:
+                self._watched.add(entry)
+                if self._thread is None and not self._closed:
+                    self._thread = threading.Thread(target=self._loop, name="clickhouse-lb-watchdog", daemon=True)
+                    self._thread.start()
+                # Notify the watchdog only when this attempt needs it sooner than it means to wake
+                # up anyway (a thread switch per statement would cost more than its bookkeeping).
+                if first < self._wakes_at:
+                    self._wakes_at = first
+                    self._cond.notify()
         try:
             with entry:
                 return call(entry.index, entry.query_id)  # even when abandoned a moment too late: the answer is whole
@@ -160,28 +170,11 @@ class Watchdog:
             del exc
         finally:
             if watched:
-                with self._lock:
-                    self._watched.discard(entry)
+                # No lock: a set's discard is atomic, and the watchdog thread reads a snapshot.
+                self._watched.discard(entry)
         raise verdict  # outside the handler: not chained to the broken connection's error
 
     # -- the watchdog thread -----------------------------------------------------------------
-
-    def _add(self, entry: _Watched) -> None:
-        first = entry.due
-        with self._lock:
-            self._watched.add(entry)
-            if self._thread is None and not self._closed:
-                self._thread = threading.Thread(target=self._loop, name="clickhouse-lb-watchdog", daemon=True)
-                self._thread.start()
-            # Wake the watchdog only when this attempt needs it sooner than it means to wake up
-            # anyway (a thread switch per statement would cost more than the statement's bookkeeping).
-            if first < self._wakes_at:
-                self._wakes_at = first
-                self._cond.notify()
-
-    def _remove(self, entry: _Watched) -> None:
-        with self._lock:
-            self._watched.discard(entry)
 
     def _loop(self) -> None:
         while True:
@@ -189,18 +182,21 @@ class Watchdog:
                 if self._closed:
                     return
                 now = self._clock()
-                due = [entry for entry in self._watched if entry.woken or entry.due <= now]
+                watched = tuple(self._watched)  # a snapshot: callers take their entries off without the lock
+                due = [entry for entry in watched if entry.woken or entry.due <= now]
                 if not due:
                     if not self._watched:
                         # Nothing to watch: wait a while, then end (a pool nobody closes must not
-                        # keep a thread); the next attempt starts a new one.
+                        # keep a thread); the next attempt starts a new one. Only a whole idle
+                        # while ends it: an attempt that came and went meanwhile (its notify woke
+                        # this wait) would otherwise cost a thread start per statement.
                         self._wakes_at = math.inf
-                        self._cond.wait(self._idle_exit)
-                        if not self._watched:
+                        notified = self._cond.wait(self._idle_exit)
+                        if not notified and not self._watched:
                             self._thread = None
                             return
                         continue
-                    self._wakes_at = min(entry.due for entry in self._watched)
+                    self._wakes_at = min(entry.due for entry in watched)
                     self._cond.wait(None if self._wakes_at == math.inf else self._wakes_at - now)
                     continue
                 self._wakes_at = now
