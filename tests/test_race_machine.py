@@ -286,3 +286,81 @@ def test_the_drivers_do_not_read_wake_reasons() -> None:
     for name, text in _package_sources().items():
         if name.startswith("pools/"):
             assert not re.search(r"\bWake\b", text), name
+
+
+# -- the async driver: no machine before an attempt's first wake-up ------------------------------
+
+
+def _plan(liveness: LivenessPolicy) -> Any:
+    from clickhouse_lb.config.attempt_settings import AttemptSettings
+    from clickhouse_lb.config.hedging import HedgePolicy
+    from clickhouse_lb.config.timeouts import Timeouts
+    from clickhouse_lb.core._statements import prepare_call
+    from clickhouse_lb.core.attempt_specs import StatementPlan
+    from clickhouse_lb.core.deadline import Deadline
+    from clickhouse_lb.core.hedging import LatencyWindow
+
+    return StatementPlan(
+        settings=AttemptSettings(Timeouts(connect=1.0), liveness, HedgePolicy()), deadline=Deadline(None),
+        addresses=("r0:8123",), statement=prepare_call("query", ("SELECT 1",), {}, 1, auto_token=True),
+        window=LatencyWindow(), count_failure=lambda index, exc: None, count_slowdown=lambda index: None,
+        hedge_candidate=lambda running: None,
+    )
+
+
+def test_the_async_driver_builds_a_machine_only_for_an_attempt_that_outlives_its_first_wake_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import asyncio
+
+    from clickhouse_lb.pools import _drive_async
+
+    built: list[AttemptMachine] = []
+
+    class Counted(AttemptMachine):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            built.append(self)
+
+    monkeypatch.setattr(_drive_async, "AttemptMachine", Counted)
+    cancelled: list[int] = []
+
+    async def call(index: int, query_id: str | None) -> str:
+        return "rows"
+
+    async def hangs(index: int, query_id: str | None) -> str:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.append(index)
+            raise
+        return "late"
+
+    async def ping(index: int, timeout: float) -> bool:
+        await asyncio.sleep(timeout)
+        return False
+
+    async def kill(index: int, query_id: str) -> None:
+        return None
+
+    async def main() -> None:
+        driver = _drive_async.AsyncDriver()
+        quick = LivenessPolicy(check_after=0.05, ping_timeout=0.05, stall_tolerance=60)
+        assert await driver.run_planned(_plan(quick), 0, call, ping, kill) == (0, "rows")
+        assert built == []  # answered before its first check: no machine, no spec
+        outer = asyncio.current_task()
+
+        async def on_this_task(index: int, query_id: str | None) -> bool:
+            return asyncio.current_task() is outer
+
+        # Nothing can wake it (no check, timeout or deadline): awaited in place, not as a task.
+        assert await driver.run_planned(_plan(LivenessPolicy(check_after=None)), 0, on_this_task, ping, kill) == \
+            (0, True)
+        with pytest.raises(RaceFailure) as caught:
+            await driver.run_planned(_plan(quick), 0, hangs, ping, kill)
+        assert getattr(caught.value.error, "kind", None) == "hung"
+        assert len(built) == 1  # built at its first check, on the run already out
+        await asyncio.sleep(0)
+        assert cancelled == [0]
+
+    asyncio.run(main())

@@ -5,12 +5,15 @@ cancels its task (aiohttp then closes the connection). It decides nothing: it ca
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from clickhouse_lb.core.attempt_specs import StatementPlan
 from clickhouse_lb.core.events import logger
 from clickhouse_lb.core.race import Abandon, AttemptMachine, AttemptSpec, Launch, Ping, Wait
 from clickhouse_lb.core.stalls import PingReading
+from clickhouse_lb.core.watch import first_wake
 from clickhouse_lb.pools._leftovers import release
 
 __all__ = ["AsyncDriver"]
@@ -34,8 +37,47 @@ class AsyncDriver:
         ping: Callable[[int, float], Awaitable[bool | PingReading]],
         kill: Callable[[int, str], Awaitable[None]],
     ) -> tuple[int, T]:
-        machine = AttemptMachine(spec)
-        launched: list[asyncio.Future[Any]] = []  # runs and pings: none is left behind
+        return await self._drive(AttemptMachine(spec), [], call, ping, kill)
+
+    async def run_planned(
+        self,
+        plan: StatementPlan,
+        index: int,
+        call: Callable[[int, str | None], Awaitable[T]],
+        ping: Callable[[int, float], Awaitable[bool | PingReading]],
+        kill: Callable[[int, str], Awaitable[None]],
+    ) -> tuple[int, T]:
+        """An attempt of a statement's plan on replica ``index``. One that is not hedged costs no
+        machine (nor its spec) until its first wake-up is due, as on the sync pool's watchdog
+        path: the call is awaited directly when nothing can wake it, else as a task until that
+        moment; most attempts answer before it."""
+        if plan.hedgeable:
+            return await self.run(plan.spec(index), call, ping, kill)
+        settings = plan.settings
+        query_id = plan.query_id if plan.deadline.at is None else plan.run_query_id(None)()
+        started = plan.clock()
+        first = first_wake(started, settings.liveness, settings.timeouts.receive, plan.deadline.at)
+        if first == math.inf:
+            return index, await call(index, query_id)
+        run = asyncio.ensure_future(call(index, query_id))
+        try:
+            await asyncio.wait((run,), timeout=first - started)
+        except BaseException:  # cancelled: no run is left behind
+            run.cancel()
+            raise
+        if run.done():
+            return index, run.result()
+        machine = AttemptMachine(plan.spec(index), running=(run, started, query_id))
+        return await self._drive(machine, [run], call, ping, kill)
+
+    async def _drive(
+        self,
+        machine: AttemptMachine,
+        launched: list[asyncio.Future[Any]],  # runs and pings: none is left behind
+        call: Callable[[int, str | None], Awaitable[T]],
+        ping: Callable[[int, float], Awaitable[bool | PingReading]],
+        kill: Callable[[int, str], Awaitable[None]],
+    ) -> tuple[int, T]:
         try:
             command = machine.send()
             while command is not None:
