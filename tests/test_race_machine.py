@@ -364,3 +364,39 @@ def test_the_async_driver_builds_a_machine_only_for_an_attempt_that_outlives_its
         assert cancelled == [0]
 
     asyncio.run(main())
+
+
+def test_the_thread_driver_builds_a_machine_only_for_an_attempt_that_outlives_its_first_wake_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+
+    from clickhouse_lb.pools import _drive_sync
+
+    built: list[AttemptMachine] = []
+
+    class Counted(AttemptMachine):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            built.append(self)
+
+    monkeypatch.setattr(_drive_sync, "AttemptMachine", Counted)
+    driver = _drive_sync.SyncDriver()
+    quick = LivenessPolicy(check_after=0.05, ping_timeout=0.05, stall_tolerance=60)
+    never = lambda index, query_id: None  # noqa: E731
+    assert driver.run_planned(_plan(quick), 0, lambda index, query_id: "rows", lambda i, t: False, never) == \
+        (0, "rows")
+    assert built == []  # answered before its first check: no machine, no spec
+    caller = threading.get_ident()
+    # Nothing can wake it (no check, timeout or deadline): called on this thread, no worker.
+    assert driver.run_planned(_plan(LivenessPolicy(check_after=None)), 0,
+                              lambda index, query_id: threading.get_ident() == caller, lambda i, t: False, never) == \
+        (0, True)
+    release = threading.Event()
+    try:
+        with pytest.raises(RaceFailure) as caught:
+            driver.run_planned(_plan(quick), 0, lambda index, query_id: release.wait(30), lambda i, t: False, never)
+        assert getattr(caught.value.error, "kind", None) == "hung"
+        assert len(built) == 1  # built at its first check, on the run already out
+    finally:
+        release.set()

@@ -39,7 +39,7 @@ awaited; when the last run fails, :class:`RaceFailure` carries the replica and t
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -255,13 +255,24 @@ def run_attempt(
 class AttemptMachine:
     """:func:`run_attempt` stepped by a driver: :meth:`send` gives the driver's answer to the
     last command and returns the next one, or None once the attempt is decided (``outcome``
-    then holds ``(replica index, result)``); a failed attempt raises :class:`RaceFailure`."""
+    then holds ``(replica index, result)``); a failed attempt raises :class:`RaceFailure`.
 
-    __slots__ = ("_steps", "outcome")
+    A driver that loops iterates it instead: each command in turn, the driver's answer to it
+    set as ``reply`` (None when a command has none)."""
+
+    __slots__ = ("_steps", "outcome", "reply")
 
     def __init__(self, spec: AttemptSpec, running: tuple[Any, float, str | None] | None = None) -> None:
         self._steps = run_attempt(spec, running)
         self.outcome: tuple[int, Any] = (spec.first, None)
+        self.reply: Any = None
+
+    def __iter__(self) -> Iterator[Command]:
+        command = self.send()
+        while command is not None:
+            self.reply = None
+            yield command
+            command = self.send(self.reply)
 
     def send(self, reply: Any = None) -> Command | None:
         try:

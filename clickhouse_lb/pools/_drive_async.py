@@ -79,20 +79,15 @@ class AsyncDriver:
         kill: Callable[[int, str], Awaitable[None]],
     ) -> tuple[int, T]:
         try:
-            command = machine.send()
-            while command is not None:
-                reply: Any = None
+            for command in machine:
                 if isinstance(command, Launch):
-                    reply = asyncio.ensure_future(call(command.replica, command.query_id))
-                    launched.append(reply)
+                    machine.reply = _started(launched, call(command.replica, command.query_id))
+                elif isinstance(command, Ping):
+                    machine.reply = _started(launched, ping(command.replica, command.timeout))
                 elif isinstance(command, Wait):
                     await asyncio.wait(command.handles, timeout=command.timeout, return_when=asyncio.FIRST_COMPLETED)
-                elif isinstance(command, Ping):
-                    reply = asyncio.ensure_future(ping(command.replica, command.timeout))
-                    launched.append(reply)
                 elif isinstance(command, Abandon):
                     self._abandon(command, kill)
-                command = machine.send(reply)
             return machine.outcome
         finally:
             for task in launched:  # a ping the answer made moot; on failure or cancellation, every run
@@ -116,6 +111,13 @@ class AsyncDriver:
             background = asyncio.ensure_future(kill_quietly())
             self._background.add(background)
             background.add_done_callback(self._background.discard)
+
+
+def _started(launched: list[asyncio.Future[Any]], work: Awaitable[Any]) -> asyncio.Future[Any]:
+    """``work`` as a task, noted so that none is left behind."""
+    task = asyncio.ensure_future(work)
+    launched.append(task)
+    return task
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:

@@ -210,6 +210,8 @@ class Watchdog:
 
     def _advance(self, entry: _Watched) -> None:
         """Resume the entry's machine and carry out its commands until it waits again."""
+        if entry.verdict is not None:
+            return  # decided (a ping that came back after its deadline woke it again)
         machine = entry.machine or entry.start_machine()
         try:
             command = machine.send()
