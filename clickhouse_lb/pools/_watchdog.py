@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from clickhouse_lb.core.attempt_specs import StatementPlan
+from clickhouse_lb.core.events import logger
 from clickhouse_lb.core.race import Abandon, AttemptMachine, AttemptSpec, Command, Launch, Ping, RaceFailure, Wait
 from clickhouse_lb.core.stalls import PingReading
 from clickhouse_lb.core.watch import first_wake
@@ -206,7 +207,10 @@ class Watchdog:
                     entry.woken = False
                     entry.due = math.inf
             for entry in due:
-                self._advance(entry)
+                try:
+                    self._advance(entry)
+                except Exception:  # pragma: no cover - a defect: it must not end every attempt's watch
+                    logger.exception("the watchdog failed to advance an attempt on replica %d", entry.index)
 
     def _advance(self, entry: _Watched) -> None:
         """Resume the entry's machine and carry out its commands until it waits again."""
