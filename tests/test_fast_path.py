@@ -18,6 +18,7 @@ from clickhouse_lb.core._statements import prepare_call
 from clickhouse_lb.core.attempt_specs import StatementPlan
 from clickhouse_lb.core.deadline import Deadline
 from clickhouse_lb.core.hedging import LatencyWindow
+from clickhouse_lb.core.watch import AttemptWatch, first_wake
 from clickhouse_lb.errors import WriteOutcomeUnknownError
 from clickhouse_lb.pools._watchdog import Watchdog
 
@@ -98,10 +99,9 @@ def test_the_first_wake_is_the_watchs(check_after: float | None, receive: float 
     deadline = Deadline(deadline_in, clock=lambda: now)
     settings = AttemptSettings(Timeouts(connect=1.0, receive=receive), LivenessPolicy(check_after=check_after),
                                HedgePolicy())
-    plan = plan_of(settings, deadline)
     started = now + 0.01
-    watch = plan.watch(started)
-    assert plan.first_wake(started) == watch.next_wake(started)[1] + started
+    watch = AttemptWatch(started, liveness=settings.liveness, receive_timeout=receive, deadline_at=deadline.at)
+    assert first_wake(started, settings.liveness, receive, deadline.at) == watch.next_wake(started)[1] + started
 
 
 def test_an_attempt_with_nothing_to_wait_for_starts_no_watchdog() -> None:

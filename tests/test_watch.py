@@ -105,6 +105,22 @@ class FakeRun:
         return self.outcome[1]
 
 
+class Answered:
+    """A ping's handle, done: it answered ``ok``."""
+
+    def __init__(self, ok: bool) -> None:
+        self.ok = ok
+
+    def done(self) -> bool:
+        return True
+
+    def exception(self) -> BaseException | None:
+        return None
+
+    def result(self) -> bool:
+        return self.ok
+
+
 class FakeDriver:
     """Plays the driver: replicas answer after a scripted time, fail, or hang; pings answer per
     a table. Waiting advances the fake clock."""
@@ -148,17 +164,20 @@ class FakeDriver:
                      if self.behaviour[r.index][0] != "hang"),
                     default=float("inf"),
                 )
-                self.clock.now = min(self.clock.now + command.timeout, max(self.clock.now, next_done))
+                timeout = float("inf") if command.timeout is None else command.timeout  # None: no timeout
+                self.clock.now = min(self.clock.now + timeout, max(self.clock.now, next_done))
                 self._settle()
             elif isinstance(command, Ping):
+                # The ping's answer comes before anything else happens (a blocking ping): its
+                # handle is done when the machine next looks.
                 self.pings.append(command.replica)
                 self.log.append(f"ping {command.replica}")
                 if self.alive[command.replica]:
                     self.clock.advance(0.001)
-                    reply = True
+                    reply = Answered(True)
                 else:
                     self.clock.advance(command.timeout)
-                    reply = False
+                    reply = Answered(False)
                 self._settle()
             elif isinstance(command, Abandon):
                 command.handle.abandoned = True
@@ -287,8 +306,8 @@ def test_the_race_tells_a_late_wake_up_from_a_hung_replica(clock: FakeClock) -> 
     command = steps.send(None)
     assert isinstance(command, Ping)
     clock.advance(command.timeout)
-    command = steps.send(False)
+    command = steps.send(Answered(False))
     assert isinstance(command, Ping)  # inconclusive: asked again instead of abandoning
     clock.advance(0.01)
-    command = steps.send(True)
+    command = steps.send(Answered(True))
     assert isinstance(command, Wait)  # alive after all: the attempt goes on

@@ -103,33 +103,6 @@ class StatementPlan:
         killable = (hedge_after is not None or self.deadline.at is not None) and self.retry_safe and not self.write
         return _new_query_id if killable else _no_query_id
 
-    def watch(self, started: float) -> AttemptWatch:
-        """The waits of a run, not hedged, starting at ``started`` (the sync pool's watchdog)."""
-        settings = self.settings
-        return AttemptWatch(
-            started,
-            liveness=settings.liveness,
-            receive_timeout=settings.timeouts.receive,
-            deadline_at=self.deadline.at,
-            retry_safe=self.retry_safe,
-            budget=self.budget,
-        )
-
-    def first_wake(self, started: float) -> float:
-        """When :meth:`watch`'s first wake-up for a run started at ``started`` is due
-        (``watch(started).next_wake(started)``, without building the watch; inf: never)."""
-        settings = self.settings
-        at = self.deadline.at
-        if at is None:  # the usual statement: computed once, with its settings
-            return started + settings.first_wake_after
-        receive = settings.timeouts.receive
-        if receive is not None and started + receive < at:
-            at = started + receive
-        check_after = settings.liveness.check_after
-        if check_after is not None and started + check_after < at:
-            at = started + check_after
-        return at if at > started else started
-
     def connect_timeout(self) -> float | None:
         """A run's exact connect timeout, cut to the statement's deadline."""
         deadline = self.deadline

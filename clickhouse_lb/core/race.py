@@ -1,25 +1,35 @@
-"""How one attempt runs so that it can be abandoned, and how a hedged read races (sans-I/O).
+"""The attempt machine: how one attempt waits, is checked, hedged, cut at the deadline and
+abandoned, decided in one place without I/O.
 
-:func:`run_attempt` is a generator that decides; a driver does the I/O it asks for. The sync
-driver (:mod:`clickhouse_lb.pools._drive_sync`: worker threads, ``concurrent.futures.wait``) and the
-async one (:mod:`clickhouse_lb.pools._drive_async`: tasks, ``asyncio.wait``) execute the same
-commands, so the two pools cannot drift on what a hang, a timeout or a hedge does. (The sync
-pool's cheap path for an attempt that is not hedged, :mod:`clickhouse_lb.pools._watchdog`, keeps the
-same :class:`~clickhouse_lb.core.watch.AttemptWatch` decisions without a second thread per
-statement.)
+:func:`run_attempt` is a generator that decides; a driver does the I/O it asks for, and only
+that. Three drivers carry out the same commands: the sync pool's worker threads
+(:mod:`clickhouse_lb.pools._drive_sync`), the async pool's tasks
+(:mod:`clickhouse_lb.pools._drive_async`), and the sync pool's watchdog
+(:mod:`clickhouse_lb.pools._watchdog`), for an attempt that runs on its caller's own thread. So
+every rule (when to wake, what a failed ping means, when a hedge starts, what the deadline
+cuts) and every abandon message is written here once; the drivers cannot drift.
 
 ``Launch(replica, query_id)``
     start the call on replica index ``replica`` (on a worker thread / as a task); answer: a handle
     with ``done()``, ``exception()``, ``result()`` (a Future-like object);
 ``Wait(handles, timeout)``
-    return when one of the handles is done or after ``timeout`` seconds;
+    return when one of the handles (runs, pings) is done or after ``timeout`` seconds (None: no
+    timeout);
 ``Ping(replica, timeout)``
-    is that replica alive (``/ping`` on a separate connection)? answer: a bool, or a
-    :class:`~clickhouse_lb.core.stalls.PingReading` (which also tells a stalled waiter);
-``Abandon(handle, replica, query_id, kill)``
+    start a liveness check of that replica (``/ping`` on a separate connection) and answer at
+    once with its handle; its ``result()`` is a bool or a
+    :class:`~clickhouse_lb.core.stalls.PingReading` (an ``exception()`` counts as no answer).
+    The ping is not waited for in place: while it is out the attempt's answer and the deadline
+    still end the wait;
+``Abandon(handle, replica, query_id, kill, error)``
     stop waiting for that run: close its connection, and with ``kill`` (the replica is alive:
     a lost hedge, a timeout) ask it, best effort and without waiting, to ``KILL QUERY`` the
-    run's query id.
+    run's query id. ``error``: why it was given up (None: it lost a hedged race), the verdict a
+    caller blocked in that run raises.
+
+A driver may start the machine on a run it has already started (``running=``): the watchdog
+does, when a run outlives its first wake-up, so the common statement, answered before that,
+costs no machine at all.
 
 The decisions of each wait are :class:`~clickhouse_lb.core.watch.AttemptWatch`'s. The first answer
 wins; a run that fails while another still runs is reported (``on_failure``) and the other is
@@ -28,7 +38,8 @@ awaited; when the last run fails, :class:`RaceFailure` carries the replica and t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+import math
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -36,7 +47,8 @@ from clickhouse_lb.core.stalls import read_check
 from clickhouse_lb.core.watch import AttemptWatch, Wake
 from clickhouse_lb.errors import AttemptAbandonedError
 
-__all__ = ["Abandon", "AttemptSpec", "Launch", "Ping", "RaceFailure", "Run", "Wait", "run_attempt"]
+__all__ = ["Abandon", "AttemptMachine", "AttemptSpec", "Launch", "Ping", "RaceFailure", "Run", "Wait",
+           "run_attempt"]
 
 
 class Handle(Protocol):
@@ -52,7 +64,7 @@ class Launch(NamedTuple):
 
 class Wait(NamedTuple):
     handles: list[Any]
-    timeout: float
+    timeout: float | None
 
 
 class Ping(NamedTuple):
@@ -66,6 +78,8 @@ class Abandon(NamedTuple):
     query_id: str | None
     #: Also ask the replica to KILL the query (it is alive; pointless for a hung one).
     kill: bool
+    #: Why the run was given up (None: it lost a hedged race to another run).
+    error: AttemptAbandonedError | None = None
 
 
 Command = Launch | Wait | Ping | Abandon
@@ -87,6 +101,12 @@ class Run:
     watch: AttemptWatch
     query_id: str | None
     started: float
+    #: The handle of its liveness check while one is out.
+    ping: Any = None
+    #: When that check was due and started, how late it started, and its timeout.
+    check_at: float = 0.0
+    check_late: float = 0.0
+    check_timeout: float = 0.0
 
 
 @dataclass
@@ -118,9 +138,23 @@ class AttemptSpec:
     on_hedge: Callable[[int], object] = lambda index: None
 
 
-def run_attempt(spec: AttemptSpec) -> Generator[Command, Any, tuple[int, Any]]:
+def abandon_message(kind: str, watch: AttemptWatch, started: float, waited_until: float) -> str:
+    """The one text of each way an attempt is given up (``kind``: deadline, hung, receive_timeout)."""
+    if kind == "deadline":
+        return f"failover_timeout ran out after {waited_until - started:.3f}s"
+    if kind == "hung":
+        return (f"no answer to /ping within {watch.liveness.ping_timeout:g}s "
+                f"after waiting {waited_until - started:.3f}s")
+    limit = (watch.receive_at or started) - started
+    return f"timed out: no answer within {limit:g}s"
+
+
+def run_attempt(
+    spec: AttemptSpec, running: tuple[Any, float, str | None] | None = None
+) -> Generator[Command, Any, tuple[int, Any]]:
     """Decide one attempt (and its hedge): yields commands, returns ``(replica index, result)``,
-    raises :class:`RaceFailure`."""
+    raises :class:`RaceFailure`. ``running``: the first run is already out, as ``(handle,
+    started, query_id)`` (the machine then begins at that run's first wake-up)."""
     clock = spec.clock
     runs: list[Run] = []
 
@@ -133,11 +167,26 @@ def run_attempt(spec: AttemptSpec) -> Generator[Command, Any, tuple[int, Any]]:
             watch.hedged()  # one hedge per attempt: the hedge itself is not hedged again
         runs.append(Run(index, handle, watch, query_id, started))
 
-    def abandoned(run: Run, kind: str, detail: str) -> AttemptAbandonedError:
+    def abandoned(run: Run, kind: str, waited_until: float) -> AttemptAbandonedError:
+        detail = abandon_message(kind, run.watch, run.started, waited_until)
         return AttemptAbandonedError(spec.address(run.index), kind, detail, write=spec.write)
 
-    yield from launch(spec.first)
-    planned = clock()  # when the current wake-up was due (to tell a stalled process)
+    def give_up(run: Run, error: AttemptAbandonedError, *, kill: bool) -> Generator[Command, Any, None]:
+        """Abandon one run; the attempt fails with ``error`` when it was the last."""
+        yield Abandon(run.handle, run.index, run.query_id, kill, error)
+        runs.remove(run)
+        if not runs:
+            raise RaceFailure(run.index, error)
+        spec.on_failure(run.index, error)
+
+    if running is None:
+        yield from launch(spec.first)
+        planned = clock()  # when the current wake-up was due (to tell a stalled process)
+    else:
+        handle, started, query_id = running
+        watch = spec.watch(spec.first, started)
+        runs.append(Run(spec.first, handle, watch, query_id, started))
+        planned = started + watch.next_wake(started)[1]  # its first wake-up, due now
     while True:
         for run in list(runs):
             if not run.handle.done():
@@ -156,18 +205,34 @@ def run_attempt(spec: AttemptSpec) -> Generator[Command, Any, tuple[int, Any]]:
             if not runs:
                 raise RaceFailure(run.index, error)
             spec.on_failure(run.index, error)
+        for run in list(runs):
+            ping = run.ping
+            if ping is None or not ping.done():
+                continue
+            run.ping = None
+            answer = ping.result() if ping.exception() is None else False
+            pinged = clock()
+            # Woke up late, or the ping's wait did: this process stalled, not the replica.
+            check = read_check(answer, woke_late=run.check_late, elapsed=pinged - run.check_at,
+                               timeout=run.check_timeout, tolerance=run.watch.liveness.stall_tolerance)
+            planned = pinged
+            if run.watch.checked(check.alive, pinged, stalled=check.stalled, hard=check.hard):
+                yield from give_up(run, abandoned(run, "hung", run.check_at), kill=False)
         now = clock()
         wakes = [(run, *run.watch.next_wake(now)) for run in runs]
         run, wake, delay = min(wakes, key=lambda w: w[2])
         if delay > 0:
             planned = now + delay
-            yield Wait([r.handle for r in runs], delay)
+            handles = [r.handle for r in runs]
+            handles.extend(r.ping for r in runs if r.ping is not None)
+            yield Wait(handles, None if delay == math.inf else delay)
             continue
         if wake is Wake.DEADLINE:
+            error = abandoned(run, "deadline", now)
             for other in runs:
-                yield Abandon(other.handle, other.index, other.query_id, True)
-            waited = now - run.started
-            raise RaceFailure(run.index, abandoned(run, "deadline", f"failover_timeout ran out after {waited:.3f}s"))
+                yield Abandon(other.handle, other.index, other.query_id, True,
+                              error if other is run else abandoned(other, "deadline", now))
+            raise RaceFailure(run.index, error)
         if wake is Wake.HEDGE:
             if run.watch.defer_hedge(now, now - planned):
                 continue
@@ -178,22 +243,40 @@ def run_attempt(spec: AttemptSpec) -> Generator[Command, Any, tuple[int, Any]]:
                 yield from launch(index, hedge=True)
             continue
         if wake is Wake.CHECK:
-            timeout = run.watch.ping_timeout(now)
-            answer = yield Ping(run.index, timeout)
-            pinged = clock()
-            # Woke up late, or the ping's wait did: this process stalled, not the replica.
-            check = read_check(answer, woke_late=now - planned, elapsed=pinged - now, timeout=timeout,
-                               tolerance=run.watch.liveness.stall_tolerance)
-            planned = pinged
-            if not run.watch.checked(check.alive, pinged, stalled=check.stalled, hard=check.hard):
-                continue
-            error = abandoned(run, "hung", f"no answer to /ping within {run.watch.liveness.ping_timeout:g}s "
-                                           f"after waiting {now - run.started:.3f}s")
-        else:  # RECEIVE_TIMEOUT
-            limit = (run.watch.receive_at or run.started) - run.started
-            error = abandoned(run, "receive_timeout", f"timed out: no answer within {limit:g}s")
-        yield Abandon(run.handle, run.index, run.query_id, wake is not Wake.CHECK)
-        runs.remove(run)
-        if not runs:
-            raise RaceFailure(run.index, error)
-        spec.on_failure(run.index, error)
+            run.check_at, run.check_late = now, now - planned
+            run.check_timeout = run.watch.ping_timeout(now)
+            run.watch.checking()
+            run.ping = yield Ping(run.index, run.check_timeout)
+            continue
+        # RECEIVE_TIMEOUT
+        yield from give_up(run, abandoned(run, "receive_timeout", now), kill=True)
+
+
+class AttemptMachine:
+    """:func:`run_attempt` stepped by a driver: :meth:`send` gives the driver's answer to the
+    last command and returns the next one, or None once the attempt is decided (``outcome``
+    then holds ``(replica index, result)``); a failed attempt raises :class:`RaceFailure`.
+
+    A driver that loops iterates it instead: each command in turn, the driver's answer to it
+    set as ``reply`` (None when a command has none)."""
+
+    __slots__ = ("_steps", "outcome", "reply")
+
+    def __init__(self, spec: AttemptSpec, running: tuple[Any, float, str | None] | None = None) -> None:
+        self._steps = run_attempt(spec, running)
+        self.outcome: tuple[int, Any] = (spec.first, None)
+        self.reply: Any = None
+
+    def __iter__(self) -> Iterator[Command]:
+        command = self.send()
+        while command is not None:
+            self.reply = None
+            yield command
+            command = self.send(self.reply)
+
+    def send(self, reply: Any = None) -> Command | None:
+        try:
+            return self._steps.send(reply)
+        except StopIteration as stop:
+            self.outcome = stop.value
+            return None

@@ -32,12 +32,13 @@ healthy replica is pinged once a second while a long query runs.
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 from typing import Protocol
 
 from clickhouse_lb.config.liveness import LIVENESS_DEFAULTS, LivenessPolicy
 
-__all__ = ["AttemptWatch", "LivenessPolicy", "Wake"]
+__all__ = ["AttemptWatch", "LivenessPolicy", "Wake", "first_wake"]
 
 
 class _Budget(Protocol):
@@ -54,8 +55,8 @@ class Wake(str, Enum):
 class AttemptWatch:
     """The waits of one attempt. Times are the driver's clock readings (monotonic seconds)."""
 
-    __slots__ = ("_budget", "_failed_checks", "_hedge_deferred", "_inconclusive", "_next_check", "deadline_at",
-                 "hedge_at", "liveness", "receive_at", "retry_safe", "started")
+    __slots__ = ("_budget", "_checking", "_failed_checks", "_hedge_deferred", "_inconclusive", "_next_check",
+                 "deadline_at", "hedge_at", "liveness", "receive_at", "retry_safe", "started")
 
     def __init__(
         self,
@@ -81,20 +82,19 @@ class AttemptWatch:
         self._inconclusive = 0
         self._budget = budget
         self._hedge_deferred = False
+        self._checking = False
 
     def next_wake(self, now: float) -> tuple[Wake, float]:
         """The next reason to wake up and how many seconds from ``now`` (0: it is due).
-        Ties go to the deadline first, then the receive timeout, the hedge, the check."""
-        candidates = [
-            (at, wake)
-            for at, wake in (
-                (self.deadline_at, Wake.DEADLINE),
-                (self.receive_at, Wake.RECEIVE_TIMEOUT),
-                (self.hedge_at, Wake.HEDGE),
-                (self._next_check, Wake.CHECK),
-            )
-            if at is not None
+        Ties go to the deadline first, then the receive timeout, the hedge, the check. While a
+        check is out (:meth:`checking`) only the deadline and the receive timeout wake it: they
+        bound the attempt whatever its ping does."""
+        timers: list[tuple[float | None, Wake]] = [
+            (self.deadline_at, Wake.DEADLINE), (self.receive_at, Wake.RECEIVE_TIMEOUT)
         ]
+        if not self._checking:
+            timers += [(self.hedge_at, Wake.HEDGE), (self._next_check, Wake.CHECK)]
+        candidates = [(at, wake) for at, wake in timers if at is not None]
         if not candidates:
             return Wake.DEADLINE, float("inf")
         at, wake = min(candidates, key=lambda c: c[0])
@@ -107,6 +107,10 @@ class AttemptWatch:
             if at is not None:
                 limit = min(limit, max(0.001, at - now))
         return limit
+
+    def checking(self) -> None:
+        """A liveness check is out (its outcome goes to :meth:`checked`)."""
+        self._checking = True
 
     def defer_hedge(self, now: float, woke_late: float) -> bool:
         """A hedge is due but its waiter woke up ``woke_late`` seconds late: True (once per
@@ -128,6 +132,7 @@ class AttemptWatch:
         ``stalled``: this process ran late around the check (see ``stall_tolerance`` and
         :func:`clickhouse_lb.core.stalls.read_check`); ``hard``: the ping was refused or reset
         on a fresh connection, the replica is shown gone."""
+        self._checking = False
         if alive:
             self._failed_checks = 0
             self._next_check = now + self.liveness.interval
@@ -156,3 +161,17 @@ class AttemptWatch:
         # Not yet conclusive for an unsafe write: check again soon rather than a second later.
         self._next_check = now + min(self.liveness.interval, self.liveness.ping_timeout)
         return False
+
+
+def first_wake(started: float, liveness: LivenessPolicy, receive_timeout: float | None,
+               deadline_at: float | None) -> float:
+    """When an :class:`AttemptWatch` for a run not hedged, started at ``started``, first wakes up
+    (``watch.next_wake(started)`` as an absolute time; inf: never), without building the watch:
+    the sync pool's per-statement path needs only this, most attempts end before it."""
+    at = math.inf if deadline_at is None else deadline_at
+    if receive_timeout is not None and started + receive_timeout < at:
+        at = started + receive_timeout
+    check_after = liveness.check_after
+    if check_after is not None and started + check_after < at:
+        at = started + check_after
+    return at if at > started else started

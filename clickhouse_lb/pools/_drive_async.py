@@ -1,16 +1,19 @@
-"""The asyncio driver of :func:`clickhouse_lb.core.race.run_attempt`: each run a task, the statement
-awaiting them with timeouts; abandoning a run cancels its task (aiohttp then closes the
-connection)."""
+"""The asyncio driver of the attempt machine (:class:`clickhouse_lb.core.race.AttemptMachine`): each
+run and each liveness check a task, the statement awaiting them with timeouts; abandoning a run
+cancels its task (aiohttp then closes the connection). It decides nothing: it carries out commands."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from clickhouse_lb.core.attempt_specs import StatementPlan
 from clickhouse_lb.core.events import logger
-from clickhouse_lb.core.race import Abandon, AttemptSpec, Launch, Ping, Wait, run_attempt
+from clickhouse_lb.core.race import Abandon, AttemptMachine, AttemptSpec, Launch, Ping, Wait
 from clickhouse_lb.core.stalls import PingReading
+from clickhouse_lb.core.watch import first_wake
 from clickhouse_lb.pools._leftovers import release
 
 __all__ = ["AsyncDriver"]
@@ -34,30 +37,63 @@ class AsyncDriver:
         ping: Callable[[int, float], Awaitable[bool | PingReading]],
         kill: Callable[[int, str], Awaitable[None]],
     ) -> tuple[int, T]:
-        steps = run_attempt(spec)
-        launched: list[asyncio.Task[Any]] = []
-        reply: Any = None
+        return await self._drive(AttemptMachine(spec), [], call, ping, kill)
+
+    async def run_planned(
+        self,
+        plan: StatementPlan,
+        index: int,
+        call: Callable[[int, str | None], Awaitable[T]],
+        ping: Callable[[int, float], Awaitable[bool | PingReading]],
+        kill: Callable[[int, str], Awaitable[None]],
+    ) -> tuple[int, T]:
+        """An attempt of a statement's plan on replica ``index``. One that is not hedged costs no
+        machine (nor its spec) until its first wake-up is due, as on the sync pool's watchdog
+        path: the call is awaited directly when nothing can wake it, else as a task until that
+        moment; most attempts answer before it."""
+        if plan.hedgeable:
+            return await self.run(plan.spec(index), call, ping, kill)
+        settings = plan.settings
+        query_id = plan.query_id if plan.deadline.at is None else plan.run_query_id(None)()
+        started = plan.clock()
+        first = first_wake(started, settings.liveness, settings.timeouts.receive, plan.deadline.at)
+        if first == math.inf:
+            return index, await call(index, query_id)
+        run = asyncio.ensure_future(call(index, query_id))
         try:
-            while True:
-                try:
-                    command = steps.send(reply)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
-                reply = None
+            await asyncio.wait((run,), timeout=first - started)
+        except BaseException:  # cancelled: no run is left behind
+            run.cancel()
+            raise
+        if run.done():
+            return index, run.result()
+        machine = AttemptMachine(plan.spec(index), running=(run, started, query_id))
+        return await self._drive(machine, [run], call, ping, kill)
+
+    async def _drive(
+        self,
+        machine: AttemptMachine,
+        launched: list[asyncio.Future[Any]],  # runs and pings: none is left behind
+        call: Callable[[int, str | None], Awaitable[T]],
+        ping: Callable[[int, float], Awaitable[bool | PingReading]],
+        kill: Callable[[int, str], Awaitable[None]],
+    ) -> tuple[int, T]:
+        try:
+            for command in machine:
                 if isinstance(command, Launch):
-                    reply = asyncio.ensure_future(call(command.replica, command.query_id))
-                    launched.append(reply)
+                    machine.reply = _started(launched, call(command.replica, command.query_id))
+                elif isinstance(command, Ping):
+                    machine.reply = _started(launched, ping(command.replica, command.timeout))
                 elif isinstance(command, Wait):
                     await asyncio.wait(command.handles, timeout=command.timeout, return_when=asyncio.FIRST_COMPLETED)
-                elif isinstance(command, Ping):
-                    reply = await ping(command.replica, command.timeout)
                 elif isinstance(command, Abandon):
                     self._abandon(command, kill)
-        except BaseException:
-            for task in launched:  # cancelled, or a failure: no run is left behind
+            return machine.outcome
+        finally:
+            for task in launched:  # a ping the answer made moot; on failure or cancellation, every run
                 if not task.done():
                     task.cancel()
-            raise
+                    task.add_done_callback(_retrieve)
 
     def _abandon(self, command: Abandon, kill: Callable[[int, str], Awaitable[None]]) -> None:
         task: asyncio.Task[Any] = command.handle
@@ -77,7 +113,14 @@ class AsyncDriver:
             background.add_done_callback(self._background.discard)
 
 
-def _retrieve(task: asyncio.Task[Any]) -> None:
+def _started(launched: list[asyncio.Future[Any]], work: Awaitable[Any]) -> asyncio.Future[Any]:
+    """``work`` as a task, noted so that none is left behind."""
+    task = asyncio.ensure_future(work)
+    launched.append(task)
+    return task
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
     """Read an abandoned task's outcome (no "exception was never retrieved" warning); close a
     stream it may have produced just before it was cancelled."""
     if task.cancelled():

@@ -1,21 +1,25 @@
-"""The sync driver of :func:`clickhouse_lb.core.race.run_attempt`: each run on a worker thread, the
-statement's thread waiting with timeouts (so it can stop waiting at any moment)."""
+"""The sync driver of the attempt machine (:class:`clickhouse_lb.core.race.AttemptMachine`): each run
+on a worker thread, each liveness check on a check thread, the statement's thread waiting with
+timeouts (so it can stop waiting at any moment). It decides nothing: it carries out commands."""
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from clickhouse_lb.core._driver_logs import handled_by_pool
+from clickhouse_lb.core.attempt_specs import StatementPlan
 from clickhouse_lb.core.events import logger
-from clickhouse_lb.core.race import Abandon, AttemptSpec, Launch, Ping, Wait, run_attempt
+from clickhouse_lb.core.race import Abandon, AttemptMachine, AttemptSpec, Launch, Ping, Wait
 from clickhouse_lb.core.stalls import PingReading
+from clickhouse_lb.core.watch import first_wake
 from clickhouse_lb.pools._leftovers import release
 from clickhouse_lb.pools._threads import attempt_executor, check_executor
 from clickhouse_lb.pools._transport import AttemptConnections, quiet_transport
 
-__all__ = ["SyncDriver"]
+__all__ = ["SyncDriver", "kill_quietly"]
 
 T = TypeVar("T")
 
@@ -70,25 +74,62 @@ class SyncDriver:
         ping: Callable[[int, float], bool | PingReading],
         kill: Callable[[int, str], None],
     ) -> tuple[int, T]:
-        steps = run_attempt(spec)
-        launched: list[_ThreadRun] = []
-        reply: Any = None
+        return self._drive(AttemptMachine(spec), [], call, ping, kill, connect_timeout=spec.connect_timeout)
+
+    def run_planned(
+        self,
+        plan: StatementPlan,
+        index: int,
+        call: Callable[[int, str | None], T],
+        ping: Callable[[int, float], bool | PingReading],
+        kill: Callable[[int, str], None],
+    ) -> tuple[int, T]:
+        """An attempt of a statement's plan on replica ``index``. One that is not hedged costs no
+        machine (nor its spec) until its first wake-up is due: called on this thread when nothing
+        can wake it, else on a worker waited for until that moment; most attempts answer before."""
+        if plan.hedgeable:
+            return self.run(plan.spec(index), call, ping, kill)
+        settings = plan.settings
+        query_id = plan.query_id if plan.deadline.at is None else plan.run_query_id(None)()
+        started = plan.clock()
+        first = first_wake(started, settings.liveness, settings.timeouts.receive, plan.deadline.at)
+        if first == math.inf:
+            return index, call(index, query_id)
+        connect_timeout = plan.connect_timeout()
+        run = self._launch(call, Launch(index, query_id), connect_timeout)
         try:
-            while True:
-                try:
-                    command = steps.send(reply)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
-                reply = None
+            cf.wait((run.future,), first - started)
+        except BaseException:  # KeyboardInterrupt: leave nothing behind
+            run.connections.abandon()
+            raise
+        if run.done():
+            return index, run.result()
+        machine = AttemptMachine(plan.spec(index), running=(run, started, query_id))
+        return self._drive(machine, [run], call, ping, kill, connect_timeout=connect_timeout)
+
+    def _drive(
+        self,
+        machine: AttemptMachine,
+        launched: list[_ThreadRun],
+        call: Callable[[int, str | None], T],
+        ping: Callable[[int, float], bool | PingReading],
+        kill: Callable[[int, str], None],
+        *,
+        connect_timeout: float | None,
+    ) -> tuple[int, T]:
+        try:
+            for command in machine:
                 if isinstance(command, Launch):
-                    reply = self._launch(call, command, spec.connect_timeout)
-                    launched.append(reply)
+                    machine.reply = run = self._launch(call, command, connect_timeout)
+                    launched.append(run)
                 elif isinstance(command, Wait):
-                    cf.wait([run.future for run in command.handles], command.timeout, cf.FIRST_COMPLETED)
+                    futures = [h.future if isinstance(h, _ThreadRun) else h for h in command.handles]
+                    cf.wait(futures, command.timeout, cf.FIRST_COMPLETED)
                 elif isinstance(command, Ping):
-                    reply = ping(command.replica, command.timeout)
+                    machine.reply = check_executor().submit(ping, command.replica, command.timeout)
                 elif isinstance(command, Abandon):
                     self._abandon(command, kill)
+            return machine.outcome
         except BaseException as exc:
             if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: leave nothing behind
                 for run in launched:
@@ -114,13 +155,13 @@ class SyncDriver:
         run.connections.abandon()
         run.future.add_done_callback(_close_late_result)
         if command.kill and command.query_id:
-            index, query_id = command.replica, command.query_id
+            check_executor().submit(kill_quietly, kill, command.replica, command.query_id)
 
-            def kill_quietly() -> None:
-                try:
-                    with quiet_transport():
-                        kill(index, query_id)
-                except Exception as exc:
-                    logger.debug("KILL QUERY %s on replica %d failed: %s", query_id, index, exc)
 
-            check_executor().submit(kill_quietly)
+def kill_quietly(kill: Callable[[int, str], None], index: int, query_id: str) -> None:
+    """A best-effort ``KILL QUERY`` of an abandoned run (on a check thread, never waited for)."""
+    try:
+        with quiet_transport():
+            kill(index, query_id)
+    except Exception as exc:
+        logger.debug("KILL QUERY %s on replica %d failed: %s", query_id, index, exc)

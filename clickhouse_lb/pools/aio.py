@@ -284,7 +284,7 @@ class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolBase):
             return await getattr(client, method)(*args, **kwargs)
 
         async def attempt(index: int) -> Any:
-            winner, result = await self._driver.run(plan.spec(index), run, self._replica_alive, self._kill_query)
+            winner, result = await self._driver.run_planned(plan, index, run, self._replica_alive, self._kill_query)
             if winner != index:  # a hedge answered first
                 view.balancer.record_success(winner)
             return result

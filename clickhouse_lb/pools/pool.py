@@ -249,7 +249,7 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolBase):
         def attempt(index: int) -> Any:
             if watchdog is not None:
                 return watchdog.run_planned(plan, index, run)
-            winner, result = self._driver.run(plan.spec(index), run, self._replica_alive, self._kill_query)
+            winner, result = self._driver.run_planned(plan, index, run, self._replica_alive, self._kill_query)
             if winner != index:  # a hedge answered first
                 view.balancer.record_success(winner)
             return result
