@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from clickhouse_lb.core.discovery import InFlight
 from clickhouse_lb.core.events import logger
@@ -18,6 +18,7 @@ from clickhouse_lb.errors import ConfigurationError, ShardedInsertError
 if TYPE_CHECKING:
     from clickhouse_lb.config.replicas import Replica
     from clickhouse_lb.pools._base import PoolBase
+    from clickhouse_lb.pools._read_your_writes import ReadYourWritesMember
     from clickhouse_lb.pools._sharded_discovery import LayoutChange
 
 P = TypeVar("P", bound="PoolBase")
@@ -187,6 +188,38 @@ class RoutedInsert(Generic[P]):
         return ShardedInsertSummary({p.shard_num: r for p, r in zip(parts, results)}, rows)
 
 
+class ShardedReadYourWrites:
+    """``with sharded.read_your_writes():`` (``async with`` too): the block of every shard's
+    pool at once (see :meth:`ShardedBase.read_your_writes`)."""
+
+    __slots__ = ("_blocks",)
+
+    def __init__(self, blocks: Sequence[Any]) -> None:
+        self._blocks = list(blocks)
+
+    def __enter__(self) -> ShardedReadYourWrites:
+        entered: list[Any] = []
+        try:
+            for block in self._blocks:
+                block.__enter__()
+                entered.append(block)
+        except BaseException:
+            for block in reversed(entered):
+                block.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for block in reversed(self._blocks):
+            block.__exit__(*exc)
+
+    async def __aenter__(self) -> ShardedReadYourWrites:
+        return self.__enter__()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.__exit__(*exc)
+
+
 class ShardedBase(Generic[P]):
     """Shards in ``shard_num`` order, each a pool of its own, with the cluster's weights."""
 
@@ -226,6 +259,15 @@ class ShardedBase(Generic[P]):
             raise ConfigurationError(
                 f"No shard {shard_num!r}; the shards are {', '.join(map(str, view.shard_nums))}"
             ) from None
+
+    def read_your_writes(self) -> ShardedReadYourWrites:
+        """``with sharded.read_your_writes():``: statements of the block in this thread or task,
+        on every shard's pool, are under read-your-writes: a routed insert's part is remembered
+        with the replica of its shard that acknowledged it, and a read through a shard's pool
+        (``sharded.shard(n).query(...)``) goes to a replica of that shard that has it. The
+        shards are those of the view when the block opens. See docs/sharding.md."""
+        pools = cast("tuple[ReadYourWritesMember, ...]", self._view.pools)
+        return ShardedReadYourWrites([pool.read_your_writes() for pool in pools])
 
     # -- the shard set follows the cluster ------------------------------------------------
 
