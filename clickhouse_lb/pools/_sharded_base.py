@@ -84,6 +84,13 @@ def _column_index(column_names: Sequence[str], column: str, table: str) -> int:
         ) from None
 
 
+class _NotSent(Exception):
+    """The outcome of a part the driver never reached (cannot happen when it drives every part)."""
+
+
+_NOT_SENT = _NotSent("the part was not sent")
+
+
 class RoutedInsert(Generic[P]):
     """One routed insert over one view. The driver, inside ``with plan:``, asks the first shard
     for the insert context when :attr:`describe` is set and passes it to :meth:`parts`, writes
@@ -111,7 +118,8 @@ class RoutedInsert(Generic[P]):
             (table, column_names if column_names is not None else "*", options.get("database")) if describe else None
         )
         self._parts: list[InsertPart] = []
-        self._results: list[Any] = []
+        #: Each part's outcome by shard position: its summary, or the exception it raised.
+        self._results: dict[int, Any] = {}
 
     def __enter__(self) -> None:
         """While the insert runs, its view counts it in flight (see :meth:`ShardedBase._install`)."""
@@ -174,11 +182,12 @@ class RoutedInsert(Generic[P]):
         return options
 
     def done(self, part: InsertPart, result: Any) -> None:
-        self._results.append(result)
+        self._results[part.position] = result
 
     def outcome(self) -> ShardedInsertSummary:
         """The summary when every part was written, else ShardedInsertError naming each part."""
-        parts, results = self._parts, self._results
+        parts = self._parts
+        results = [self._results.get(p.position, _NOT_SENT) for p in parts]
         failed = {p.shard_num: r for p, r in zip(parts, results) if isinstance(r, Exception)}
         rows = {p.shard_num: p.rows for p in parts}
         written = {p.shard_num: p.rows for p, r in zip(parts, results) if not isinstance(r, Exception)}

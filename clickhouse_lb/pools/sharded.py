@@ -183,7 +183,9 @@ def get_sharded_pool(
 ) -> ShardedPool:
     """A :class:`ShardedPool` over every shard of ``cluster``, read from ``system.clusters`` on
     the first of ``hosts`` (seeds) that answers (each shard's pool then keeps discovering its
-    own replicas, as ``get_pool(cluster=..., shard=N)`` does), or over ``shards`` given shard
+    own replicas, as ``get_pool(cluster=..., shard=N)`` does, and the sharded pool re-reads the
+    shard set every ``cluster_discovery_interval_ms``, replacing its view whole when shards,
+    weights or replicas changed: see docs/sharding.md), or over ``shards`` given shard
     by shard (``[["ch-1:8123", "ch-2:8123"], ["ch-3:8123", "ch-4:8123"]]``, weights 1 unless
     ``shard_weights``). Every other keyword is ``get_pool``'s, for every shard's pool."""
     layout = shard_layout(hosts, shards, shard_weights, cluster, options)
