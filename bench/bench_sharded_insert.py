@@ -11,14 +11,18 @@ Per key and round, side by side and in alternating order:
   the same call and settings the router makes (``part.send(shard_pool)``: the shard pool's
   ``insert`` with the same data, column names and types), one after the other.
 
-Prints the medians, the ratio, and the split alone (no I/O, median of the rounds). Then the
-pool's own per-part path: one part through the shard's pool (failover, token) against the
+Prints the medians, the ratio, the split alone (no I/O, median of the rounds), and the routing
+overhead inside the routed call itself: its time minus the time its parts spent in the shard
+pools' ``insert`` (measured in the same call, so the inserts' own run-to-run spread, which
+dominates the ratio on a loaded machine, is not in it), as a share of the direct median. Then
+the pool's own per-part path: one part through the shard's pool (failover, token) against the
 same part through a bare clickhouse-connect client of the same replica.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import time
@@ -31,6 +35,23 @@ import clickhouse_lb
 from clickhouse_lb.testing import LocalCluster
 
 TABLE = "bench_routed"
+
+
+class TimedPool:
+    """A shard's pool whose ``insert`` adds its time to ``spent`` (everything else delegated)."""
+
+    def __init__(self, pool: object, spent: list[float]) -> None:
+        self._pool, self._spent = pool, spent
+
+    def insert(self, *args: object, **kwargs: object) -> object:
+        began = time.perf_counter()
+        try:
+            return self._pool.insert(*args, **kwargs)  # type: ignore[attr-defined]
+        finally:
+            self._spent[0] += time.perf_counter() - began
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._pool, name)
 NAMES, TYPES = ["id", "name", "v"], ["Int64", "String", "UInt32"]
 #: (label, sharding key, column-oriented NumPy data instead of rows)
 CASES = [
@@ -66,9 +87,16 @@ def main() -> None:
 
         with clickhouse_lb.get_sharded_pool(shards=[c.hosts for c in clusters], health_check_interval_ms=0) as sharded:
             print(f"load average before: {os.getloadavg()}")
-            print("| data | key | rows | routed (s) | same parts, direct (s) | ratio | split alone (s) |")
-            print("|---|---|---|---|---|---|---|")
+            print("| data | key | rows | routed (s) | same parts, direct (s) | ratio | split alone (s) "
+                  "| overhead in the routed call (s) | overhead / direct |")
+            print("|---|---|---|---|---|---|---|---|---|")
+            spent = [0.0]
+            view = sharded._view
+            sharded._view = dataclasses.replace(view, pools=tuple(TimedPool(p, spent) for p in view.pools))
             context = sharded.shards[0].create_insert_context(TABLE, NAMES)
+            # Warm-up, untimed: every shard's connection open before the first measured insert.
+            sharded.insert(TABLE, rows[:1000], column_names=NAMES, sharding_key="id")
+            truncate()
             for label, key, oriented in CASES:
                 data = columns if oriented else rows
 
@@ -82,6 +110,7 @@ def main() -> None:
                 routed: list[float] = []
                 direct: list[float] = []
                 split: list[float] = []
+                overhead: list[float] = []
                 for round_ in range(args.rounds):
                     def run_routed(data: object = data, key: str = key, oriented: bool = oriented) -> None:
                         sharded.insert(TABLE, data, column_names=NAMES, sharding_key=key,
@@ -93,13 +122,17 @@ def main() -> None:
 
                     order = [(run_routed, routed), (run_direct, direct)]
                     for fn, out in order if round_ % 2 == 0 else reversed(order):
+                        spent[0] = 0.0
                         out.append(timed(fn))
+                        if out is routed:
+                            overhead.append(out[-1] - spent[0])
                         truncate()
                     split.append(timed(lambda: plan().parts(context)))
-                r, d = statistics.median(routed), statistics.median(direct)
+                r, d, o = statistics.median(routed), statistics.median(direct), statistics.median(overhead)
                 print(f"| {label} | `{key}` | {args.rows:,} | {r:.2f} | {d:.2f} | {r / d:.3f} | "
-                      f"{statistics.median(split):.3f} |", flush=True)
+                      f"{statistics.median(split):.3f} | {o:.3f} | {o / d:.1%} |", flush=True)
             print(f"load average after: {os.getloadavg()}")
+            sharded._view = view
             # The pool's own per-part path against a bare client, the same part, alternating.
             part = parts[0]
             host, port = clusters[part.position].hosts[0].rsplit(":", 1)
