@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import os
 import statistics
 import time
@@ -61,6 +62,10 @@ CASES = [
 
 
 def timed(fn: Callable[[], object]) -> float:
+    # Each side starts from the same collector state: with a million rows alive, one full
+    # collection more or less during clickhouse-connect's transposition is worth a second on
+    # this machine, more than routing itself, and otherwise falls on either side at random.
+    gc.collect()
     began = time.perf_counter()
     fn()
     return time.perf_counter() - began
