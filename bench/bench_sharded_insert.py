@@ -1,70 +1,159 @@
 """What routing by sharding key costs: a routed insert against the same parts inserted directly.
 
-    python bench/bench_sharded_insert.py [--rows 1000000] [--rounds 3]
+    python bench/bench_sharded_insert.py [--rows 1000000] [--rounds 5]
 
 Two shards (one local replica each, plain MergeTree: replication is not what is measured).
-Per round, side by side and in alternating order: ``sharded.insert(table, rows,
-sharding_key=KEY)`` (reads the columns once, splits, writes each part), and the same parts,
-split beforehand and untimed, written with ``shard_pool.insert(...)`` one after the other.
-Prints the medians and the ratio for each key, and the split alone (no I/O).
+Per key and round, side by side and in alternating order:
+
+- **routed**: ``sharded.insert(table, rows, column_names=NAMES, sharding_key=KEY)``, as a user
+  calls it (reads the column types once, splits, writes each part);
+- **direct**: the very parts the router makes (split beforehand, untimed), each written with
+  the same call and settings the router makes (``part.send(shard_pool)``: the shard pool's
+  ``insert`` with the same data, column names and types), one after the other.
+
+Prints the medians, the ratio, the split alone (no I/O, median of the rounds), and the routing
+overhead inside the routed call itself: its time minus the time its parts spent in the shard
+pools' ``insert`` (measured in the same call, so the inserts' own run-to-run spread, which
+dominates the ratio on a loaded machine, is not in it), as a share of the direct median. Then
+the pool's own per-part path: one part through the shard's pool (failover, token) against the
+same part through a bare clickhouse-connect client of the same replica.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import gc
+import os
 import statistics
 import time
+from collections.abc import Callable
+
+import clickhouse_connect
+import numpy as np
 
 import clickhouse_lb
-from clickhouse_lb.core.sharding import parse_sharding_key, route, slot_table, value_type
 from clickhouse_lb.testing import LocalCluster
 
 TABLE = "bench_routed"
-KEYS = ["cityHash64(id)", "intHash64(id)", "id", "cityHash64(name)"]
+
+
+class TimedPool:
+    """A shard's pool whose ``insert`` adds its time to ``spent`` (everything else delegated)."""
+
+    def __init__(self, pool: object, spent: list[float]) -> None:
+        self._pool, self._spent = pool, spent
+
+    def insert(self, *args: object, **kwargs: object) -> object:
+        began = time.perf_counter()
+        try:
+            return self._pool.insert(*args, **kwargs)  # type: ignore[attr-defined]
+        finally:
+            self._spent[0] += time.perf_counter() - began
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._pool, name)
+NAMES, TYPES = ["id", "name", "v"], ["Int64", "String", "UInt32"]
+#: (label, sharding key, column-oriented NumPy data instead of rows)
+CASES = [
+    ("rows", "cityHash64(id)", False), ("rows", "intHash64(id)", False), ("rows", "id", False),
+    ("rows", "cityHash64(name)", False), ("NumPy columns", "cityHash64(id)", True),
+]
+
+
+def timed(fn: Callable[[], object]) -> float:
+    # Each side starts from the same collector state: with a million rows alive, one full
+    # collection more or less during clickhouse-connect's transposition is worth a second on
+    # this machine, more than routing itself, and otherwise falls on either side at random.
+    gc.collect()
+    began = time.perf_counter()
+    fn()
+    return time.perf_counter() - began
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     rows = [[i, f"user-{i}", i % 1000] for i in range(args.rows)]
-    names, types = ["id", "name", "v"], ["Int64", "String", "UInt32"]
+    ids = np.arange(args.rows, dtype=np.int64)
+    columns = [ids, [f"user-{i}" for i in range(args.rows)], (ids % 1000).astype(np.uint32)]
     clusters = [LocalCluster(replicas=1, names=[f"s{n}"]) for n in (1, 2)]
     for cluster in clusters:
         cluster.start()
     try:
         for cluster in clusters:
             cluster.query(0, f"CREATE TABLE {TABLE} (id Int64, name String, v UInt32) ENGINE = MergeTree ORDER BY id")
-        with clickhouse_lb.get_sharded_pool(shards=[c.hosts for c in clusters], health_check_interval_ms=0) as sharded:
-            print("| key | rows | routed insert (s) | same parts, direct (s) | ratio | split alone (s) |")
-            print("|---|---|---|---|---|---|")
-            for text in KEYS:
-                key = parse_sharding_key(text)
-                index = names.index(key.column or "id")
-                started = time.perf_counter()
-                groups = route(key, [r[index] for r in rows], value_type(types[index]), len(rows),
-                               slots=slot_table([1, 1]), shards=2)
-                parts = [[rows[i] for i in group] for group in groups]
-                split = time.perf_counter() - started
-                routed, direct = [], []
-                for round_ in range(args.rounds):
-                    def run_routed(text: str = text) -> None:
-                        sharded.insert(TABLE, rows, column_names=names, sharding_key=text)
 
-                    def run_direct(parts: list[list[list[object]]] = parts) -> None:
-                        for pool, part in zip(sharded.shards, parts):
-                            pool.insert(TABLE, part, column_names=names)
+        def truncate() -> None:
+            for cluster in clusters:
+                cluster.query(0, f"TRUNCATE TABLE {TABLE}")
+
+        with clickhouse_lb.get_sharded_pool(shards=[c.hosts for c in clusters], health_check_interval_ms=0) as sharded:
+            print(f"load average before: {os.getloadavg()}")
+            print("| data | key | rows | routed (s) | same parts, direct (s) | ratio | split alone (s) "
+                  "| overhead in the routed call (s) | overhead / direct |")
+            print("|---|---|---|---|---|---|---|---|---|")
+            spent = [0.0]
+            view = sharded._view
+            sharded._view = dataclasses.replace(view, pools=tuple(TimedPool(p, spent) for p in view.pools))
+            context = sharded.shards[0].create_insert_context(TABLE, NAMES)
+            # Warm-up, untimed: every shard's connection open before the first measured insert.
+            sharded.insert(TABLE, rows[:1000], column_names=NAMES, sharding_key="id")
+            truncate()
+            for label, key, oriented in CASES:
+                data = columns if oriented else rows
+
+                def plan(data: object = data, key: str = key, oriented: bool = oriented) -> object:
+                    return sharded._plan_insert(
+                        TABLE, data, NAMES, sharding_key=key, database=None, column_type_names=None,
+                        column_oriented=oriented, settings=None,
+                    )
+
+                parts = plan().parts(context)
+                routed: list[float] = []
+                direct: list[float] = []
+                split: list[float] = []
+                overhead: list[float] = []
+                for round_ in range(args.rounds):
+                    def run_routed(data: object = data, key: str = key, oriented: bool = oriented) -> None:
+                        sharded.insert(TABLE, data, column_names=NAMES, sharding_key=key,
+                                       column_oriented=oriented)
+
+                    def run_direct(parts: list = parts) -> None:
+                        for part in parts:
+                            part.send(sharded.shards[part.position])
 
                     order = [(run_routed, routed), (run_direct, direct)]
                     for fn, out in order if round_ % 2 == 0 else reversed(order):
-                        began = time.perf_counter()
-                        fn()
-                        out.append(time.perf_counter() - began)
-                    for cluster in clusters:
-                        cluster.query(0, f"TRUNCATE TABLE {TABLE}")
-                r, d = statistics.median(routed), statistics.median(direct)
-                print(f"| `{text}` | {args.rows:,} | {r:.2f} | {d:.2f} | {r / d:.3f} | {split:.2f} |")
+                        spent[0] = 0.0
+                        out.append(timed(fn))
+                        if out is routed:
+                            overhead.append(out[-1] - spent[0])
+                        truncate()
+                    split.append(timed(lambda: plan().parts(context)))
+                r, d, o = statistics.median(routed), statistics.median(direct), statistics.median(overhead)
+                print(f"| {label} | `{key}` | {args.rows:,} | {r:.2f} | {d:.2f} | {r / d:.3f} | "
+                      f"{statistics.median(split):.3f} | {o:.3f} | {o / d:.1%} |", flush=True)
+            print(f"load average after: {os.getloadavg()}")
+            sharded._view = view
+            # The pool's own per-part path against a bare client, the same part, alternating.
+            part = parts[0]
+            host, port = clusters[part.position].hosts[0].rsplit(":", 1)
+            bare = clickhouse_connect.get_client(host=host, port=int(port))
+            through_pool: list[float] = []
+            through_client: list[float] = []
+            for round_ in range(args.rounds):
+                order = [(lambda: part.send(sharded.shards[part.position]), through_pool),
+                         (lambda: part.send(bare), through_client)]
+                for fn, out in order if round_ % 2 == 0 else reversed(order):
+                    out.append(timed(fn))
+                    truncate()
+            p, c = statistics.median(through_pool), statistics.median(through_client)
+            print(f"per-part path ({part.rows:,} rows, NumPy columns): pool {p:.3f} s, bare client {c:.3f} s, "
+                  f"ratio {p / c:.3f}; load average {os.getloadavg()}")
+            bare.close()
     finally:
         for cluster in clusters:
             cluster.close()

@@ -5,7 +5,9 @@ on every replica of that shard, exactly once, also with a replica killed mid-way
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
+import numpy as np
 import pytest
 
 import clickhouse_lb
@@ -207,3 +209,82 @@ def test_a_replica_failing_during_routed_inserts_loses_and_doubles_nothing(fault
             want = sorted(i for i in acknowledged if expected[i] == position)
             for i in cluster.shard_indices(position + 1):
                 assert ids_on(cluster, i) == want, (fault, position, i)
+
+
+def frame_of(ids: list[int]) -> Any:
+    pd = pytest.importorskip("pandas")
+    return pd.DataFrame({"id": np.array(ids, dtype=np.int64), "name": [f"n{i}" for i in ids],
+                         "v": np.zeros(len(ids), dtype=np.uint32)})
+
+
+def data_of(kind: str, ids: list[int]) -> Any:
+    if kind == "arrow":
+        pa = pytest.importorskip("pyarrow")
+        return pa.Table.from_pandas(frame_of(ids), preserve_index=False)
+    return frame_of(ids)
+
+
+@pytest.mark.parametrize("kind", ["dataframe", "arrow"])
+def test_dataframes_and_arrow_tables_route_as_rows_do_and_a_repeat_with_its_token_doubles_nothing(
+    shards: list[LocalCluster], tables: None, kind: str
+) -> None:
+    ids = list(range(-100, 200))
+    weights = [1, 2]
+    data = data_of(kind, ids)
+    token = {"insert_deduplication_token": f"{kind}-batch"}
+    with clickhouse_lb.get_sharded_pool(shards=[c.hosts for c in shards], shard_weights=weights) as sharded:
+        insert = sharded.insert_df if kind == "dataframe" else sharded.insert_arrow
+        summary = insert(TABLE, data, sharding_key="cityHash64(id)", settings=token)
+        again = insert(TABLE, data, sharding_key="cityHash64(id)", settings=token)  # deduplicated part by part
+    expected = engine_shard(shards[0], "cityHash64(x)", ids, weights)
+    for position, cluster in enumerate(shards):
+        want = sorted(i for i in ids if expected[i] == position)
+        assert summary.rows[position + 1] == len(want)
+        for i in range(len(cluster)):
+            assert ids_on(cluster, i) == want, (kind, position, i)  # once each, on its shard's replicas
+    assert again.rows == summary.rows
+
+
+async def test_the_async_sharded_pool_routes_dataframes_and_arrow_tables(
+    shards: list[LocalCluster], tables: None
+) -> None:
+    frame_ids, arrow_ids = list(range(0, 150)), list(range(150, 300))
+    async with await clickhouse_lb.get_async_sharded_pool(shards=[c.hosts for c in shards]) as sharded:
+        await sharded.insert_df(TABLE, data_of("dataframe", frame_ids), sharding_key="intHash64(id)")
+        await sharded.insert_arrow(TABLE, data_of("arrow", arrow_ids), sharding_key="intHash64(id)")
+    ids = frame_ids + arrow_ids
+    expected = engine_shard(shards[0], "intHash64(x)", ids, [1, 1])
+    for position, cluster in enumerate(shards):
+        assert ids_on(cluster, 0) == sorted(i for i in ids if expected[i] == position)
+
+
+def _pairs(sharded: clickhouse_lb.ShardedPool, n: int, start: int) -> int:
+    """``n`` routed inserts of two rows (key ``id``: one row on each shard), each followed by a
+    read of each row through its shard's pool; how many of the 2n reads saw their row."""
+    seen = 0
+    for k in range(start, start + 2 * n, 2):
+        sharded.insert(TABLE, [[k, "x", 0], [k + 1, "x", 0]], column_names=["id", "name", "v"],
+                       column_type_names=["Int64", "String", "UInt32"], sharding_key="id")
+        for shard, row in ((1, k), (2, k + 1)):
+            seen += sharded.shard(shard).query(f"SELECT count() FROM {TABLE} WHERE id = {row}").result_rows[0][0]
+    return seen
+
+
+def test_read_your_writes_on_a_sharded_pool_reads_each_shards_part_where_it_was_written(
+    shards: list[LocalCluster], tables: None
+) -> None:
+    """Replication delayed on every replica: without read-your-writes a shard's balanced read
+    often misses the part just written there; in ``sharded.read_your_writes()`` never."""
+    try:
+        for cluster in shards:
+            for i in range(len(cluster)):
+                cluster.delay_replication(i, 600.0)
+        with clickhouse_lb.get_sharded_pool(shards=[c.hosts for c in shards], load_balancing="round_robin",
+                                            health_check_interval_ms=0) as sharded:
+            assert 40 - _pairs(sharded, 20, 0) >= 10  # the scenario is real: reads miss without it
+            with sharded.read_your_writes():
+                assert _pairs(sharded, 50, 1000) == 100
+            assert 40 - _pairs(sharded, 20, 5000) >= 10  # the block closed: balanced as before
+    finally:
+        for cluster in shards:
+            cluster.heal()

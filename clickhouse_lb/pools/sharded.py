@@ -8,15 +8,18 @@ part to its shard's local table through that shard's failover.
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from clickhouse_lb.config.replicas import Replica
+from clickhouse_lb.core.events import logger
 from clickhouse_lb.errors import ConfigurationError
-from clickhouse_lb.pools._sharded_base import ShardedBase, ShardedInsertSummary
+from clickhouse_lb.pools._sharded_base import RoutedInsert, ShardedBase, ShardedInsertSummary
 from clickhouse_lb.pools.pool import ReplicaPool, get_pool
 
-__all__ = ["ShardedPool", "get_sharded_pool", "shard_layout"]
+__all__ = ["ShardedPool", "get_sharded_pool", "shard_layout", "shard_pool_arguments"]
 
 HostList = str | Replica | Iterable[str | Replica]
 
@@ -29,16 +32,9 @@ class ShardedPool(ShardedBase[ReplicaPool]):
     """
 
     def insert(
-        self,
-        table: str,
-        data: Sequence[Any],
-        column_names: str | Sequence[str] = "*",
-        *,
-        sharding_key: str,
-        database: str | None = None,
-        column_type_names: Sequence[str] | None = None,
-        column_oriented: bool = False,
-        settings: dict[str, Any] | None = None,
+        self, table: str, data: Sequence[Any], column_names: str | Sequence[str] = "*", *, sharding_key: str,
+        database: str | None = None, column_type_names: Sequence[str] | None = None,
+        column_oriented: bool = False, settings: dict[str, Any] | None = None,
     ) -> ShardedInsertSummary:
         """Insert ``data`` into each shard's ``table`` (the shards' local table), every row on
         the shard a ``Distributed`` table with this ``sharding_key`` would put it on
@@ -50,38 +46,71 @@ class ShardedPool(ShardedBase[ReplicaPool]):
         stop the others: :class:`~clickhouse_lb.errors.ShardedInsertError` then names what was
         written and what failed. The column names and types are read once, from one shard,
         unless ``column_names`` and ``column_type_names`` are given."""
-        names, types = self._columns(table, column_names, column_type_names, database)
-        parts = self._parts(
-            table, data, names, types,
-            sharding_key=sharding_key, column_oriented=column_oriented, settings=settings,
-        )
-        results: list[Any] = []
-        for part in parts:
-            try:
-                results.append(self.shards[part.position].insert(
-                    table, part.data, column_names=names, database=database, column_type_names=types,
-                    column_oriented=column_oriented, settings=part.settings,
-                ))
-            except Exception as exc:  # reported with the other parts' outcomes
-                results.append(exc)
-        return self._outcome(table, parts, results)
+        return self._route(self._plan_insert(
+            table, data, column_names, sharding_key=sharding_key, database=database,
+            column_type_names=column_type_names, column_oriented=column_oriented, settings=settings,
+        ))
 
-    def _columns(
-        self, table: str, column_names: str | Sequence[str], column_type_names: Sequence[str] | None,
-        database: str | None,
-    ) -> tuple[list[str], list[str]]:
-        if column_names != "*" and column_type_names is not None:
-            return list(column_names), list(column_type_names)
-        context = self._describer().create_insert_context(table, column_names, database)
-        return list(context.column_names), [t.name for t in context.column_types]
+    def insert_df(
+        self, table: str, df: Any, *, sharding_key: str, database: str | None = None,
+        settings: dict[str, Any] | None = None, column_names: Sequence[str] | None = None,
+        column_type_names: Sequence[str] | None = None,
+    ) -> ShardedInsertSummary:
+        """:meth:`insert` of a pandas DataFrame: split by the key column (``DataFrame.take``),
+        each part written with its shard pool's ``insert_df``."""
+        return self._route(self._plan_insert_df(
+            table, df, sharding_key=sharding_key, database=database, settings=settings,
+            column_names=column_names, column_type_names=column_type_names,
+        ))
 
-    def _describer(self) -> ReplicaPool:
-        return self.shards[0]
+    def insert_arrow(
+        self, table: str, arrow_table: Any, *, sharding_key: str, database: str | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> ShardedInsertSummary:
+        """:meth:`insert` of a pyarrow Table: split by the key column (``Table.take``), each part
+        written with its shard pool's ``insert_arrow``."""
+        return self._route(self._plan_insert_arrow(
+            table, arrow_table, sharding_key=sharding_key, database=database, settings=settings,
+        ))
+
+    def _route(self, plan: RoutedInsert[ReplicaPool]) -> ShardedInsertSummary:
+        with plan:
+            for part in plan.parts(plan.describe and plan.describer.create_insert_context(*plan.describe)):
+                with plan.writing(part):
+                    plan.done(part, part.send(plan.pool(part)))
+        return plan.outcome()
+
+    def _spawn_refresher(self, interval: float) -> None:
+        self._stop = threading.Event()
+        threading.Thread(target=_refresh_loop, args=(weakref.ref(self), self._stop, interval),
+                         name="clickhouse-lb-shards", daemon=True).start()
+        weakref.finalize(self, self._stop.set)  # a pool dropped without close() stops it too
+
+    def _refresh(self) -> None:
+        """Re-read the shard set and replace the view when it changed (on the refresh thread)."""
+        change = self._change(self._rediscover())
+        if change is None:
+            return
+        added: list[ReplicaPool] = []
+        try:
+            for shard in change.added:
+                added.append(get_pool(list(shard.replicas), cluster=self._cluster, shard=shard.shard_num,
+                                      **self._options))
+        except Exception as exc:  # a new shard not reachable yet: the next refresh tries again
+            logger.warning("cluster %r: a new shard's pool could not be made; keeping the shards: %s",
+                           self._cluster, exc)
+            _close_pools(added)
+            return
+        self._install(change, added, _close_pools)
 
     def close(self) -> None:
-        """Close every shard's pool."""
-        for pool in self.shards:
-            pool.close()
+        """Close every shard's pool (and stop following the cluster)."""
+        with self._lock:
+            self._closed = True
+        stop = getattr(self, "_stop", None)
+        if stop is not None:
+            stop.set()
+        _close_pools(self._view.pools)
 
     def __enter__(self) -> ShardedPool:
         return self
@@ -90,8 +119,27 @@ class ShardedPool(ShardedBase[ReplicaPool]):
         self.close()
 
     def __repr__(self) -> str:
-        shards = ", ".join(f"{n}(w{w}): {p.addresses}" for n, w, p in zip(self.shard_nums, self.weights, self.shards))
+        view = self._view
+        shards = ", ".join(f"{n}(w{w}): {p.addresses}" for n, w, p in zip(view.shard_nums, view.weights, view.pools))
         return f"<ShardedPool {shards}>"
+
+
+def _close_pools(pools: Iterable[ReplicaPool]) -> None:
+    for pool in pools:
+        pool.close()
+
+
+def _refresh_loop(ref: weakref.ref[ShardedPool], stop: threading.Event, interval: float) -> None:
+    # Holds the pool only while refreshing, so that a pool dropped without close() can go.
+    while not stop.wait(interval):
+        pool = ref()
+        if pool is None:
+            return
+        try:
+            pool._refresh()
+        except Exception:  # never let the thread die: the next refresh tries again
+            logger.exception("cluster %r: refreshing the shards failed", pool._cluster)
+        del pool
 
 
 def shard_layout(
@@ -99,6 +147,8 @@ def shard_layout(
     cluster: str | None, options: dict[str, Any],
 ) -> list[tuple[int, int, list[str | Replica] | HostList]]:
     """``[(shard_num, weight, hosts), ...]``: given shard by shard, or read from ``system.clusters``."""
+    if "shard" in options:
+        raise ConfigurationError("shard= picks one shard: a sharded pool takes them all (use get_pool for one)")
     if shards is not None:
         if hosts is not None or cluster is not None:
             raise ConfigurationError("Give the shards once: shards=[[...], [...]] or hosts= with cluster=, not both")
@@ -119,29 +169,41 @@ def shard_layout(
     return [(s.shard_num, s.weight, list(s.replicas)) for s in discover_shards(hosts, cluster, options)]
 
 
+def shard_pool_arguments(
+    layout: Sequence[tuple[int, int, Any]], cluster: str | None, options: dict[str, Any]
+) -> list[tuple[Any, dict[str, Any]]]:
+    """Each shard's pool's hosts and keywords: discovered shards keep discovering their replicas."""
+    return [(group, {**options, **({"cluster": cluster, "shard": number} if cluster is not None else {})})
+            for number, _, group in layout]
+
+
 def get_sharded_pool(
-    hosts: HostList | None = None,
-    *,
-    cluster: str | None = None,
-    shards: Sequence[HostList] | None = None,
-    shard_weights: Sequence[int] | None = None,
-    **options: Any,
+    hosts: HostList | None = None, *, cluster: str | None = None, shards: Sequence[HostList] | None = None,
+    shard_weights: Sequence[int] | None = None, **options: Any,
 ) -> ShardedPool:
     """A :class:`ShardedPool` over every shard of ``cluster``, read from ``system.clusters`` on
     the first of ``hosts`` (seeds) that answers (each shard's pool then keeps discovering its
-    own replicas, as ``get_pool(cluster=..., shard=N)`` does), or over ``shards`` given shard
+    own replicas, as ``get_pool(cluster=..., shard=N)`` does, and the sharded pool re-reads the
+    shard set every ``cluster_discovery_interval_ms``, replacing its view whole when shards,
+    weights or replicas changed: see docs/sharding.md), or over ``shards`` given shard
     by shard (``[["ch-1:8123", "ch-2:8123"], ["ch-3:8123", "ch-4:8123"]]``, weights 1 unless
     ``shard_weights``). Every other keyword is ``get_pool``'s, for every shard's pool."""
-    if "shard" in options:
-        raise ConfigurationError("shard= picks one shard: a sharded pool takes them all (use get_pool for one)")
     layout = shard_layout(hosts, shards, shard_weights, cluster, options)
     pools: list[ReplicaPool] = []
     try:
-        for number, _, group in layout:
-            extra: dict[str, Any] = {"cluster": cluster, "shard": number} if cluster is not None else {}
-            pools.append(get_pool(group, **extra, **options))
+        for group, extra in shard_pool_arguments(layout, cluster, options):
+            pools.append(get_pool(group, **extra))
     except BaseException:
         for pool in pools:
             pool.close()
         raise
-    return ShardedPool(pools, [n for n, _, _ in layout], [w for _, w, _ in layout])
+    sharded = ShardedPool(pools, [n for n, _, _ in layout], [w for _, w, _ in layout],
+                          cluster=cluster, seeds=_seeds(hosts), options=options)
+    sharded._start_refresh()
+    return sharded
+
+
+def _seeds(hosts: HostList | None) -> list[str | Replica]:
+    if hosts is None:
+        return []
+    return [hosts] if isinstance(hosts, (str, Replica)) else list(hosts)

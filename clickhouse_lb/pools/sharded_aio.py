@@ -8,10 +8,10 @@ import asyncio
 from collections.abc import Generator, Sequence
 from typing import Any
 
-from clickhouse_lb.errors import ConfigurationError
-from clickhouse_lb.pools._sharded_base import ShardedBase, ShardedInsertSummary
+from clickhouse_lb.core.events import logger
+from clickhouse_lb.pools._sharded_base import RoutedInsert, ShardedBase, ShardedInsertSummary
 from clickhouse_lb.pools.aio import AsyncReplicaPool, get_async_pool
-from clickhouse_lb.pools.sharded import HostList, shard_layout
+from clickhouse_lb.pools.sharded import HostList, _seeds, shard_layout, shard_pool_arguments
 
 __all__ = ["AsyncShardedPool", "get_async_sharded_pool"]
 
@@ -19,47 +19,104 @@ __all__ = ["AsyncShardedPool", "get_async_sharded_pool"]
 class AsyncShardedPool(ShardedBase[AsyncReplicaPool]):
     """An async pool per shard (``.shards``, in ``shard_num`` order) and routed inserts."""
 
+    _refresher: asyncio.Task[None] | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: Removed shards' pools being closed (held: the loop keeps only weak references to tasks).
+        self._closing: set[asyncio.Task[None]] = set()
+
     async def insert(
-        self,
-        table: str,
-        data: Sequence[Any],
-        column_names: str | Sequence[str] = "*",
-        *,
-        sharding_key: str,
-        database: str | None = None,
-        column_type_names: Sequence[str] | None = None,
-        column_oriented: bool = False,
-        settings: dict[str, Any] | None = None,
+        self, table: str, data: Sequence[Any], column_names: str | Sequence[str] = "*", *, sharding_key: str,
+        database: str | None = None, column_type_names: Sequence[str] | None = None,
+        column_oriented: bool = False, settings: dict[str, Any] | None = None,
     ) -> ShardedInsertSummary:
         """As :meth:`ShardedPool.insert <clickhouse_lb.pools.sharded.ShardedPool.insert>`."""
-        if column_names != "*" and column_type_names is not None:
-            names, types = list(column_names), list(column_type_names)
-        else:
-            context = await self.shards[0].create_insert_context(table, column_names, database)
-            names, types = list(context.column_names), [t.name for t in context.column_types]
-        parts = self._parts(
-            table, data, names, types, sharding_key=sharding_key, column_oriented=column_oriented, settings=settings,
-        )
-        results: list[Any] = []
-        for part in parts:
+        return await self._route(self._plan_insert(
+            table, data, column_names, sharding_key=sharding_key, database=database,
+            column_type_names=column_type_names, column_oriented=column_oriented, settings=settings,
+        ))
+
+    async def insert_df(
+        self, table: str, df: Any, *, sharding_key: str, database: str | None = None,
+        settings: dict[str, Any] | None = None, column_names: Sequence[str] | None = None,
+        column_type_names: Sequence[str] | None = None,
+    ) -> ShardedInsertSummary:
+        """As :meth:`ShardedPool.insert_df <clickhouse_lb.pools.sharded.ShardedPool.insert_df>`."""
+        return await self._route(self._plan_insert_df(
+            table, df, sharding_key=sharding_key, database=database, settings=settings,
+            column_names=column_names, column_type_names=column_type_names,
+        ))
+
+    async def insert_arrow(
+        self, table: str, arrow_table: Any, *, sharding_key: str, database: str | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> ShardedInsertSummary:
+        """As :meth:`ShardedPool.insert_arrow <clickhouse_lb.pools.sharded.ShardedPool.insert_arrow>`."""
+        return await self._route(self._plan_insert_arrow(
+            table, arrow_table, sharding_key=sharding_key, database=database, settings=settings,
+        ))
+
+    async def _route(self, plan: RoutedInsert[AsyncReplicaPool]) -> ShardedInsertSummary:
+        with plan:
+            for part in plan.parts(plan.describe and await plan.describer.create_insert_context(*plan.describe)):
+                with plan.writing(part):
+                    plan.done(part, await part.send(plan.pool(part)))
+        return plan.outcome()
+
+    def _spawn_refresher(self, interval: float) -> None:
+        self._refresher = asyncio.get_running_loop().create_task(self._refresh_loop(interval))
+
+    async def _refresh_loop(self, interval: float) -> None:
+        while not self._closed:
+            await asyncio.sleep(interval)
             try:
-                results.append(await self.shards[part.position].insert(
-                    table, part.data, column_names=names, database=database, column_type_names=types,
-                    column_oriented=column_oriented, settings=part.settings,
-                ))
-            except Exception as exc:  # reported with the other parts' outcomes
-                results.append(exc)
-        return self._outcome(table, parts, results)
+                await self._refresh()
+            except Exception:  # never let the task die: the next refresh tries again
+                logger.exception("cluster %r: refreshing the shards failed", self._cluster)
+
+    async def _refresh(self) -> None:
+        """Re-read the shard set (in a thread: the read blocks) and replace the view on the loop."""
+        change = self._change(await asyncio.to_thread(self._rediscover))
+        if change is None:
+            return
+        added: list[AsyncReplicaPool] = []
+        try:
+            for shard in change.added:
+                added.append(await get_async_pool(list(shard.replicas), cluster=self._cluster,
+                                                  shard=shard.shard_num, **self._options))
+        except Exception as exc:  # a new shard not reachable yet: the next refresh tries again
+            logger.warning("cluster %r: a new shard's pool could not be made; keeping the shards: %s",
+                           self._cluster, exc)
+            await _close_pools(added)
+            return
+        self._install(change, added, self._close_later)
+
+    def _close_later(self, pools: list[AsyncReplicaPool]) -> None:
+        """Runs on the loop (a routed insert's end, or the refresh): the closing is a task."""
+        task = asyncio.get_running_loop().create_task(_close_pools(pools))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
-        """Close every shard's pool."""
-        await asyncio.gather(*(pool.close() for pool in self.shards))
+        """Close every shard's pool (and stop following the cluster)."""
+        with self._lock:
+            self._closed = True
+        if self._refresher is not None:
+            self._refresher.cancel()
+            await asyncio.gather(self._refresher, return_exceptions=True)
+        await asyncio.gather(*self._closing, return_exceptions=True)
+        await _close_pools(self._view.pools)
 
     async def __aenter__(self) -> AsyncShardedPool:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+async def _close_pools(pools: Sequence[AsyncReplicaPool]) -> None:
+    await asyncio.gather(*(pool.close() for pool in pools))
 
 
 class _Pending:
@@ -74,28 +131,24 @@ class _Pending:
 
     async def _build(self) -> AsyncShardedPool:
         hosts, cluster, shards, weights, options = self._args
-        if "shard" in options:
-            raise ConfigurationError("shard= picks one shard: a sharded pool takes them all (use get_async_pool)")
         # Reading system.clusters blocks: off the loop.
         layout = await asyncio.to_thread(shard_layout, hosts, shards, weights, cluster, options)
         pools: list[AsyncReplicaPool] = []
         try:
-            for number, _, group in layout:
-                extra: dict[str, Any] = {"cluster": cluster, "shard": number} if cluster is not None else {}
-                pools.append(await get_async_pool(group, **extra, **options))
+            for group, extra in shard_pool_arguments(layout, cluster, options):
+                pools.append(await get_async_pool(group, **extra))
         except BaseException:
             await asyncio.gather(*(pool.close() for pool in pools))
             raise
-        return AsyncShardedPool(pools, [n for n, _, _ in layout], [w for _, w, _ in layout])
+        sharded = AsyncShardedPool(pools, [n for n, _, _ in layout], [w for _, w, _ in layout],
+                                   cluster=cluster, seeds=_seeds(hosts), options=options)
+        sharded._start_refresh()
+        return sharded
 
 
 def get_async_sharded_pool(
-    hosts: HostList | None = None,
-    *,
-    cluster: str | None = None,
-    shards: Sequence[HostList] | None = None,
-    shard_weights: Sequence[int] | None = None,
-    **options: Any,
+    hosts: HostList | None = None, *, cluster: str | None = None, shards: Sequence[HostList] | None = None,
+    shard_weights: Sequence[int] | None = None, **options: Any,
 ) -> _Pending:
     """``sharded = await get_async_sharded_pool(...)``: as :func:`~clickhouse_lb.get_sharded_pool`,
     with an :class:`~clickhouse_lb.AsyncReplicaPool` per shard (``get_async_pool``'s keywords)."""

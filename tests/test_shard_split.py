@@ -1,0 +1,140 @@
+"""An insert cut into parts by shard, without I/O: every form of data (rows, columns, NumPy
+columns, a pandas DataFrame, a pyarrow Table) gives each shard the same rows, in their order,
+as the routing of the key's values says; and a re-read layout replaces the view as it should."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from clickhouse_lb.config.replicas import Replica, parse_host
+from clickhouse_lb.core.discovery import ShardLayout
+from clickhouse_lb.core.shard_split import key_column, row_count, take
+from clickhouse_lb.core.sharding import parse_sharding_key, route, slot_table, value_type
+from clickhouse_lb.errors import ConfigurationError
+from clickhouse_lb.pools._sharded_base import ShardedBase
+from clickhouse_lb.pools._sharded_discovery import layout_change
+
+pd = pytest.importorskip("pandas")
+pa = pytest.importorskip("pyarrow")
+
+IDS = [-5, 0, 1, 2, 3, 7, 11, 2**40, -(2**40), 123456789]
+NAMES = [f"user-{i}" for i in IDS]
+
+
+def forms() -> dict[str, tuple[str, Any]]:
+    rows = [[i, n, k] for k, (i, n) in enumerate(zip(IDS, NAMES))]
+    columns = [list(IDS), list(NAMES), list(range(len(IDS)))]
+    numpy_columns = [np.array(IDS, dtype=np.int64), list(NAMES), np.arange(len(IDS), dtype=np.uint32)]
+    frame = pd.DataFrame({"id": IDS, "name": NAMES, "v": range(len(IDS))})
+    return {
+        "rows": ("rows", rows), "columns": ("columns", columns), "numpy columns": ("columns", numpy_columns),
+        "dataframe": ("dataframe", frame), "arrow": ("arrow", pa.Table.from_pandas(frame, preserve_index=False)),
+    }
+
+
+def rows_of(part: Any, form: str) -> list[tuple[Any, ...]]:
+    """A part as a list of (id, name, v) tuples, whatever its form."""
+    if form == "rows":
+        return [tuple(r) for r in part]
+    if form == "columns":
+        return list(zip(*[list(c) for c in part]))
+    if form == "dataframe":
+        return list(part.itertuples(index=False, name=None))
+    return list(zip(*[part.column(i).to_pylist() for i in range(part.num_columns)]))
+
+
+@pytest.mark.parametrize("name", list(forms()))
+@pytest.mark.parametrize("key", ["cityHash64(id)", "intHash64(id)", "sipHash64(name)", "id"])
+def test_every_form_gives_each_shard_the_rows_the_keys_values_route_there(name: str, key: str) -> None:
+    form, data = forms()[name]
+    parsed = parse_sharding_key(key)
+    index = ["id", "name", "v"].index(parsed.column or "id")
+    kind = value_type(["Int64", "String", "UInt32"][index])
+    expected_groups = route(parsed, [IDS, NAMES][index], kind, len(IDS), slots=slot_table([1, 2]), shards=2)
+    groups = route(parsed, key_column(data, form, index, kind), kind, row_count(data, form),  # type: ignore[arg-type]
+                   slots=slot_table([1, 2]), shards=2)
+    assert [g.tolist() for g in groups] == [g.tolist() for g in expected_groups]
+    everything = list(zip(IDS, NAMES, range(len(IDS))))
+    for indices in groups:
+        assert rows_of(take(data, form, indices), form) == [everything[i] for i in indices]  # type: ignore[arg-type]
+    assert sum(len(g) for g in groups) == len(IDS)
+
+
+def test_numpy_columns_stay_numpy_so_clickhouse_connect_writes_them_without_a_loop() -> None:
+    _, data = forms()["numpy columns"]
+    part = take(data, "columns", np.array([0, 3, 4]))
+    assert isinstance(part[0], np.ndarray)
+    assert part[0].tolist() == [IDS[0], IDS[3], IDS[4]]
+    assert part[1] == [NAMES[0], NAMES[3], NAMES[4]]
+
+
+def test_one_row_and_no_row_parts() -> None:
+    rows = [[1, "a"], [2, "b"]]
+    assert take(rows, "rows", np.array([1])) == [[2, "b"]]
+    assert take(rows, "rows", np.array([], dtype=np.int64)) == []
+
+
+def test_uint64_values_over_2_63_in_rows_are_taken_as_the_server_takes_them() -> None:
+    rows = [[2**64 - 1], [2**63], [5]]
+    kind = value_type("UInt64")
+    values = key_column(rows, "rows", 0, kind)
+    groups = route(parse_sharding_key("id"), values, kind, 3, slots=(0, 1, 2), shards=3)
+    # The value modulo 3 slots: (2**64 - 1) % 3 == 0, 2**63 % 3 == 2, 5 % 3 == 2.
+    assert [g.tolist() for g in groups] == [[0], [], [1, 2]]
+
+
+def test_a_float_key_column_from_a_dataframe_with_missing_values_is_refused() -> None:
+    frame = pd.DataFrame({"id": [1, None, 3]})
+    kind = value_type("Int64")
+    with pytest.raises(ConfigurationError, match="expected integers"):
+        route(parse_sharding_key("id"), key_column(frame, "dataframe", 0, kind), kind, 3, slots=(0, 1), shards=2)
+
+
+def layout(*shards: tuple[int, int, list[str]]) -> list[ShardLayout]:
+    return [ShardLayout(n, w, tuple(parse_host(a) for a in r)) for n, w, r in shards]
+
+
+def test_a_re_read_layout_says_what_is_kept_moved_added_and_removed() -> None:
+    current = ([1, 2], [1, 1], [["a:1", "b:1"], ["c:1", "d:1"]])
+    assert layout_change(*current, layout((1, 1, ["b:1", "A:1"]), (2, 1, ["c:1", "d:1"]))).unchanged
+    change = layout_change(*current, layout((1, 1, ["a:1"]), (3, 2, ["e:1"])))
+    assert change.kept == {1: 0}
+    assert list(change.moved) == [1]
+    assert [s.shard_num for s in change.added] == [3]
+    assert change.removed == (1,)
+    reweighted = layout_change(*current, layout((1, 1, ["a:1", "b:1"]), (2, 3, ["c:1", "d:1"])))
+    assert reweighted.reweighted
+    assert not reweighted.unchanged
+
+
+class FakePool:
+    def __init__(self, addresses: list[str]) -> None:
+        self.addresses = addresses
+        self.closed = False
+        self.applied: list[list[Replica]] = []
+
+    def _apply_discovered(self, replicas: list[Replica]) -> None:
+        self.applied.append(replicas)
+        self.addresses = [r.address for r in replicas]
+
+
+def test_a_removed_shards_pool_closes_only_once_the_routed_inserts_on_the_old_view_are_done() -> None:
+    one, two, three = FakePool(["a:1"]), FakePool(["c:1"]), FakePool(["e:1"])
+    sharded: ShardedBase[Any] = ShardedBase([one, two], [1, 2], [1, 1], cluster="lb")
+    closed: list[FakePool] = []
+    plan = sharded._plan_insert("t", [[1]], ["id"], sharding_key="id", database=None,
+                                column_type_names=["Int64"], column_oriented=False, settings=None)
+    with plan:  # an insert running on the current view
+        change = sharded._change(layout((1, 1, ["a:1", "b:1"]), (3, 2, ["e:1"])))
+        assert change is not None
+        sharded._install(change, [three], closed.extend)
+        assert sharded.shards == [one, three]
+        assert sharded.shard_nums == (1, 3)
+        assert sharded.weights == (1, 2)
+        assert [p.addresses for p in sharded.shards] == [["a:1", "b:1"], ["e:1"]]  # shard 1's pool kept, its set moved
+        assert closed == []  # shard 2's pool still serves the insert in flight
+        assert plan.pool(plan.parts()[0]) in (one, two)  # the insert keeps its own view
+    assert closed == [two]
