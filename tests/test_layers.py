@@ -95,7 +95,7 @@ def _cycle() -> list[str] | None:
 
 def test_the_graph_is_read() -> None:
     # Guards the reader itself: a parser that found nothing would pass every test below.
-    assert "clickhouse_lb.core.balancer" in GRAPH["clickhouse_lb.pools.pool"]
+    assert "clickhouse_lb.core.failover" in GRAPH["clickhouse_lb.pools.pool"]
     assert "clickhouse_lb.testing._encoding" in GRAPH["clickhouse_lb.testing.server"]
     assert "clickhouse_lb.cli._demo" in GRAPH["clickhouse_lb.cli._main"]  # imported inside a function
 

@@ -25,16 +25,21 @@ What the two pools do differently on purpose, and why:
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, ClassVar, TypeVar
 
+from clickhouse_lb.config.pool_config import PoolConfig
 from clickhouse_lb.config.settings import NO_OVERRIDES
 from clickhouse_lb.core._statements import PreparedCall, prepare_call
 from clickhouse_lb.core.attempt_specs import StatementPlan
+from clickhouse_lb.core.balancer import Balancer
+from clickhouse_lb.core.events import Listener
 from clickhouse_lb.core.failover import StatementAttempts
 from clickhouse_lb.errors import CREATION_CHECK
 from clickhouse_lb.pools._base import PoolBase, ReplicaSetView, pin_options
+from clickhouse_lb.pools._read_your_writes import PoolReadYourWrites
+from clickhouse_lb.pools._session_route import SessionRoute
 from clickhouse_lb.pools._steps import Steps, close_quietly
 
 __all__ = ["PoolSteps"]
@@ -48,8 +53,6 @@ class PoolSteps(PoolBase):
     _options: dict[str, Any]
     _factory: Callable[..., Any]
     _policy: Any
-    _ryw: Any
-    _in_session: Any
     #: The pool's pinned-session class (``pin()`` returns one).
     _pinned_class: ClassVar[Callable[..., Any]]
     #: The worker is the shared replica set's (the sync pool's; see the module): close() leaves it running.
@@ -87,6 +90,28 @@ class PoolSteps(PoolBase):
         """The end of close(): what the pool holds besides its clients."""
 
     # -- construction --------------------------------------------------------------------------
+
+    #: The lock of a slot and of the session route: a thread's, or a task's.
+    _lock_class: Callable[[], Any]
+
+    def __init__(
+        self,
+        config: PoolConfig,
+        *,
+        listeners: Iterable[Listener] = (),
+        client_factory: Callable[..., Any] | None = None,
+        balancer: Balancer | None = None,
+    ) -> None:
+        super().__init__(config, listeners=listeners, balancer=balancer)
+        self._ryw = PoolReadYourWrites(config.read_your_writes, config.client_options.get("database"))
+        self._view = self._view._replace(slots=tuple(self._new_slot() for _ in self.config.replicas))
+        self._set_up(client_factory)
+        self._in_session = SessionRoute(self, self._lock_class) if self._session_id else None
+        self._sealed = True
+
+    def _set_up(self, client_factory: Any) -> None:
+        """The pool's own: its client factory, client options, drivers and probe worker."""
+        raise NotImplementedError
 
     def _own_prober(self, worker_class: Callable[..., Any]) -> Any:
         """The pool's own probe worker (None with probes off), with discovery's refresh; a pool

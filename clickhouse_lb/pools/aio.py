@@ -21,7 +21,7 @@ asyncio specifics:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any, cast
@@ -31,15 +31,11 @@ from clickhouse_connect.driver.asyncclient import AsyncClient
 from clickhouse_connect.driver.exceptions import ProgrammingError
 
 from clickhouse_lb.config.pool_config import (
-    PoolConfig,
     async_client_option_names,
-    resolve_pool_config,
 )
 from clickhouse_lb.config.replicas import Replica
 from clickhouse_lb.config.settings import NO_OVERRIDES, StatementOverrides
 from clickhouse_lb.core._statements import settings_positions
-from clickhouse_lb.core.balancer import Balancer
-from clickhouse_lb.core.events import Listener
 from clickhouse_lb.core.failover import async_policy, run_async
 from clickhouse_lb.core.stalls import PingReading
 from clickhouse_lb.errors import ConfigurationError
@@ -50,15 +46,13 @@ from clickhouse_lb.pools._base import (
     client_options_for,
     kill_query_sql,
 )
-from clickhouse_lb.pools._client_api import STATEMENT_METHODS
-from clickhouse_lb.pools._client_members import async_read_statement
+from clickhouse_lb.pools._client_api import STATEMENT_METHODS, async_statement
 from clickhouse_lb.pools._drive_async import AsyncDriver
 from clickhouse_lb.pools._factory_arguments import factory_arguments, pool_factory
 from clickhouse_lb.pools._liveness import async_reading
 from clickhouse_lb.pools._pinned import PinnedSteps
 from clickhouse_lb.pools._pool_steps import PoolSteps
-from clickhouse_lb.pools._read_your_writes import PoolReadYourWrites, ReadYourWritesMember
-from clickhouse_lb.pools._session_route import SessionRoute
+from clickhouse_lb.pools._read_your_writes import ReadYourWritesMember
 from clickhouse_lb.pools._steps import close_quietly, drive_async
 from clickhouse_lb.probes.workers import AsyncProbeWorker
 
@@ -144,35 +138,24 @@ class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolSteps):
 
     _settings_position = _SETTINGS_POSITION
     _pinned_class = AsyncPinnedSession
+    _lock_class = asyncio.Lock
 
     _prober: AsyncProbeWorker | None
     _connect_hint = "create the pool with `pool = await get_async_pool(...)` (or `await pool.connect()`)"
 
-    def __init__(
-        self,
-        config: PoolConfig,
-        *,
-        listeners: Iterable[Listener] = (),
-        client_factory: AsyncClientFactory | None = None,
-        balancer: Balancer | None = None,
-    ) -> None:
-        super().__init__(config, listeners=listeners, balancer=balancer)
+    def _set_up(self, client_factory: AsyncClientFactory | None) -> None:
         self._factory: AsyncClientFactory = client_factory or clickhouse_connect.get_async_client
         self._drive, self._run_attempts = drive_async, run_async
         # The async client takes fractional timeouts natively.
         self._options = client_options_for(self.config, whole_seconds=False)
-        self._view = self._view._replace(slots=tuple(_Slot() for _ in self.config.replicas))
-        self._ryw = PoolReadYourWrites(config.read_your_writes, config.client_options.get("database"))
         self._policy = async_policy()
         self._driver = AsyncDriver()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._hostname_resolved = config.settings.local_hostname is not None
+        self._hostname_resolved = self.config.settings.local_hostname is not None
         self._closing: set[asyncio.Task[None]] = set()
         self._prober = self._own_prober(AsyncProbeWorker)
         #: Whether ``await pool`` checks that a replica answers (get_async_pool's connect_on_create).
         self._connect_on_await = True
-        self._in_session = SessionRoute(self, asyncio.Lock) if self._session_id else None
-        self._sealed = True
 
     # -- loop, ordering --------------------------------------------------------------------
 
@@ -297,7 +280,7 @@ class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolSteps):
     async def _call_read(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return await drive_async(self._read_steps(method, args, kwargs))
 
-    create_insert_context = async_read_statement(AsyncClient.create_insert_context)
+    create_insert_context = async_statement(AsyncClient.create_insert_context, "_call_read")
 
     async def close_connections(self) -> None:
         """Close the idle HTTP connections of every replica's client; the pool stays usable."""
@@ -373,14 +356,7 @@ def get_async_pool(hosts: Any = None, **arguments: Any) -> AsyncReplicaPool:
     """
     require_native_async_client()
     given = factory_arguments(hosts, arguments)
-    config = resolve_pool_config(
-        given.hosts,
-        dsn=given.dsn,
-        balancing=given.balancing,
-        client_options=given.client_options,
-        valid_client_options=async_client_option_names(),
-        share_state=given.share_state,
-    )
+    config = given.config(async_client_option_names())
     pool = AsyncReplicaPool(config, listeners=given.listeners)
     pool._connect_on_await = given.connect_on_create
     return pool

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, cast
 
@@ -24,15 +24,11 @@ import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 
 from clickhouse_lb.config.pool_config import (
-    PoolConfig,
-    resolve_pool_config,
     sync_client_option_names,
 )
 from clickhouse_lb.config.replicas import Replica
 from clickhouse_lb.config.settings import NO_OVERRIDES, StatementOverrides
 from clickhouse_lb.core._statements import settings_positions
-from clickhouse_lb.core.balancer import Balancer
-from clickhouse_lb.core.events import Listener
 from clickhouse_lb.core.failover import run_sync, sync_policy
 from clickhouse_lb.core.shared_state import SharedReplicaSet
 from clickhouse_lb.core.stalls import PingReading
@@ -42,16 +38,14 @@ from clickhouse_lb.pools._base import (
     client_options_for,
     kill_query_sql,
 )
-from clickhouse_lb.pools._client_api import STATEMENT_METHODS, SyncClientAPI
-from clickhouse_lb.pools._client_members import read_statement
+from clickhouse_lb.pools._client_api import STATEMENT_METHODS, SyncClientAPI, statement
 from clickhouse_lb.pools._drive_sync import SyncDriver
 from clickhouse_lb.pools._factory_arguments import factory_arguments, pool_factory
 from clickhouse_lb.pools._leftovers import settled
 from clickhouse_lb.pools._liveness import SyncLiveness
 from clickhouse_lb.pools._pinned import PinnedSteps
 from clickhouse_lb.pools._pool_steps import PoolSteps
-from clickhouse_lb.pools._read_your_writes import PoolReadYourWrites, ReadYourWritesMember
-from clickhouse_lb.pools._session_route import SessionRoute
+from clickhouse_lb.pools._read_your_writes import ReadYourWritesMember
 from clickhouse_lb.pools._steps import close_quietly, drive
 from clickhouse_lb.pools._transport import current_attempt, quiet_transport, set_client_timeouts, tracking_pool_manager
 from clickhouse_lb.pools._watchdog import Watchdog
@@ -115,18 +109,11 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolSteps):
 
     _settings_position = _SETTINGS_POSITION
     _pinned_class = PinnedSession
+    _lock_class = threading.Lock
 
     _prober: ProbeWorker | None
 
-    def __init__(
-        self,
-        config: PoolConfig,
-        *,
-        listeners: Iterable[Listener] = (),
-        client_factory: ClientFactory | None = None,
-        balancer: Balancer | None = None,
-    ) -> None:
-        super().__init__(config, listeners=listeners, balancer=balancer)
+    def _set_up(self, client_factory: ClientFactory | None) -> None:
         self._factory: ClientFactory = client_factory or clickhouse_connect.get_client
         self._drive, self._run_attempts = drive, run_sync
         self._options = client_options_for(self.config, whole_seconds=True)
@@ -136,9 +123,7 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolSteps):
         self._manager = tracking_pool_manager(self._options) if client_factory is None else None
         if self._manager is not None:
             self._options["pool_mgr"] = self._manager
-        self._view = self._view._replace(slots=tuple(_Slot() for _ in self.config.replicas))
         self._policy, self._driver, self._liveness = sync_policy(), SyncDriver(), SyncLiveness()
-        self._ryw = PoolReadYourWrites(config.read_your_writes, config.client_options.get("database"))
         # Attempts that are not hedged run on the caller's thread under a watchdog where their
         # connections can be shut down from outside (or the clients are the caller's own: a
         # test's fakes); otherwise on the driver's worker threads, which the statement can
@@ -149,8 +134,6 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolSteps):
             self._share_probes(self._shared)
         else:
             self._prober = self._own_prober(ProbeWorker)
-        self._in_session = SessionRoute(self, threading.Lock) if self._session_id else None
-        self._sealed = True
 
     def _share_probes(self, shared: SharedReplicaSet) -> None:
         """Use the one worker of the shared replica set (made by the first pool over it, with
@@ -273,7 +256,7 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolSteps):
     def _call_read(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return drive(self._read_steps(method, args, kwargs))
 
-    create_insert_context = read_statement(Client.create_insert_context)
+    create_insert_context = statement(Client.create_insert_context, "_call_read")
 
     def close_connections(self) -> None:
         """Close the idle HTTP connections of every replica's client; the pool stays usable."""
@@ -385,14 +368,7 @@ def get_pool(hosts: Any = None, **arguments: Any) -> ReplicaPool:
     created on first use): for applications that start before the cluster does.
     """
     given = factory_arguments(hosts, arguments)
-    config = resolve_pool_config(
-        given.hosts,
-        dsn=given.dsn,
-        balancing=given.balancing,
-        client_options=given.client_options,
-        valid_client_options=sync_client_option_names(),
-        share_state=given.share_state,
-    )
+    config = given.config(sync_client_option_names())
     pool = ReplicaPool(config, listeners=given.listeners)
     if given.connect_on_create:
         try:
