@@ -176,18 +176,14 @@ class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolSteps):
             await asyncio.to_thread(getattr, self._balancer, "local_hostname")
             self._hostname_resolved = True
 
-    def _needs_hostname(self, overrides: StatementOverrides) -> bool:
-        """Whether the statement's strategy orders by host names, not looked up yet."""
-        balancing = overrides.load_balancing or self._balancer.settings.load_balancing
-        return not self._hostname_resolved and balancing.uses_hostnames
-
     async def _plan(
         self, overrides: StatementOverrides = NO_OVERRIDES, view: ReplicaSetView | None = None
     ) -> list[int]:
         """The replica order for one statement (advances ``round_robin``)."""
-        if self._needs_hostname(overrides):
+        balancer = (view or self._view).balancer
+        if (overrides.load_balancing or balancer.settings.load_balancing).uses_hostnames:
             await self._resolve_hostname()
-        return (view or self._view).balancer.plan_indices(overrides)
+        return balancer.plan_indices(overrides)
 
     # -- the I/O of the shared bodies (clickhouse_lb.pools._pool_steps) ----------------------
 
@@ -243,7 +239,7 @@ class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolSteps):
         call = None
         if not self._hostname_resolved:  # the strategy may order by host names: look first
             call = self._prepare(method, args, kwargs)
-            if self._needs_hostname(call.overrides):
+            if (call.overrides.load_balancing or view.balancer.settings.load_balancing).uses_hostnames:
                 await self._resolve_hostname()
         call, attempts, plan, ryw = self._begin(method, args, kwargs, view, call)
 
