@@ -152,6 +152,14 @@ class PoolSteps(PoolBase):
         attempts = self._attempts(method, order, view=view, statement=call)
         return call, attempts, self._statement_plan(attempts, call), ryw
 
+    @staticmethod
+    def _raced(view: ReplicaSetView, index: int, outcome: tuple[int, Any]) -> Any:
+        """An attempt's result from its race: a hedge that answered first is that replica's success."""
+        winner, result = outcome
+        if winner != index:
+            view.balancer.record_success(winner)
+        return result
+
     def _read_steps(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Steps[Any]:
         """A client method that only reads (``create_insert_context``), on one replica with
         failover; no balancing settings are taken out of its arguments."""

@@ -249,10 +249,8 @@ class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolSteps):
             return await getattr(client, method)(*args, **kwargs)
 
         async def attempt(index: int) -> Any:
-            winner, result = await self._driver.run_planned(plan, index, run, self._replica_alive, self._kill_query)
-            if winner != index:  # a hedge answered first
-                view.balancer.record_success(winner)
-            return result
+            outcome = await self._driver.run_planned(plan, index, run, self._replica_alive, self._kill_query)
+            return self._raced(view, index, outcome)
 
         if ryw is not None:
             attempt = ryw.guard_async(attempt, plan, lambda index: self._client(index, view))

@@ -225,10 +225,8 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolSteps):
         def attempt(index: int) -> Any:
             if watchdog is not None:
                 return watchdog.run_planned(plan, index, run)
-            winner, result = self._driver.run_planned(plan, index, run, self._replica_alive, self._kill_query)
-            if winner != index:  # a hedge answered first
-                view.balancer.record_success(winner)
-            return result
+            outcome = self._driver.run_planned(plan, index, run, self._replica_alive, self._kill_query)
+            return self._raced(view, index, outcome)
 
         if ryw is not None:
             attempt = ryw.guard_sync(attempt, plan, lambda index: self._client(index, view))
