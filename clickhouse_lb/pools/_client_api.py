@@ -47,27 +47,45 @@ STATEMENT_METHODS = (
 )
 
 
-def statement(original: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[SyncClientAPI, P], R]:
-    """A method with ``original``'s parameters and result that runs through ``self._call``."""
+def statement(
+    original: Callable[Concatenate[Any, P], R], through: str = "_call"
+) -> Callable[Concatenate[SyncClientAPI, P], R]:
+    """A method with ``original``'s parameters and result that runs through ``self._call``
+    (``through="_call_read"``: a method that only reads, run on one replica with failover and no
+    balancing settings taken out of its arguments, e.g. ``create_insert_context``)."""
     name = original.__name__
 
-    def method(self: SyncClientAPI, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        result: R = self._call(name, args, kwargs)  # (an annotation, not typing.cast: no call per statement)
-        return result
+    if through == "_call":  # every statement: no getattr() per call
+
+        def method(self: SyncClientAPI, /, *args: P.args, **kwargs: P.kwargs) -> R:
+            result: R = self._call(name, args, kwargs)  # (an annotation, not typing.cast: no call per statement)
+            return result
+    else:
+
+        def method(self: SyncClientAPI, /, *args: P.args, **kwargs: P.kwargs) -> R:
+            result: R = getattr(self, through)(name, args, kwargs)
+            return result
 
     functools.update_wrapper(method, original)  # help() and IDEs show the real parameters
     return method
 
 
 def async_statement(
-    original: Callable[Concatenate[Any, P], Awaitable[R]],
+    original: Callable[Concatenate[Any, P], Awaitable[R]], through: str = "_call"
 ) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]:
-    """The coroutine twin of :func:`statement`: awaits ``self._call``."""
+    """The coroutine twin of :func:`statement`: awaits ``self._call`` (or ``through``)."""
     name = original.__name__
 
-    async def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        result: R = await self._call(name, args, kwargs)
-        return result
+    if through == "_call":
+
+        async def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
+            result: R = await self._call(name, args, kwargs)
+            return result
+    else:
+
+        async def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
+            result: R = await getattr(self, through)(name, args, kwargs)
+            return result
 
     functools.update_wrapper(method, original)
     return method

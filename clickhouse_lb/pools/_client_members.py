@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import difflib
 import functools
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from types import MappingProxyType
 from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar, cast
 
@@ -388,31 +388,3 @@ def install_members(cls: type) -> None:
 
 
 install_members(ClientMembers)
-
-
-
-
-def read_statement(original: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any, P], R]:
-    """A method with ``original``'s parameters that runs on one replica with failover, as a read
-    (``self._call_read``): e.g. ``create_insert_context``, which asks the server for the
-    table's columns."""
-    name = original.__name__
-
-    def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return cast(R, self._call_read(name, args, kwargs))
-
-    functools.update_wrapper(method, original)
-    return method
-
-
-def async_read_statement(
-    original: Callable[Concatenate[Any, P], Awaitable[R]],
-) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]:
-    """The coroutine twin of :func:`read_statement`: awaits ``self._call_read``."""
-    name = original.__name__
-
-    async def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return cast(R, await self._call_read(name, args, kwargs))
-
-    functools.update_wrapper(method, original)
-    return method

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
-from clickhouse_lb.config.pool_config import POOL_SETTING_NAMES
+from clickhouse_lb.config.pool_config import POOL_SETTING_NAMES, PoolConfig, resolve_pool_config
 from clickhouse_lb.config.replicas import Replica
 from clickhouse_lb.config.settings import LoadBalancing
 from clickhouse_lb.core.events import Listener
@@ -104,6 +104,14 @@ class FactoryArguments:
     connect_on_create: bool
     #: Every other keyword: clickhouse-connect's options (validated by the resolver).
     client_options: dict[str, Any]
+
+    def config(self, valid_client_options: frozenset[str]) -> PoolConfig:
+        """The pool's configuration, the client options checked against ``valid_client_options``
+        (the sync or the async client's)."""
+        return resolve_pool_config(
+            self.hosts, dsn=self.dsn, balancing=self.balancing, client_options=self.client_options,
+            valid_client_options=valid_client_options, share_state=self.share_state,
+        )
 
 
 def factory_arguments(hosts: object, arguments: dict[str, Any]) -> FactoryArguments:

@@ -9,8 +9,8 @@ exactly as ``pool.session()`` does; its clients carry the session id, so ``get_c
 with it: never moved silently) and the next statement pins the session anew, on the replica the
 strategy picks then, with the same session id.
 
-Here: which session id a pool has, and the options its clients get; the routes themselves are
-``_session_sync`` and ``_session_async`` (the async one needs aiohttp, the sync one must not).
+Here: which session id a pool has, and the options its clients get; the route itself, written
+once for both pools, is :mod:`clickhouse_lb.pools._session_route`.
 """
 
 from __future__ import annotations

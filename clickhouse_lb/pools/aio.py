@@ -21,9 +21,9 @@ asyncio specifics:
 from __future__ import annotations
 
 import asyncio
-import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any, cast
 
 import clickhouse_connect
@@ -31,36 +31,29 @@ from clickhouse_connect.driver.asyncclient import AsyncClient
 from clickhouse_connect.driver.exceptions import ProgrammingError
 
 from clickhouse_lb.config.pool_config import (
-    PoolConfig,
     async_client_option_names,
-    resolve_pool_config,
 )
 from clickhouse_lb.config.replicas import Replica
 from clickhouse_lb.config.settings import NO_OVERRIDES, StatementOverrides
-from clickhouse_lb.core._driver_logs import handled_by_pool
 from clickhouse_lb.core._statements import settings_positions
-from clickhouse_lb.core.balancer import Balancer
-from clickhouse_lb.core.events import Listener, logger
 from clickhouse_lb.core.failover import async_policy, run_async
 from clickhouse_lb.core.stalls import PingReading
-from clickhouse_lb.errors import CREATION_CHECK, ConfigurationError
+from clickhouse_lb.errors import ConfigurationError
 from clickhouse_lb.pools._async_client_api import AsyncClientAPI
 from clickhouse_lb.pools._base import (
     ClientSlot,
-    PinnedBase,
-    PoolBase,
     ReplicaSetView,
     client_options_for,
     kill_query_sql,
-    pin_options,
 )
-from clickhouse_lb.pools._client_api import STATEMENT_METHODS
-from clickhouse_lb.pools._client_members import async_read_statement
+from clickhouse_lb.pools._client_api import STATEMENT_METHODS, async_statement
 from clickhouse_lb.pools._drive_async import AsyncDriver
 from clickhouse_lb.pools._factory_arguments import factory_arguments, pool_factory
 from clickhouse_lb.pools._liveness import async_reading
-from clickhouse_lb.pools._read_your_writes import PoolReadYourWrites, ReadYourWritesMember
-from clickhouse_lb.pools._session_async import AsyncSessionRoute
+from clickhouse_lb.pools._pinned import PinnedSteps
+from clickhouse_lb.pools._pool_steps import PoolSteps
+from clickhouse_lb.pools._read_your_writes import ReadYourWritesMember
+from clickhouse_lb.pools._steps import close_quietly, drive_async
 from clickhouse_lb.probes.workers import AsyncProbeWorker
 
 __all__ = ["AsyncPinnedSession", "AsyncReplicaPool", "get_async_pool"]
@@ -91,13 +84,6 @@ def require_native_async_client(installed: str | None = None) -> None:
 _SETTINGS_POSITION = settings_positions(AsyncClient, list(STATEMENT_METHODS))
 
 
-async def _close_quietly(client: AsyncClient) -> None:
-    try:
-        await client.close()
-    except Exception:  # closing must not fail the caller
-        logger.debug("closing a replica client failed", exc_info=True)
-
-
 class _Slot(ClientSlot[AsyncClient]):
     __slots__ = ("_lock",)
 
@@ -112,8 +98,35 @@ class _Slot(ClientSlot[AsyncClient]):
             self._lock = asyncio.Lock()
         return self._lock
 
+    def take(self) -> AsyncClient | None:
+        """The client, taken out (a creation in progress sees the pool closed, and closes its own)."""
+        client, self.client = self.client, None
+        return client
 
-class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolBase):
+
+class AsyncPinnedSession(AsyncClientAPI, PinnedSteps[AsyncClient]):
+    """A client pinned to one replica of an async pool (``pool.session()``): see
+    :class:`~clickhouse_lb.pools.pool.PinnedSession`; cancellation passes through unchanged too."""
+
+    _settings_position = _SETTINGS_POSITION
+
+    async def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return await drive_async(self._call_steps(method, args, kwargs))
+
+    async def ping(self, timeout: float | None = None) -> bool:
+        return await drive_async(self._ping_steps(timeout))
+
+    async def close(self) -> None:
+        await drive_async(close_quietly(self.client))
+
+    async def __aenter__(self) -> AsyncPinnedSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolSteps):
     """An AsyncClient-like pool over ClickHouse replicas with ClickHouse's load balancing and
     failover. Create it with :func:`get_async_pool`.
 
@@ -124,44 +137,25 @@ class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolBase):
     """
 
     _settings_position = _SETTINGS_POSITION
+    _pinned_class = AsyncPinnedSession
+    _lock_class = asyncio.Lock
 
     _prober: AsyncProbeWorker | None
     _connect_hint = "create the pool with `pool = await get_async_pool(...)` (or `await pool.connect()`)"
 
-    def __init__(
-        self,
-        config: PoolConfig,
-        *,
-        listeners: Iterable[Listener] = (),
-        client_factory: AsyncClientFactory | None = None,
-        balancer: Balancer | None = None,
-    ) -> None:
-        super().__init__(config, listeners=listeners, balancer=balancer)
+    def _set_up(self, client_factory: AsyncClientFactory | None) -> None:
         self._factory: AsyncClientFactory = client_factory or clickhouse_connect.get_async_client
+        self._drive, self._run_attempts = drive_async, run_async
         # The async client takes fractional timeouts natively.
         self._options = client_options_for(self.config, whole_seconds=False)
-        self._view = self._view._replace(slots=tuple(_Slot() for _ in self.config.replicas))
-        self._ryw = PoolReadYourWrites(config.read_your_writes, config.client_options.get("database"))
         self._policy = async_policy()
         self._driver = AsyncDriver()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._hostname_resolved = config.settings.local_hostname is not None
+        self._hostname_resolved = self.config.settings.local_hostname is not None
         self._closing: set[asyncio.Task[None]] = set()
-        self._prober = (
-            AsyncProbeWorker(
-                self._health, self._balancer.addresses, self._options,
-                refresher=weakref.WeakMethod(self._refresh_discovery),
-                refresh_interval=self.config.discovery.interval if self.config.seeds else None,
-            )
-            if self._health
-            else None
-        )
-        if self._prober is not None:  # a pool dropped without close() must not leave its task running
-            weakref.finalize(self, self._prober.stop)
+        self._prober = self._own_prober(AsyncProbeWorker)
         #: Whether ``await pool`` checks that a replica answers (get_async_pool's connect_on_create).
         self._connect_on_await = True
-        self._in_session = AsyncSessionRoute(self, AsyncPinnedSession) if self._session_id else None
-        self._sealed = True
 
     # -- loop, ordering --------------------------------------------------------------------
 
@@ -191,40 +185,20 @@ class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolBase):
             await self._resolve_hostname()
         return balancer.plan_indices(overrides)
 
-    # -- clients ---------------------------------------------------------------------------
-
-    async def _new_client(self, index: int, view: ReplicaSetView | None = None, **extra: Any) -> AsyncClient:
-        client = await self._factory(**self._client_arguments(index, self._options, extra, view))
-        try:
-            self._changes.replay(client)  # what the user set on the pool since it was made
-        except BaseException:
-            await _close_quietly(client)
-            raise
-        return client
+    # -- the I/O of the shared bodies (clickhouse_lb.pools._pool_steps) ----------------------
 
     async def _client(self, index: int, view: ReplicaSetView | None = None) -> AsyncClient:
         view = view or self._view
-        slot: _Slot = view.slots[index]
-        client = slot.client
-        if client is not None:
-            return client
-        seen = slot.creations
-        async with slot.lock:
-            self._check_open()
-            if slot.client is not None:
-                return slot.client
-            address = view.balancer.addresses[index]
-            slot.raise_if_retired(address)
-            slot.raise_shared_failure(seen)
-            version = self._changes.version
-            with slot.creating(address):
-                client = await self._new_client(index, view, **self._pooled_options)
-            if self._closed:  # closed while the client was being created
-                await _close_quietly(client)
-                raise self._closed_error()
-            slot.client = client
-            self._placed(index, client, version)
-            return client
+        client = view.slots[index].client
+        return client if client is not None else await drive_async(self._client_steps(index, view))
+
+    async def _close_all(self, clients: list[Any]) -> None:
+        await asyncio.gather(*(drive_async(close_quietly(client)) for client in clients))
+
+    def _off_loop(self, function: Callable[[], Any]) -> Callable[[], Any]:
+        return partial(asyncio.to_thread, function)
+
+    # -- clients ---------------------------------------------------------------------------
 
     async def client(self, address: str | Replica) -> AsyncClient:
         """The shared clickhouse-connect AsyncClient of one replica (no balancing, no failover)."""
@@ -233,16 +207,10 @@ class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolBase):
 
     async def connect(self) -> AsyncReplicaPool:
         """Make sure some replica answers with the pool's credentials and database, as
-        ``await clickhouse_connect.get_async_client(...)`` does: replicas are tried in plan
-        order (failing over like a read) until one's client is created. Raises what that
-        creation raises (authentication, unknown database: unchanged), or
-        :class:`~clickhouse_lb.errors.AllReplicasUnavailableError` with every replica's reason.
-        ``pool = await get_async_pool(...)`` calls it (awaiting the pool is this call)."""
-        self._check_open()
-        if self._reference_or_none() is None:
-            attempts = self._attempts(CREATION_CHECK, await self._plan(), write=False)
-            await run_async(attempts, self._client, self._policy)
-        return self
+        ``await clickhouse_connect.get_async_client(...)`` does: see :meth:`ReplicaPool.connect
+        <clickhouse_lb.pools.pool.ReplicaPool.connect>`. ``pool = await get_async_pool(...)``
+        calls it (awaiting the pool is this call)."""
+        return await drive_async(self._connect_steps())
 
     def __await__(self) -> Generator[Any, None, AsyncReplicaPool]:
         # ``pool = await get_async_pool(...)``: the drop-in for ``await get_async_client(...)``.
@@ -267,16 +235,13 @@ class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolBase):
             return await self._in_session.call(method, args, kwargs)
         if self._closed:
             raise self._closed_error()
-        call = self._prepare(method, args, kwargs)
         view = self._view
-        order = await self._plan(call.overrides, view)
-        if view.health is not None:
-            order = self._fresh_first(order, call.settings, view)
-        ryw = self._ryw.begin(call, method, view.balancer) if self._ryw.armed or call.read_your_writes else None
-        if ryw is not None:
-            order = ryw.order(order)
-        attempts = self._attempts(method, order, view=view, statement=call)
-        plan = self._statement_plan(attempts, call)
+        call = None
+        if not self._hostname_resolved:  # the strategy may order by host names: look first
+            call = self._prepare(method, args, kwargs)
+            if (call.overrides.load_balancing or view.balancer.settings.load_balancing).uses_hostnames:
+                await self._resolve_hostname()
+        call, attempts, plan, ryw = self._begin(method, args, kwargs, view, call)
 
         async def run(index: int, query_id: str | None) -> Any:
             args, kwargs = call.with_query_id(query_id)
@@ -284,20 +249,15 @@ class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolBase):
             return await getattr(client, method)(*args, **kwargs)
 
         async def attempt(index: int) -> Any:
-            winner, result = await self._driver.run_planned(plan, index, run, self._replica_alive, self._kill_query)
-            if winner != index:  # a hedge answered first
-                view.balancer.record_success(winner)
-            return result
+            outcome = await self._driver.run_planned(plan, index, run, self._replica_alive, self._kill_query)
+            return self._raced(view, index, outcome)
 
         if ryw is not None:
             attempt = ryw.guard_async(attempt, plan, lambda index: self._client(index, view))
         if not self._track_views:
             return await run_async(attempts, attempt, self._policy)
-        self._in_flight.acquire(view)
-        try:
+        with self._view_in_use(view):
             return await run_async(attempts, attempt, self._policy)
-        finally:
-            self._in_flight.release(view)
 
     async def _replica_alive(self, index: int, timeout: float) -> bool | PingReading:
         """A liveness check: ``/ping`` on a separate connection of the replica's aiohttp
@@ -312,156 +272,57 @@ class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolBase):
         await client.command(kill_query_sql(query_id))
 
     async def _call_read(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """A client method that only reads (``create_insert_context``), on one replica with
-        failover; no balancing settings are taken out of its arguments."""
-        if self._in_session is not None:
-            return await self._in_session.call(method, args, kwargs)
-        self._check_open()
-        attempts = self._attempts(method, await self._plan(), write=False)
+        return await drive_async(self._read_steps(method, args, kwargs))
 
-        async def attempt(index: int) -> Any:
-            client = await self._client(index)
-            return await getattr(client, method)(*args, **kwargs)
-
-        return await run_async(attempts, attempt, self._policy)
-
-    create_insert_context = async_read_statement(AsyncClient.create_insert_context)
+    create_insert_context = async_statement(AsyncClient.create_insert_context, "_call_read")
 
     async def close_connections(self) -> None:
         """Close the idle HTTP connections of every replica's client; the pool stays usable."""
         await asyncio.gather(*(client.close_connections() for client in self._existing_clients()))
 
     async def ping(self, timeout: float | None = None) -> bool:
-        """True when some replica answers ``/ping`` (tried in plan order); each replica that
-        does not answer gets an error counted, as a failed attempt would."""
-        self._check_open()
-        self._started()
-        view = self._view
-        with self._view_in_use(view):
-            for index in await self._plan(view=view):
-                try:
-                    client = await self._client(index, view)
-                    answered = await (client.ping(timeout) if timeout else client.ping())
-                except Exception as exc:
-                    if not view.balancer.count_failure(index, exc).replica:
-                        raise
-                    continue
-                if view.balancer.ping_answered(index, answered):
-                    return True
-            return False
+        """True when some replica answers ``/ping``: see :meth:`ReplicaPool.ping
+        <clickhouse_lb.pools.pool.ReplicaPool.ping>`."""
+        return await drive_async(self._ping_steps(timeout))
 
     # -- sessions --------------------------------------------------------------------------
 
     async def pin(self, *, session: bool = True) -> AsyncPinnedSession:
-        """A client pinned to one replica chosen by the strategy, failing over (as a read
-        does) while a replica cannot be reached. ``session``: give it a ClickHouse session id
-        (temporary tables, SET). Close it when done; :meth:`session` does that for you."""
-        self._check_open()
-        extra = pin_options(session)
-        view = self._view
-        order = self._fresh_first(await self._plan(view=view), None, view)
-        attempts = self._attempts("session", order, retry_after_send=True, write=False, view=view)
-
-        async def connect(index: int) -> tuple[int, AsyncClient]:
-            return index, await self._new_client(index, view, **extra)
-
-        index, client = await run_async(attempts, connect, self._policy)
-        return AsyncPinnedSession(self, index, client, view.balancer)
+        """A client pinned to one replica chosen by the strategy: see :meth:`ReplicaPool.pin
+        <clickhouse_lb.pools.pool.ReplicaPool.pin>`."""
+        return cast(AsyncPinnedSession, await drive_async(self._pin_steps(session)))
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[AsyncPinnedSession]:
-        """``async with pool.session() as client:`` runs every statement of the block on one
-        replica, in one ClickHouse session (temporary tables, SET, USE). If that replica fails
-        inside the block, :class:`~clickhouse_lb.errors.SessionLostError` is raised: the
-        session is never moved silently to another replica without its state."""
+        """``async with pool.session() as client:``: every statement of the block on one
+        replica, in one ClickHouse session (see :meth:`ReplicaPool.session
+        <clickhouse_lb.pools.pool.ReplicaPool.session>`)."""
         pinned = await self.pin(session=True)
         try:
             yield pinned
         finally:
             await pinned.close()
 
-    # -- discovery -------------------------------------------------------------------------
+    # -- discovery, lifecycle --------------------------------------------------------------
 
     def _new_slot(self) -> _Slot:
         return _Slot()
 
     def _close_retired(self, slots: list[ClientSlot[Any]]) -> None:
         """Runs on the loop (a statement's end, or the refresh): the closing is a task."""
-        clients = []
-        for slot in slots:
-            if slot.client is not None:
-                clients.append(slot.client)
-                slot.client = None
+        clients = self._taken(slots)
         if clients:
-            task = asyncio.get_running_loop().create_task(self._close_clients(clients))
+            task = asyncio.get_running_loop().create_task(self._close_all(clients))
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
-
-    @staticmethod
-    async def _close_clients(clients: list[AsyncClient]) -> None:
-        await asyncio.gather(*(_close_quietly(client) for client in clients))
-
-    async def _refresh_discovery(self) -> None:
-        """Re-read the cluster (in a thread: the read blocks) and apply the change on the loop."""
-        if self._closed:
-            return
-        replicas = await asyncio.to_thread(self._read_cluster)
-        if replicas is not None and not self._closed:
-            self._apply_discovered(replicas)
-
-    # -- lifecycle -------------------------------------------------------------------------
 
     async def close(self) -> None:
         """Stop the health probes and close every replica client. Statements after this raise
         ProgrammingError."""
-        self._closed = True
-        if self._prober is not None:
-            await self._prober.close()
-        self._detach_listeners()
-        self._release_shared_state()
-        clients = []
-        for slot in self._clients:
-            if slot.client is not None:
-                clients.append(slot.client)
-                slot.client = None
-        await asyncio.gather(*(_close_quietly(client) for client in clients))
+        await drive_async(self._close_steps())
 
     async def __aenter__(self) -> AsyncReplicaPool:
         await self._resolve_hostname()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-
-class AsyncPinnedSession(AsyncClientAPI, PinnedBase[AsyncClient]):
-    """A client pinned to one replica of an async pool (``pool.session()``).
-
-    Statements run on that replica only. A replica failure counts an error against it (as in
-    the pool) and raises :class:`~clickhouse_lb.errors.SessionLostError`; query failures and
-    cancellation pass through unchanged.
-    """
-
-    _settings_position = _SETTINGS_POSITION
-
-    async def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        call = self._prepare(method, args, kwargs)
-        try:
-            with handled_by_pool():  # a failure here is reported as SessionLostError
-                return await getattr(self.client, method)(*call.args, **call.kwargs)
-        except Exception as exc:
-            lost = self._lost(exc, call.write)
-            if lost is None:
-                raise
-            raise lost from exc
-
-    async def ping(self, timeout: float | None = None) -> bool:
-        return bool(await (self.client.ping(timeout) if timeout else self.client.ping()))
-
-    async def close(self) -> None:
-        await _close_quietly(self.client)
-
-    async def __aenter__(self) -> AsyncPinnedSession:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -489,14 +350,7 @@ def get_async_pool(hosts: Any = None, **arguments: Any) -> AsyncReplicaPool:
     """
     require_native_async_client()
     given = factory_arguments(hosts, arguments)
-    config = resolve_pool_config(
-        given.hosts,
-        dsn=given.dsn,
-        balancing=given.balancing,
-        client_options=given.client_options,
-        valid_client_options=async_client_option_names(),
-        share_state=given.share_state,
-    )
+    config = given.config(async_client_option_names())
     pool = AsyncReplicaPool(config, listeners=given.listeners)
     pool._connect_on_await = given.connect_on_create
     return pool

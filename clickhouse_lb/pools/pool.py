@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, cast
 
@@ -24,36 +24,29 @@ import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 
 from clickhouse_lb.config.pool_config import (
-    PoolConfig,
-    resolve_pool_config,
     sync_client_option_names,
 )
 from clickhouse_lb.config.replicas import Replica
-from clickhouse_lb.core._driver_logs import handled_by_pool
+from clickhouse_lb.config.settings import NO_OVERRIDES, StatementOverrides
 from clickhouse_lb.core._statements import settings_positions
-from clickhouse_lb.core.balancer import Balancer
-from clickhouse_lb.core.events import Listener, logger
 from clickhouse_lb.core.failover import run_sync, sync_policy
 from clickhouse_lb.core.shared_state import SharedReplicaSet
 from clickhouse_lb.core.stalls import PingReading
-from clickhouse_lb.errors import CREATION_CHECK
 from clickhouse_lb.pools._base import (
     ClientSlot,
-    PinnedBase,
-    PoolBase,
     ReplicaSetView,
     client_options_for,
     kill_query_sql,
-    pin_options,
 )
-from clickhouse_lb.pools._client_api import STATEMENT_METHODS, SyncClientAPI
-from clickhouse_lb.pools._client_members import read_statement
+from clickhouse_lb.pools._client_api import STATEMENT_METHODS, SyncClientAPI, statement
 from clickhouse_lb.pools._drive_sync import SyncDriver
 from clickhouse_lb.pools._factory_arguments import factory_arguments, pool_factory
 from clickhouse_lb.pools._leftovers import settled
 from clickhouse_lb.pools._liveness import SyncLiveness
-from clickhouse_lb.pools._read_your_writes import PoolReadYourWrites, ReadYourWritesMember
-from clickhouse_lb.pools._session_sync import SessionRoute
+from clickhouse_lb.pools._pinned import PinnedSteps
+from clickhouse_lb.pools._pool_steps import PoolSteps
+from clickhouse_lb.pools._read_your_writes import ReadYourWritesMember
+from clickhouse_lb.pools._steps import close_quietly, drive
 from clickhouse_lb.pools._transport import current_attempt, quiet_transport, set_client_timeouts, tracking_pool_manager
 from clickhouse_lb.pools._watchdog import Watchdog
 from clickhouse_lb.probes._shared import Forwarder, SharedProbes
@@ -66,13 +59,6 @@ ClientFactory = Callable[..., Client]
 _SETTINGS_POSITION = settings_positions(Client, list(STATEMENT_METHODS))
 
 
-def _close_quietly(client: Client) -> None:
-    try:
-        client.close()
-    except Exception:  # closing must not fail the caller
-        logger.debug("closing a replica client failed", exc_info=True)
-
-
 class _Slot(ClientSlot[Client]):
     __slots__ = ("lock",)
 
@@ -80,8 +66,40 @@ class _Slot(ClientSlot[Client]):
         super().__init__()
         self.lock = threading.Lock()
 
+    def take(self) -> Client | None:
+        """The client, taken out (after a creation in progress has placed it)."""
+        with self.lock:
+            client, self.client = self.client, None
+        return client
 
-class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolBase):
+
+class PinnedSession(SyncClientAPI, PinnedSteps[Client]):
+    """A client pinned to one replica of a pool (``pool.session()``).
+
+    Statements run on that replica only. A replica failure counts an error against it (as in
+    the pool) and raises :class:`~clickhouse_lb.errors.SessionLostError`; query failures pass
+    through unchanged.
+    """
+
+    _settings_position = _SETTINGS_POSITION
+
+    def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return drive(self._call_steps(method, args, kwargs))
+
+    def ping(self, timeout: float | None = None) -> bool:
+        return drive(self._ping_steps(timeout))
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> PinnedSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolSteps):
     """A Client-like pool over ClickHouse replicas with ClickHouse's load balancing and failover.
 
     Create it with :func:`get_pool`. Statements (``query``, ``command``, ``insert``, ``query_df``,
@@ -90,19 +108,14 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolBase):
     """
 
     _settings_position = _SETTINGS_POSITION
+    _pinned_class = PinnedSession
+    _lock_class = threading.Lock
 
     _prober: ProbeWorker | None
 
-    def __init__(
-        self,
-        config: PoolConfig,
-        *,
-        listeners: Iterable[Listener] = (),
-        client_factory: ClientFactory | None = None,
-        balancer: Balancer | None = None,
-    ) -> None:
-        super().__init__(config, listeners=listeners, balancer=balancer)
+    def _set_up(self, client_factory: ClientFactory | None) -> None:
         self._factory: ClientFactory = client_factory or clickhouse_connect.get_client
+        self._drive, self._run_attempts = drive, run_sync
         self._options = client_options_for(self.config, whole_seconds=True)
         # Connections an abandoned attempt can be cut off on (where the pool can build the
         # transport clickhouse-connect would; see clickhouse_lb.pools._transport). Not for a client
@@ -110,33 +123,17 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolBase):
         self._manager = tracking_pool_manager(self._options) if client_factory is None else None
         if self._manager is not None:
             self._options["pool_mgr"] = self._manager
-        self._view = self._view._replace(slots=tuple(_Slot() for _ in self.config.replicas))
         self._policy, self._driver, self._liveness = sync_policy(), SyncDriver(), SyncLiveness()
-        self._ryw = PoolReadYourWrites(config.read_your_writes, config.client_options.get("database"))
         # Attempts that are not hedged run on the caller's thread under a watchdog where their
         # connections can be shut down from outside (or the clients are the caller's own: a
         # test's fakes); otherwise on the driver's worker threads, which the statement can
         # leave behind.
         watched = self._manager is not None or client_factory is not None
         self._watchdog = Watchdog(self._replica_alive, self._kill_query) if watched else None
-        #: The worker is the shared replica set's (see clickhouse_lb.core.shared_state): close() leaves it running.
-        self._prober_shared = False
-        self._detach_forwarder: Callable[[], object] | None = None
         if self._health is not None and self._shared is not None:
             self._share_probes(self._shared)
         else:
-            self._prober = (
-                ProbeWorker(
-                    self._health, self._balancer.addresses, self._options,
-                    refresher=weakref.WeakMethod(self._refresh_discovery), refresh_interval=self._refresh_interval(),
-                )
-                if self._health
-                else None
-            )
-            if self._prober is not None:  # a pool dropped without close() must not leave its worker running
-                weakref.finalize(self, self._prober.stop)
-        self._in_session = SessionRoute(self, PinnedSession) if self._session_id else None
-        self._sealed = True
+            self._prober = self._own_prober(ProbeWorker)
 
     def _share_probes(self, shared: SharedReplicaSet) -> None:
         """Use the one worker of the shared replica set (made by the first pool over it, with
@@ -153,47 +150,38 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolBase):
         probes.listeners.add(forwarder)
         self._detach_forwarder = weakref.finalize(self, probes.listeners.remove, forwarder)
 
-    # -- clients ---------------------------------------------------------------------------
+    # -- the I/O of the shared bodies (clickhouse_lb.pools._pool_steps) ----------------------
+
+    def _plan(self, overrides: StatementOverrides = NO_OVERRIDES, view: ReplicaSetView | None = None) -> list[int]:
+        return (view or self._view).balancer.plan_indices(overrides)
 
     def _new_client(self, index: int, view: ReplicaSetView | None = None, **extra: Any) -> Client:
-        client = self._factory(**self._client_arguments(index, self._options, extra, view))
-        set_client_timeouts(client, self.config.attempts.timeouts)
-        try:
-            self._changes.replay(client)  # what the user set on the pool since it was made
-        except BaseException:
-            _close_quietly(client)
-            raise
-        return client
+        return cast(Client, drive(self._new_client_steps(index, view, extra)))
 
     def _client(self, index: int, view: ReplicaSetView | None = None) -> Client:
         view = view or self._view
-        slot: _Slot = view.slots[index]
-        client = slot.client
-        if client is not None:
-            return client
-        seen = slot.creations
-        with slot.lock:
-            self._check_open()
-            if slot.client is not None:
-                return slot.client
-            address = view.balancer.addresses[index]
-            slot.raise_if_retired(address)
-            slot.raise_shared_failure(seen)
-            version = self._changes.version
-            try:
-                with slot.creating(address):
-                    client = self._new_client(index, view, **self._pooled_options)
-            except Exception:
-                attempt = current_attempt()
-                if attempt is not None and attempt.abandoned:
-                    slot.failure = None  # broken off on purpose: nothing for the waiters to share
-                raise
-            if self._closed:  # closed while the client was being created
-                _close_quietly(client)
-                raise self._closed_error()
-            slot.client = client
-            self._placed(index, client, version)
-            return client
+        client: Client | None = view.slots[index].client
+        return client if client is not None else cast(Client, drive(self._client_steps(index, view)))
+
+    def _configured(self, client: Any) -> None:
+        set_client_timeouts(client, self.config.attempts.timeouts)
+
+    def _creation_abandoned(self) -> bool:
+        attempt = current_attempt()
+        return attempt is not None and attempt.abandoned
+
+    def _close_all(self, clients: list[Any]) -> None:
+        for client in clients:
+            drive(close_quietly(client))
+
+    def _close_transport(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.close()
+        if self._manager is not None:
+            self._manager.clear()
+        self._liveness.close()
+
+    # -- clients ---------------------------------------------------------------------------
 
     def client(self, address: str | Replica) -> Client:
         """The shared clickhouse-connect client of one replica (no balancing, no failover)."""
@@ -207,11 +195,7 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolBase):
         or :class:`~clickhouse_lb.errors.AllReplicasUnavailableError` with every replica's
         reason. Does nothing once a replica has answered. ``get_pool`` calls it unless
         ``connect_on_create=False``."""
-        self._check_open()
-        if self._reference_or_none() is None:
-            attempts = self._attempts(CREATION_CHECK, self._balancer.plan_indices(), write=False)
-            run_sync(attempts, self._client, self._policy)
-        return self
+        return drive(self._connect_steps())
 
     def _reference_client(self) -> Client:
         client = self._reference_or_none()
@@ -228,16 +212,8 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolBase):
             return self._in_session.call(method, args, kwargs)
         if self._closed:
             raise self._closed_error()
-        call = self._prepare(method, args, kwargs)
         view = self._view
-        order = view.balancer.plan_indices(call.overrides)
-        if view.health is not None:
-            order = self._fresh_first(order, call.settings, view)
-        ryw = self._ryw.begin(call, method, view.balancer) if self._ryw.armed or call.read_your_writes else None
-        if ryw is not None:
-            order = ryw.order(order)
-        attempts = self._attempts(method, order, view=view, statement=call)
-        plan = self._statement_plan(attempts, call)
+        call, attempts, plan, ryw = self._begin(method, args, kwargs, view)
 
         def run(index: int, query_id: str | None) -> Any:
             args, kwargs = call.with_query_id(query_id) if query_id is not None else (call.args, call.kwargs)
@@ -249,20 +225,15 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolBase):
         def attempt(index: int) -> Any:
             if watchdog is not None:
                 return watchdog.run_planned(plan, index, run)
-            winner, result = self._driver.run_planned(plan, index, run, self._replica_alive, self._kill_query)
-            if winner != index:  # a hedge answered first
-                view.balancer.record_success(winner)
-            return result
+            outcome = self._driver.run_planned(plan, index, run, self._replica_alive, self._kill_query)
+            return self._raced(view, index, outcome)
 
         if ryw is not None:
             attempt = ryw.guard_sync(attempt, plan, lambda index: self._client(index, view))
         if not self._track_views:
             return run_sync(attempts, attempt, self._policy)
-        self._in_flight.acquire(view)
-        try:
+        with self._view_in_use(view):
             return run_sync(attempts, attempt, self._policy)
-        finally:
-            self._in_flight.release(view)
 
     def _replica_alive(self, index: int, timeout: float) -> bool | PingReading:
         """A liveness check: ``/ping`` on a separate connection, within ``timeout`` seconds."""
@@ -281,15 +252,9 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolBase):
             self._client(index).command(kill_query_sql(query_id))
 
     def _call_read(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """A client method that only reads (e.g. ``create_insert_context``), on one replica
-        with failover; no balancing settings are taken out of its arguments."""
-        if self._in_session is not None:
-            return self._in_session.call(method, args, kwargs)
-        self._check_open()
-        attempts = self._attempts(method, self._balancer.plan_indices(), write=False)
-        return run_sync(attempts, lambda index: getattr(self._client(index), method)(*args, **kwargs), self._policy)
+        return drive(self._read_steps(method, args, kwargs))
 
-    create_insert_context = read_statement(Client.create_insert_context)
+    create_insert_context = statement(Client.create_insert_context, "_call_read")
 
     def close_connections(self) -> None:
         """Close the idle HTTP connections of every replica's client; the pool stays usable."""
@@ -299,20 +264,7 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolBase):
     def ping(self, timeout: float | None = None) -> bool:
         """True when some replica answers ``/ping`` (tried in plan order); each replica that
         does not answer gets an error counted, as a failed attempt would."""
-        self._started()
-        view = self._view
-        with self._view_in_use(view):
-            for index in view.balancer.plan_indices():
-                try:
-                    client = self._client(index, view)
-                    answered = client.ping(timeout) if timeout else client.ping()
-                except Exception as exc:
-                    if not view.balancer.count_failure(index, exc).replica:
-                        raise
-                    continue
-                if view.balancer.ping_answered(index, answered):
-                    return True
-            return False
+        return drive(self._ping_steps(timeout))
 
     # -- sessions --------------------------------------------------------------------------
 
@@ -320,17 +272,7 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolBase):
         """A client pinned to one replica chosen by the strategy (trying the next ones, in plan
         order, while a replica cannot be reached). ``session``: give it a ClickHouse session id
         (temporary tables, SET). Close it when done; :meth:`session` does that for you."""
-        self._check_open()
-        extra = pin_options(session)
-        view = self._view
-        order = self._fresh_first(view.balancer.plan_indices(), None, view)
-        attempts = self._attempts("session", order, retry_after_send=True, write=False, view=view)
-
-        def connect(index: int) -> tuple[int, Client]:
-            return index, self._new_client(index, view, **extra)
-
-        index, client = run_sync(attempts, connect, self._policy)
-        return PinnedSession(self, index, client, view.balancer)
+        return cast(PinnedSession, drive(self._pin_steps(session)))
 
     @contextmanager
     def session(self) -> Iterator[PinnedSession]:
@@ -344,90 +286,20 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolBase):
         finally:
             pinned.close()
 
-    # -- discovery -------------------------------------------------------------------------
+    # -- discovery, lifecycle --------------------------------------------------------------
 
     def _new_slot(self) -> _Slot:
         return _Slot()
 
     def _close_retired(self, slots: list[ClientSlot[Any]]) -> None:
-        for slot in slots:
-            assert isinstance(slot, _Slot)
-            with slot.lock:
-                client, slot.client = slot.client, None
-            if client is not None:
-                _close_quietly(client)
-
-    def _refresh_interval(self) -> float | None:
-        return self.config.discovery.interval if self.config.seeds else None
-
-    def _refresh_discovery(self) -> None:
-        """Re-read the cluster and apply the change (on the health worker's thread)."""
-        if self._closed:
-            return
-        replicas = self._read_cluster()
-        if replicas is not None:
-            self._apply_discovered(replicas)
-
-    # -- lifecycle -------------------------------------------------------------------------
+        self._close_all(self._taken(slots))
 
     def close(self) -> None:
         """Stop the health probes and close every replica client. Statements after this raise
         ProgrammingError."""
-        self._closed = True
-        if self._prober is not None and not self._prober_shared:
-            self._prober.close()
-        if self._detach_forwarder is not None:
-            self._detach_forwarder()
-        self._detach_listeners()
-        self._release_shared_state()
-        with self._discovery_lock:  # no view replaced from here on
-            pass
-        for slot in self._clients:
-            with slot.lock:
-                client, slot.client = slot.client, None
-            if client is not None:
-                _close_quietly(client)
-        if self._watchdog is not None:
-            self._watchdog.close()
-        if self._manager is not None:
-            self._manager.clear()
-        self._liveness.close()
+        drive(self._close_steps())
 
     def __enter__(self) -> ReplicaPool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class PinnedSession(SyncClientAPI, PinnedBase[Client]):
-    """A client pinned to one replica of a pool (``pool.session()``).
-
-    Statements run on that replica only. A replica failure counts an error against it (as in
-    the pool) and raises :class:`~clickhouse_lb.errors.SessionLostError`; query failures pass
-    through unchanged.
-    """
-
-    _settings_position = _SETTINGS_POSITION
-
-    def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        call = self._prepare(method, args, kwargs)
-        try:
-            with handled_by_pool():  # a failure here is reported as SessionLostError
-                return getattr(self.client, method)(*call.args, **call.kwargs)
-        except Exception as exc:
-            lost = self._lost(exc, call.write)
-            if lost is None:
-                raise
-            raise lost from exc
-
-    def ping(self, timeout: float | None = None) -> bool:
-        return bool(self.client.ping(timeout) if timeout else self.client.ping())
-
-    def close(self) -> None:
-        self.client.close()
-
-    def __enter__(self) -> PinnedSession:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -494,14 +366,7 @@ def get_pool(hosts: Any = None, **arguments: Any) -> ReplicaPool:
     created on first use): for applications that start before the cluster does.
     """
     given = factory_arguments(hosts, arguments)
-    config = resolve_pool_config(
-        given.hosts,
-        dsn=given.dsn,
-        balancing=given.balancing,
-        client_options=given.client_options,
-        valid_client_options=sync_client_option_names(),
-        share_state=given.share_state,
-    )
+    config = given.config(sync_client_option_names())
     pool = ReplicaPool(config, listeners=given.listeners)
     if given.connect_on_create:
         try:

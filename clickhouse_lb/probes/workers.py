@@ -25,7 +25,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -55,7 +55,7 @@ class _AsyncPinger(Protocol):
     async def close(self) -> None: ...
 
 
-_WORKERS: weakref.WeakSet[ProbeWorker | AsyncProbeWorker] = weakref.WeakSet()
+_WORKERS: weakref.WeakSet[_Worker] = weakref.WeakSet()
 
 
 def _forget_all_in_child() -> None:
@@ -104,8 +104,12 @@ class _Refresh:
         return min(wait, self.next - self._clock())
 
 
-class ProbeWorker:
-    """Background probes of a sync pool."""
+class _Worker:
+    """What both workers share: the target, the refresh schedule, what a reading means. A
+    worker pings through ``pinger_factory()`` (by default its kind's pinger with the health
+    timeout) and re-reads the cluster through ``refresher()`` (None: the pool is gone)."""
+
+    _default_pinger: Callable[[Mapping[str, Any], float], Any]
 
     def __init__(
         self,
@@ -113,8 +117,8 @@ class ProbeWorker:
         addresses: Sequence[str],
         options: Mapping[str, Any],
         *,
-        pinger_factory: Callable[[], _Pinger] | None = None,
-        refresher: Callable[[], Callable[[], None] | None] | None = None,
+        pinger_factory: Callable[[], Any] | None = None,
+        refresher: Callable[[], Any] | None = None,
         refresh_interval: float | None = None,
     ) -> None:
         self._options = dict(options)
@@ -122,14 +126,10 @@ class ProbeWorker:
         self._refresher = refresher
         self._refresh = _Refresh(refresh_interval if refresher is not None else None)
         timeout = monitor.settings.timeout
-        self._pinger_factory = pinger_factory or (lambda: SyncPinger(options, timeout))
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._helpers: ThreadPoolExecutor | None = None
-        self._pinger: _Pinger | None = None
-        self._pid: int | None = None
+        default = self._default_pinger  # not self in the closure: no cycle through the worker
+        self._pinger_factory = pinger_factory or (lambda: default(options, timeout))
         self._closed = False
+        self._clear()
         _WORKERS.add(self)
 
     @property
@@ -139,6 +139,47 @@ class ProbeWorker:
     def retarget(self, monitor: HealthMonitor, addresses: Sequence[str]) -> None:
         """Probe another replica set from now on (discovery replaced the pool's)."""
         self._target = _Target(monitor, addresses, self._options)
+
+    @staticmethod
+    def _read(pinger: Any, target: _Target, index: int, delay: bool) -> Any:
+        """The probe's I/O: a ping, or the replication-delay read (a coroutine for the async pinger)."""
+        return pinger.delay(target.delay_urls[index]) if delay else pinger.ping(target.urls[index])
+
+    @staticmethod
+    def _report(target: _Target, index: int, delay: bool, reading: Any) -> None:
+        """A probe's reading, handed to the monitor it was started for (raises BalancerGone)."""
+        if delay:
+            target.monitor.finish_delay(index, *reading)
+        else:
+            target.monitor.finish(index, reading)
+
+    def _clear(self) -> None:
+        """Nothing running: at construction, and in a forked child."""
+        raise NotImplementedError
+
+    def _forget_after_fork(self) -> None:
+        """In a child process: the parent's thread or task, and its connections, are not ours."""
+        self._clear()
+        self.monitor.schedule.reset()
+
+    @staticmethod
+    def _failed(target: _Target, index: int, delay: bool) -> None:  # pragma: no cover - a surprise
+        what = "replication delay" if delay else "health probe"
+        log_failure(f"clickhouse_lb {what} of %s", target.urls[index])
+
+
+class ProbeWorker(_Worker):
+    """Background probes of a sync pool."""
+
+    _default_pinger = SyncPinger
+
+    def _clear(self) -> None:
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._helpers: ThreadPoolExecutor | None = None
+        self._pinger: _Pinger | None = None
+        self._pid: int | None = None
 
     @property
     def running(self) -> bool:
@@ -170,9 +211,9 @@ class ProbeWorker:
             target = self._target
             try:
                 for index in target.monitor.due():
-                    helpers.submit(self._probe, target, index)
+                    helpers.submit(self._probe, target, index, False)
                 for index in target.monitor.delay_due():
-                    helpers.submit(self._read_delay, target, index)
+                    helpers.submit(self._probe, target, index, True)
                 if self._refresh.due():
                     helpers.submit(self._rediscover)
                 wait = self._refresh.wait(target.monitor.next_wakeup())
@@ -191,24 +232,24 @@ class ProbeWorker:
             refresh = self._refresher()
             if refresh is None:  # the pool is gone
                 self._stop.set()
-                return
-            refresh()
+            else:
+                refresh()
         except Exception:  # pragma: no cover - the worker must outlive any surprise
             log_failure("clickhouse_lb cluster discovery")
         finally:
             self._refresh.done()
 
-    def _probe(self, target: _Target, index: int) -> None:
+    def _probe(self, target: _Target, index: int, delay: bool) -> None:
         pinger = self._pinger
         if pinger is None or self._stop.is_set():
             return
         try:
-            target.monitor.finish(index, pinger.ping(target.urls[index]))
+            self._report(target, index, delay, self._read(pinger, target, index, delay))
         except BalancerGone:
             if target is self._target:
                 self._stop.set()
         except Exception:  # pragma: no cover
-            log_failure("clickhouse_lb health probe of %s", target.urls[index])
+            self._failed(target, index, delay)
 
     def stop(self) -> None:
         """Ask the worker to stop, without waiting (the pool was garbage-collected unclosed).
@@ -219,18 +260,6 @@ class ProbeWorker:
         (seen in CI). The worker shuts its helpers down itself when its loop ends."""
         self._closed = True
         self._stop.set()
-
-    def _read_delay(self, target: _Target, index: int) -> None:
-        pinger = self._pinger
-        if pinger is None or self._stop.is_set():
-            return
-        try:
-            target.monitor.finish_delay(index, *pinger.delay(target.delay_urls[index]))
-        except BalancerGone:
-            if target is self._target:
-                self._stop.set()
-        except Exception:  # pragma: no cover
-            log_failure("clickhouse_lb replication delay of %s", target.urls[index])
 
     def close(self) -> None:
         """Stop the worker (waits for it briefly; it never runs statements)."""
@@ -246,48 +275,15 @@ class ProbeWorker:
         if pinger is not None:
             pinger.close()
 
-    def _forget_after_fork(self) -> None:
-        """In a child process: the parent's thread, helpers and connections are not ours."""
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = None
-        self._helpers = None
-        self._pinger = None
-        self._pid = None
-        self.monitor.schedule.reset()
 
-
-class AsyncProbeWorker:
+class AsyncProbeWorker(_Worker):
     """Background probes of an async pool: a task on the loop of the statement that started it."""
 
-    def __init__(
-        self,
-        monitor: HealthMonitor,
-        addresses: Sequence[str],
-        options: Mapping[str, Any],
-        *,
-        pinger_factory: Callable[[], _AsyncPinger] | None = None,
-        refresher: Callable[[], Callable[[], Awaitable[None]] | None] | None = None,
-        refresh_interval: float | None = None,
-    ) -> None:
-        self._options = dict(options)
-        self._target = _Target(monitor, addresses, options)
-        self._refresher = refresher
-        self._refresh = _Refresh(refresh_interval if refresher is not None else None)
-        timeout = monitor.settings.timeout
-        self._pinger_factory = pinger_factory or (lambda: AsyncPinger(options, timeout))
+    _default_pinger = AsyncPinger
+
+    def _clear(self) -> None:
         self._task: asyncio.Task[None] | None = None
         self._pid: int | None = None
-        self._closed = False
-        _WORKERS.add(self)
-
-    @property
-    def monitor(self) -> HealthMonitor:
-        return self._target.monitor
-
-    def retarget(self, monitor: HealthMonitor, addresses: Sequence[str]) -> None:
-        """Probe another replica set from now on (discovery replaced the pool's)."""
-        self._target = _Target(monitor, addresses, self._options)
 
     @property
     def running(self) -> bool:
@@ -311,26 +307,24 @@ class AsyncProbeWorker:
         self._task = loop.create_task(self._run(), name="clickhouse-lb-health")
 
     async def _run(self) -> None:
-        pinger = self._pinger_factory()
+        pinger: _AsyncPinger = self._pinger_factory()
         probes: set[asyncio.Task[None]] = set()
+
+        def spawn(probe: Coroutine[Any, Any, None], name: str = "clickhouse-lb-probe") -> None:
+            task = asyncio.create_task(probe, name=name)
+            probes.add(task)
+            task.add_done_callback(probes.discard)
+
         try:
             while True:
                 target = self._target
                 try:
                     for index in target.monitor.due():
-                        probe = asyncio.create_task(self._probe(pinger, target, index), name="clickhouse-lb-probe")
-                        probes.add(probe)
-                        probe.add_done_callback(probes.discard)
+                        spawn(self._probe(pinger, target, index, False))
                     for index in target.monitor.delay_due():
-                        probe = asyncio.create_task(
-                            self._read_delay(pinger, target, index), name="clickhouse-lb-probe"
-                        )
-                        probes.add(probe)
-                        probe.add_done_callback(probes.discard)
+                        spawn(self._probe(pinger, target, index, True))
                     if self._refresh.due():
-                        probe = asyncio.create_task(self._rediscover(), name="clickhouse-lb-discovery")
-                        probes.add(probe)
-                        probe.add_done_callback(probes.discard)
+                        spawn(self._rediscover(), "clickhouse-lb-discovery")
                     wait = self._refresh.wait(target.monitor.next_wakeup())
                 except BalancerGone:
                     if target is self._target:
@@ -348,27 +342,24 @@ class AsyncProbeWorker:
             self.monitor.schedule.abandon_in_flight()
 
     async def _rediscover(self) -> None:
+        # Cancellation (a BaseException) passes through: the worker is stopping.
         assert self._refresher is not None
         try:
             refresh = self._refresher()
             if refresh is not None:
                 await refresh()
-        except asyncio.CancelledError:
-            raise
         except Exception:  # pragma: no cover - the worker must outlive any surprise
             log_failure("clickhouse_lb cluster discovery")
         finally:
             self._refresh.done()
 
-    async def _probe(self, pinger: _AsyncPinger, target: _Target, index: int) -> None:
+    async def _probe(self, pinger: _AsyncPinger, target: _Target, index: int, delay: bool) -> None:
         try:
-            target.monitor.finish(index, await pinger.ping(target.urls[index]))
-        except asyncio.CancelledError:
-            raise
+            self._report(target, index, delay, await self._read(pinger, target, index, delay))
         except BalancerGone:  # the loop notices too, and ends
             return
         except Exception:  # pragma: no cover
-            log_failure("clickhouse_lb health probe of %s", target.urls[index])
+            self._failed(target, index, delay)
 
     def stop(self) -> None:
         """Cancel the task without waiting (the pool was garbage-collected unclosed)."""
@@ -376,16 +367,6 @@ class AsyncProbeWorker:
         task = self._task
         if task is not None and not task.done() and self._pid == os.getpid() and not task.get_loop().is_closed():
             task.get_loop().call_soon_threadsafe(task.cancel)
-
-    async def _read_delay(self, pinger: _AsyncPinger, target: _Target, index: int) -> None:
-        try:
-            target.monitor.finish_delay(index, *(await pinger.delay(target.delay_urls[index])))
-        except asyncio.CancelledError:
-            raise
-        except BalancerGone:
-            return
-        except Exception:  # pragma: no cover
-            log_failure("clickhouse_lb replication delay of %s", target.urls[index])
 
     async def close(self) -> None:
         """Stop the task (and wait for it when it runs on this loop)."""
@@ -397,8 +378,3 @@ class AsyncProbeWorker:
                 await asyncio.gather(task, return_exceptions=True)
             elif not task.get_loop().is_closed():
                 task.get_loop().call_soon_threadsafe(task.cancel)
-
-    def _forget_after_fork(self) -> None:
-        self._task = None
-        self._pid = None
-        self.monitor.schedule.reset()
