@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -177,3 +179,51 @@ def test_a_failed_tests_unread_results_raise_nothing_when_collected(cluster: Clu
     assert "INTERNALERROR" not in output, output[-4000:]
     # The scenario ran as meant: the 6 tests fail on their assertions, the collection passes.
     assert "6 failed, 1 passed" in output, output[-4000:]
+
+
+class _Records(logging.Handler):
+    """The ``clickhouse_lb`` records of listener failures, and an event per thread kind seen."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+        self.from_background = threading.Event()
+        self.from_caller = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "listener" not in record.getMessage():
+            return
+        self.records.append(record)
+        (self.from_background if record.threadName.startswith("clickhouse-lb-") else self.from_caller).set()
+
+
+class _Raising:
+    def on_probe(self, event: object) -> None:
+        raise ZeroDivisionError("a listener's bug, on the probe thread")
+
+    def on_failover(self, event: object) -> None:
+        raise ZeroDivisionError("a listener's bug, on the statement's thread")
+
+
+def test_the_pools_threads_log_an_errors_type_and_message_never_its_traceback(cluster: ClusterBase) -> None:
+    """clickhouse_lb.core._background_logs: a traceback formatted on a probe thread can
+    interleave with an AST the application builds (CPython 3.11 before 3.11.8); the caller's
+    thread keeps its traceback."""
+    records = _Records()
+    logger = logging.getLogger("clickhouse_lb")
+    logger.addHandler(records)
+    try:
+        with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", health_check_interval_ms=200,
+                                    listeners=[_Raising()]) as pool:
+            assert records.from_background.wait(30), "no probe ran"
+            cluster.fail_next(0, n=1, code=210)  # NETWORK_ERROR: the statement fails over
+            pool.command("SELECT 1")
+            assert records.from_caller.is_set(), "the failover's listener was not called"
+    finally:
+        logger.removeHandler(records)
+    background = [r for r in records.records if r.threadName.startswith("clickhouse-lb-")]
+    caller = [r for r in records.records if not r.threadName.startswith("clickhouse-lb-")]
+    assert all(r.exc_info is None for r in background)
+    assert "ZeroDivisionError: a listener's bug, on the probe thread" in background[0].getMessage()
+    assert caller[0].exc_info is not None
+    assert caller[0].exc_info[0] is ZeroDivisionError
