@@ -116,3 +116,18 @@ def test_private_members_clickhouse_connects_suite_reads_are_the_reference_clien
     assert getattr(pool, name) == "value of a"
     with pytest.raises(PoolMemberError, match="cannot be assigned"):
         setattr(pool, name, True)
+
+
+def test_a_closed_async_pools_session_is_none_as_a_closed_async_clients_is(flavour: Flavour) -> None:
+    """clickhouse-connect's suite checks a close by ``client._session is None``; a closed pool
+    has no reference client to read it from. The sync Client has no ``_session``, closed or not."""
+    cluster = MemberCluster()
+    pool = flavour.make_pool(cluster)
+    flavour.run(pool.connect())
+    cluster.clients[0]._session = "a session"
+    assert pool._session == "a session"
+    flavour.run(pool.close())
+    if flavour.name == "async":
+        assert pool._session is None
+    else:
+        assert not hasattr(pool, "_session")

@@ -20,8 +20,9 @@ One 3-replica ``LocalCluster`` serves both runs, one after the other:
 
 Each run writes a JUnit XML report (``DIR/plain.xml``, ``DIR/pool.xml``) and its pytest output
 (``DIR/plain.log``, ``DIR/pool.log``); the comparison goes to ``DIR/comparison.md`` (and
-stdout): pass counts both ways, the pool's passes as a share of the plain run's, and every test
-whose outcome differs, with the first line of its failure. The suite also needs pytest-mock,
+stdout): pass counts both ways, the "Exception ignored" and INTERNALERROR lines of each run
+(pytest's unraisable-exception report is on), the pool's passes as a share of the plain run's,
+and every test whose outcome differs, with the first line of its failure. The suite also needs pytest-mock,
 pytest-dotenv, polars, alembic and pyjwt[crypto]. Figures: docs/local-cluster.md ("Fidelity").
 """
 
@@ -73,32 +74,46 @@ def run(mode: str, suite: Path, hosts: list[str], database: str, *, report_dir: 
         # The suite's own tests/ package, and (pooled run) the plugin.
         "PYTHONPATH": os.pathsep.join([str(suite), str(HERE), os.environ.get("PYTHONPATH", "")]),
     }
+    # pytest's report of unraisable exceptions stays on: an "Exception ignored" line is a finding
+    # (clickhouse_lb.pools._leftovers), and the comparison counts them.
     command = [
-        # no:unraisableexception: pytest's report of "Exception ignored" objects can crash the
-        # whole run (INTERNALERROR, AST recursion) after test_error_handling; it judges no test.
-        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:unraisableexception", "-o", "addopts=",
+        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=",
         "-o", "asyncio_default_fixture_loop_scope=session", "-q", "--timeout=120",
         f"--junitxml={(report_dir / f'{mode}.xml').resolve()}",
         *(pytest_args or ["tests/integration_tests"]),
     ]
     if mode == "pool":
         env["CLICKHOUSE_LB_SUITE_HOSTS"] = ",".join(hosts)
-        command[5:5] = ["-p", "_pool_as_client"]
+        command[3:3] = ["-p", "_pool_as_client"]
     started = time.monotonic()
     with (report_dir / f"{mode}.log").open("w") as out:
         subprocess.run(command, cwd=suite, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
     return time.monotonic() - started
 
 
-def compare(plain: dict[str, tuple[str, str]], pool: dict[str, tuple[str, str]], seconds: dict[str, float]) -> str:
+def log_findings(log: Path) -> tuple[int, int]:
+    """("Exception ignored" lines, INTERNALERROR lines) in a run's pytest output."""
+    if not log.exists():
+        return 0, 0
+    text = log.read_text(errors="replace")
+    return text.count("Exception ignored"), text.count("INTERNALERROR>")
+
+
+def compare(
+    plain: dict[str, tuple[str, str]], pool: dict[str, tuple[str, str]], seconds: dict[str, float],
+    findings: dict[str, tuple[int, int]] | None = None,
+) -> str:
     def count(runs: dict[str, tuple[str, str]], outcome: str) -> int:
         return sum(1 for o, _ in runs.values() if o == outcome)
 
-    lines = ["| run | passed | failed | skipped | minutes |", "|---|---:|---:|---:|---:|"]
+    findings = findings or {}
+    lines = ['| run | passed | failed | skipped | "Exception ignored" | INTERNALERROR lines | minutes |',
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for mode, runs in (("plain clients", plain), ("get_pool, 3 replicas, in_order", pool)):
         key = "plain" if runs is plain else "pool"
+        ignored, internal = findings.get(key, (0, 0))
         lines.append(f"| {mode} | {count(runs, 'passed')} | {count(runs, 'failed')} | "
-                     f"{count(runs, 'skipped')} | {seconds.get(key, 0) / 60:.1f} |")
+                     f"{count(runs, 'skipped')} | {ignored} | {internal} | {seconds.get(key, 0) / 60:.1f} |")
     plain_passed = {name for name, (o, _) in plain.items() if o == "passed"}
     pool_passed = {name for name, (o, _) in pool.items() if o == "passed"}
     if plain_passed:
@@ -143,7 +158,8 @@ def main() -> int:
             database = f"cc_suite_{mode}"
             cluster.on_all(f"CREATE DATABASE IF NOT EXISTS {database}")
             seconds[mode] = run(mode, suite, cluster.hosts, database, report_dir=report_dir, pytest_args=pytest_args)
-    text = compare(outcomes(report_dir / "plain.xml"), outcomes(report_dir / "pool.xml"), seconds)
+    findings = {mode: log_findings(report_dir / f"{mode}.log") for mode in MODES}
+    text = compare(outcomes(report_dir / "plain.xml"), outcomes(report_dir / "pool.xml"), seconds, findings)
     (report_dir / "comparison.md").write_text(text)
     print(text)
     return 0

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeGuard, runtime_checkable
 
 from clickhouse_lb._redact import shown
+from clickhouse_lb.core import _background_logs
 from clickhouse_lb.errors import ConfigurationError
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger("clickhouse_lb")
+_background_logs.install()  # no tracebacks formatted on the pool's own threads and tasks
 
 
 def log_failure(message: str, *args: object) -> None:

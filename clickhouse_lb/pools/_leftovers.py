@@ -11,12 +11,16 @@ of the group's objects, so that when ``ResponseBuffer.__dealloc__`` closes its s
 (``Exception ignored in: 'clickhouse_connect.driverc.buffer.ResponseBuffer.__dealloc__'``,
 ``AttributeError: 'HTTPResponse' object has no attribute 'fp'``).
 
+The same happens to a query's result that is never read while a cycle holds it: pytest keeps a
+failed test's traceback, whose frame holds the test's unread result. That is what crashed
+clickhouse-connect's suite through pools (docs/busy-process.md, "Nothing raises later").
+
 On CPython 3.11.0-3.11.7 and 3.12.0-3.12.1 that is worse than a line on stderr: a collection can
 start while ``ast`` builds a tree (3.11's tracebacks parse source to draw their ``^^^`` markers,
-pytest's assertion rewriting parses test modules), and the destructor's exception is formatted
-(with ``ast``) from inside it; both share one recursion counter (CPython gh-106905, fixed in
-3.11.8 and 3.12.2), and pytest stops with ``INTERNALERROR ... SystemError: AST constructor
-recursion depth mismatch``.
+pytest parses source to show a failure), and the destructor's exception is formatted (with
+``ast``) from inside it; both share one interpreter-wide recursion counter (CPython gh-106905,
+fixed by gh-113035 in 3.11.8 and 3.12.2), and pytest stops with ``INTERNALERROR ... SystemError:
+AST constructor recursion depth mismatch``.
 
 So the pool releases what it abandons itself, at once, on the thread or task that ran it:
 :func:`release` clears the local variables of the exception's frames (the traceback stays

@@ -129,8 +129,10 @@ def _shutdown(connection: HTTPConnection) -> None:
         sock.shutdown(socket.SHUT_RDWR)
 
 
-class _Tracked:
-    """Mixin: register with the current thread's attempt when a request starts or waits."""
+class _Tracked(HTTPConnection):
+    """Registers with the current thread's attempt when a request starts or waits. A base of
+    both tracked connection classes: in ``_TrackedHTTPSConnection(_Tracked, HTTPSConnection)``
+    its ``super()`` is ``HTTPSConnection``."""
 
     def _register(self) -> None:
         attempt = getattr(_local, "attempt", None)  # current_attempt(), inlined: twice per request
@@ -149,7 +151,7 @@ class _Tracked:
             if limit is not None and (not isinstance(current, (int, float)) or current > limit):
                 setattr(self, "timeout", limit)  # noqa: B010 - the connect timeout urllib3 connects with
         try:
-            super().connect()  # type: ignore[misc]
+            super().connect()
         except ConnectTimeoutError as exc:
             # (urllib3 2 makes a refused connection, NewConnectionError, a ConnectTimeoutError too)
             if attempt is not None and not isinstance(exc, NewConnectionError):
@@ -159,14 +161,14 @@ class _Tracked:
 
     def request(self, *args: Any, **kwargs: Any) -> Any:
         self._register()
-        return super().request(*args, **kwargs)  # type: ignore[misc]
+        return super().request(*args, **kwargs)
 
     def getresponse(self, *args: Any, **kwargs: Any) -> Any:
         self._register()
-        return super().getresponse(*args, **kwargs)  # type: ignore[misc]
+        return super().getresponse(*args, **kwargs)
 
 
-class _TrackedHTTPConnection(_Tracked, HTTPConnection):
+class _TrackedHTTPConnection(_Tracked):
     pass
 
 

@@ -1,0 +1,101 @@
+"""clickhouse-connect's own integration suite through pools.
+
+Its retry tests, as the suite writes them (``http.request`` patched to reset a
+stale keep-alive connection), through a pool over 3 local replicas: what a drop-in user gets.
+
+By default the pool's clients have ``query_retries=0`` (failover is the pool's job; clickhouse-
+connect still retries a remotely closed connection once on its own), so a second reset in a row
+moves the statement to the next replica. A user who sets ``query_retries`` gets clickhouse-
+connect's retries on the chosen replica first, exactly as a plain client makes them, and the
+pool counts nothing against that replica when they succeed.
+
+With ``CLICKHOUSE_CONNECT_SUITE`` naming an export of clickhouse-connect's repository (its
+``tests/``; docs/local-cluster.md, "Fidelity"), the runner's fast subset runs too: the suite's
+``test_error_handling.py`` through pools, which ended in a pytest INTERNALERROR before the pool
+released what it leaves behind (docs/busy-process.md)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import urllib3
+
+import clickhouse_lb
+from clickhouse_lb.testing import ClusterBase
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+WHO = "SELECT getMacro('replica')"
+
+
+def resets(pool: Any, count: int, monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
+    """The suite's ``flaky_request``: the first ``count`` requests fail as a reset keep-alive
+    connection does in urllib3; the rest go through. Returns the number of requests made."""
+    real_request = pool.http.request
+    attempts = 0
+
+    def flaky_request(method: str, url: str, **kwargs: Any) -> Any:
+        nonlocal attempts
+        attempts += 1
+        if attempts <= count:
+            try:
+                raise ConnectionResetError("Connection reset by peer")
+            except ConnectionResetError:
+                raise urllib3.exceptions.ProtocolError("Connection aborted.")  # noqa: B904
+        return real_request(method, url, **kwargs)
+
+    monkeypatch.setattr(pool.http, "request", flaky_request)
+    return lambda: attempts
+
+
+@pytest.mark.parametrize("disconnect_count", [1, 2])
+def test_an_explicit_query_retries_retries_on_the_chosen_replica(
+    healthy_clickhouse_cluster: ClusterBase, monkeypatch: pytest.MonkeyPatch, disconnect_count: int
+) -> None:
+    cluster = healthy_clickhouse_cluster
+    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", share_state=False, query_retries=2) as pool:
+        first = pool.command(WHO)
+        attempts = resets(pool, disconnect_count, monkeypatch)
+        assert pool.query(WHO).result_rows[0][0] == first  # no failover
+        assert attempts() == disconnect_count + 1  # as clickhouse-connect's suite counts them
+        assert [r.errors_count for r in pool.replicas] == [0, 0, 0]
+
+
+def test_by_default_a_second_reset_in_a_row_fails_over(
+    healthy_clickhouse_cluster: ClusterBase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = healthy_clickhouse_cluster
+    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", share_state=False) as pool:
+        first = pool.command(WHO)
+        for index in range(3):  # every replica's client made now: requests counted below are the statement's
+            pool.client(pool.addresses[index]).command("SELECT 1")
+        attempts = resets(pool, 2, monkeypatch)
+        assert pool.query(WHO).result_rows[0][0] != first
+        assert attempts() == 3  # clickhouse-connect's own retry, then the next replica
+        assert pool.replicas[0].errors_count == 1
+
+
+SUITE = os.environ.get("CLICKHOUSE_CONNECT_SUITE")
+RUNNER = Path(__file__).resolve().parent.parent / "tools" / "run_clickhouse_connect_suite.py"
+
+
+@pytest.mark.skipif(not SUITE, reason="CLICKHOUSE_CONNECT_SUITE names no export of clickhouse-connect's tests")
+@pytest.mark.timeout(600)
+def test_the_suites_error_handling_tests_through_pools_run_to_the_end(tmp_path: Path) -> None:
+    root = RUNNER.parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run(
+        [sys.executable, str(RUNNER), str(SUITE), "--report-dir", str(tmp_path), "--modes", "pool",
+         "tests/integration_tests/test_error_handling.py"],
+        env=env, capture_output=True, text=True, timeout=560, check=True,
+    )
+    log = (tmp_path / "pool.log").read_text()
+    assert "Exception ignored" not in log
+    assert "INTERNALERROR" not in log
+    assert " passed" in log.splitlines()[-1]  # pytest's summary line: the run ended
