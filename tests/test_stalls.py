@@ -5,6 +5,7 @@ replica's own history; a write is only given up on evidence."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import socket
 import threading
@@ -14,7 +15,15 @@ from collections.abc import Iterator
 import pytest
 
 from clickhouse_lb.config.liveness import LivenessPolicy
-from clickhouse_lb.core.stalls import Evidence, LatencyHistory, PingReading, ReplicaDetector, judge, read_check
+from clickhouse_lb.core.stalls import (
+    Evidence,
+    LatencyHistory,
+    PingReading,
+    ReplicaDetector,
+    StallLog,
+    judge,
+    read_check,
+)
 from clickhouse_lb.core.watch import AttemptWatch, Wake
 from clickhouse_lb.probes import _stall_ping
 from clickhouse_lb.probes._stall_ping import StallAwarePinger, stall_aware_wait
@@ -188,3 +197,104 @@ def test_an_async_ping_answered_while_the_loop_was_blocked_counts_as_answered() 
     missed = asyncio.run(on_time_ping())
     assert not missed.ok
     assert judge(missed, TOLERANCE) is Evidence.DOWN
+
+
+def test_a_stall_log_says_how_much_of_a_window_the_loop_was_stalled() -> None:
+    log = StallLog()
+    log.record(1.0, 1.8)  # a beat due at 1.0 ran at 1.8: the loop did not run in between
+    log.record(2.0, 2.01)  # 10 ms late: a time slice of a busy machine, not a stall
+    log.record(3.0, 3.5)
+    assert log.stalled(0.0, 10.0) == pytest.approx(1.3)
+    assert log.stalled(1.5, 3.2) == pytest.approx(0.5)
+    assert log.stalled(1.9, 2.9) == 0.0
+
+
+def _timed_out_connect(timeout: BaseException | None = None) -> Exception:
+    """What clickhouse-connect raises for aiohttp's connect timeout: OperationalError from
+    ConnectionTimeoutError from the TimeoutError of asyncio.timeout (from its CancelledError)."""
+    aiohttp = pytest.importorskip("aiohttp")
+    from clickhouse_connect.driver.exceptions import OperationalError
+
+    if timeout is None:
+        timeout = TimeoutError()
+        timeout.__context__ = asyncio.CancelledError()
+    error = aiohttp.ConnectionTimeoutError("Connection timeout to host http://127.0.0.1:1")
+    error.__cause__ = timeout
+    wrapped = OperationalError("Network Error")
+    wrapped.__cause__ = error
+    return wrapped
+
+
+def test_an_async_connect_timeout_in_a_loop_stall_is_tried_again_and_a_real_one_raises() -> None:
+    from clickhouse_lb.pools._liveness import connect_timed_out, stall_tolerant_run
+
+    assert connect_timed_out(_timed_out_connect())
+    refused = OSError("Cannot connect")
+    refused.__cause__ = ConnectionRefusedError()
+    assert not connect_timed_out(refused)
+    calls: list[int] = []
+
+    async def connect(index: int, query_id: str | None, *, connect_takes: float, block: float) -> str:
+        # A connect taking ``connect_takes`` under aiohttp's 100 ms timer, the loop blocked
+        # ``block`` seconds (another thread holding the GIL) on the first try only.
+        calls.append(index)
+        if block and len(calls) == 1:
+            asyncio.get_running_loop().call_soon(time.sleep, block)
+        try:
+            async with asyncio.timeout(0.1):
+                await asyncio.sleep(connect_takes)
+        except TimeoutError as exc:
+            raise _timed_out_connect(exc)  # noqa: B904 - its cause is set as aiohttp sets it
+        return "answered"
+
+    async def stalled() -> str:
+        return await stall_tolerant_run(functools.partial(connect, connect_takes=0.01, block=0.3), 1, "q")
+
+    async def black_hole() -> str:
+        return await stall_tolerant_run(functools.partial(connect, connect_takes=5.0, block=0.0), 1, "q")
+
+    # The loop did not run for 0.3 s: the 10 ms connect timed out in the stall, and ran again.
+    assert asyncio.run(stalled()) == "answered"
+    assert calls == [1, 1]
+    # The loop ran on time through a whole connect timeout: evidence, raised at once.
+    calls.clear()
+    with pytest.raises(Exception, match="Network Error") as raised:
+        asyncio.run(black_hole())
+    assert connect_timed_out(raised.value)
+    assert calls == [1]
+
+
+def test_the_loop_heartbeat_beats_only_while_watched() -> None:
+    from clickhouse_lb.probes._loop_stalls import loop_meter
+
+    async def main() -> tuple[float, float, bool]:
+        meter = loop_meter()
+        with meter.watching() as since:
+            await asyncio.sleep(0.05)
+            time.sleep(0.3)  # the loop blocked
+            await asyncio.sleep(0.05)
+            blocked = meter.stalled(since)
+        quiet_since = meter.now()
+        await asyncio.sleep(0.1)
+        return blocked, meter.stalled(quiet_since), meter._handle is None
+
+    blocked, quiet, stopped = asyncio.run(main())
+    assert blocked > 0.2  # 0.3 s less at most one beat interval
+    assert quiet == 0.0
+    assert stopped
+
+
+def test_an_async_ping_delayed_by_a_stall_inside_its_wait_is_asked_again() -> None:
+    async def ping(timeout: float) -> bool:
+        # Two steps of I/O, 140 ms in all: within the 150 ms wait on a loop that runs.
+        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.04)
+        return True
+
+    async def stalled_in_the_middle() -> PingReading:
+        # Blocked from 10 to 120 ms: the second step ends at 160 ms, after the wait, whose own
+        # timer still runs on time (its lateness alone shows no stall).
+        asyncio.get_running_loop().call_later(0.01, time.sleep, 0.11)
+        return await stall_aware_wait(ping, 0.15, TOLERANCE)
+
+    assert asyncio.run(stalled_in_the_middle()).ok

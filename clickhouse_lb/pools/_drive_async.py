@@ -12,6 +12,7 @@ from clickhouse_lb.core.events import logger
 from clickhouse_lb.core.race import Abandon, AttemptSpec, Launch, Ping, Wait, run_attempt
 from clickhouse_lb.core.stalls import PingReading
 from clickhouse_lb.pools._leftovers import release
+from clickhouse_lb.pools._liveness import stall_tolerant_run
 
 __all__ = ["AsyncDriver"]
 
@@ -45,7 +46,8 @@ class AsyncDriver:
                     return stop.value  # type: ignore[no-any-return]
                 reply = None
                 if isinstance(command, Launch):
-                    reply = asyncio.ensure_future(call(command.replica, command.query_id))
+                    # A connect that timed out while the loop stalled is tried again (pools/_liveness.py).
+                    reply = asyncio.ensure_future(stall_tolerant_run(call, command.replica, command.query_id))
                     launched.append(reply)
                 elif isinstance(command, Wait):
                     await asyncio.wait(command.handles, timeout=command.timeout, return_when=asyncio.FIRST_COMPLETED)
