@@ -135,6 +135,43 @@ async def test_a_busy_process_gets_no_error_counted_against_healthy_replicas_asy
 
 
 
+def test_a_healthy_clusters_writes_never_fail_in_a_busy_process(cluster: ClusterBase) -> None:
+    """Writes that cannot fail over (no token, not idempotent) from 3 threads, each waiting long
+    enough for liveness checks: none is given up as hung, none counts an error, each
+    acknowledged one is in the table once."""
+    errors = Errors()
+    failures: list[BaseException] = []
+    written: list[int] = []
+    with clickhouse_lb.get_pool(cluster.hosts, listeners=[errors]) as pool:
+        for _ in range(6):
+            pool.command(WHO)
+        stop = threading.Event()
+
+        def write(first: int) -> None:
+            n = first
+            while not stop.is_set():
+                n += 1
+                try:
+                    pool.command(f"INSERT INTO lb_stall_writes SELECT {n} + sleep(0.2)")
+                    written.append(n)
+                except BaseException as exc:
+                    failures.append(exc)
+
+        with busy_process(gil_hold=0.8, hogs=2) as holds, ThreadPoolExecutor(3) as executor:
+            futures = [executor.submit(write, k * 1_000_000) for k in range(3)]
+            time.sleep(SECONDS)
+            stop.set()
+            for future in futures:
+                future.result()
+    assert max(holds, default=0.0) > 0.4, "the GIL holder did not hold the GIL"
+    assert failures == []
+    assert errors.events == []
+    assert written
+    # The table is a plain MergeTree on each replica: each write landed where it was acknowledged.
+    rows = sorted(int(n) for text in cluster.on_all("SELECT id FROM lb_stall_writes") for n in text.split())
+    assert rows == sorted(written)
+
+
 def test_a_paused_replica_is_still_routed_around_in_a_busy_process(cluster: ClusterBase) -> None:
     pause = 9.0
     failures: list[BaseException] = []
