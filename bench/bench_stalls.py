@@ -11,8 +11,11 @@ replicas, with a thread holding the GIL 0.8 s at a time back to back and two CPU
 * false alarms: errors counted against the healthy replicas (listener events: failed probes,
   "hung" liveness checks, timeouts) while 3 threads read (``SELECT sleep(0.3)``, long enough to
   be checked) and 1 writes, for ``--seconds``; and statements that failed;
-* detection: replica 0 paused (SIGSTOP) for 5 s under the same load while 4 threads read; the
-  worst per-thread gap between two answers.
+* the same with the async pool (3 tasks read, 1 writes), holds back to back;
+* detection: replica 0 paused (SIGSTOP) for 5 s while 4 threads read, the GIL held 0.8 s at a
+  time with 0.2 s between holds (back to back, a statement on a healthy replica takes seconds
+  too); the worst per-thread gap between two answers, beside the same readers for 5 s with
+  nothing paused (what the holds alone cost).
 """
 
 from __future__ import annotations
@@ -42,6 +45,88 @@ def _busy_process() -> Any:
     return module.busy_process
 
 
+def _gaps(cluster: Any, busy_process: Any, *, pause: float, gil_pause: float, paused: bool,
+          failed: list[str]) -> float:
+    """The worst per-thread gap of 4 readers over ``pause`` seconds, replica 0 SIGSTOPped or not."""
+    import clickhouse_lb
+
+    worst = [0.0] * 4
+    with clickhouse_lb.get_pool(cluster.hosts) as pool:
+        for _ in range(30):
+            pool.command("SELECT 1")
+        stop = threading.Event()
+        running = threading.Barrier(5)
+
+        def reader(n: int) -> None:
+            pool.command("SELECT 1")
+            running.wait()
+            last = time.monotonic()
+            while not stop.is_set():
+                try:
+                    pool.command("SELECT 1")
+                except Exception as exc:
+                    failed.append(f"paused-read {type(exc).__name__}")
+                now = time.monotonic()
+                worst[n] = max(worst[n], now - last)
+                last = now
+
+        with busy_process(gil_hold=0.8, hogs=2, pause=gil_pause), ThreadPoolExecutor(4) as executor:
+            futures = [executor.submit(reader, n) for n in range(4)]
+            running.wait()
+            if paused:
+                cluster.pause(0)
+            time.sleep(pause)
+            if paused:
+                cluster.resume(0)
+            stop.set()
+            for future in futures:
+                future.result()
+    return max(worst)
+
+
+def _false_alarms_async(cluster: Any, busy_process: Any, seconds: float, *, events: list[str], failed: list[str],
+                        done: list[int]) -> None:
+    import asyncio
+
+    import clickhouse_lb
+
+    class Errors:
+        def on_error_recorded(self, event: Any) -> None:
+            events.append(f"async {event.kind}: {event.error[:80]}")
+
+    async def main() -> None:
+        async with clickhouse_lb.get_async_pool(cluster.hosts, listeners=[Errors()]) as pool:
+            for _ in range(6):
+                await pool.command("SELECT 1")
+            stop = asyncio.Event()
+
+            async def read() -> None:
+                while not stop.is_set():
+                    try:
+                        await pool.command("SELECT sleep(0.3)")
+                        done[0] += 1
+                    except Exception as exc:
+                        failed.append(f"async read {type(exc).__name__}: {str(exc)[:80]}")
+
+            async def write() -> None:
+                n = 0
+                while not stop.is_set():
+                    n += 1
+                    try:
+                        await pool.command(f"INSERT INTO bench_stalls SELECT {n} + sleep(0.3)")
+                        done[1] += 1
+                    except Exception as exc:
+                        failed.append(f"async write {type(exc).__name__}: {str(exc)[:80]}")
+
+            with busy_process(gil_hold=0.8, hogs=2):
+                tasks = [asyncio.ensure_future(read()) for _ in range(3)] + [asyncio.ensure_future(write())]
+                await asyncio.sleep(seconds)
+                stop.set()
+                await asyncio.gather(*tasks)
+
+    asyncio.run(main())
+
+
 def child(seconds: float) -> dict[str, Any]:
     import clickhouse_lb
     from clickhouse_lb.testing import LocalCluster
@@ -55,6 +140,7 @@ def child(seconds: float) -> dict[str, Any]:
 
     failed: list[str] = []
     done = [0, 0]
+    async_done = [0, 0]
     with LocalCluster(replicas=3) as cluster:
         cluster.on_all("CREATE TABLE IF NOT EXISTS bench_stalls (id UInt32) ENGINE = MergeTree ORDER BY id")
         with clickhouse_lb.get_pool(cluster.hosts, listeners=[Errors()]) as pool:
@@ -86,37 +172,15 @@ def child(seconds: float) -> dict[str, Any]:
                 stop.set()
                 for future in futures:
                     future.result()
-        worst = [0.0] * 4
-        with clickhouse_lb.get_pool(cluster.hosts) as pool:
-            for _ in range(30):
-                pool.command("SELECT 1")
-            stop = threading.Event()
-            running = threading.Barrier(5)
-
-            def reader(n: int) -> None:
-                pool.command("SELECT 1")
-                running.wait()
-                last = time.monotonic()
-                while not stop.is_set():
-                    try:
-                        pool.command("SELECT 1")
-                    except Exception as exc:
-                        failed.append(f"paused-read {type(exc).__name__}")
-                    now = time.monotonic()
-                    worst[n] = max(worst[n], now - last)
-                    last = now
-
-            with busy_process(gil_hold=0.8, hogs=2), ThreadPoolExecutor(4) as executor:
-                futures = [executor.submit(reader, n) for n in range(4)]
-                running.wait()
-                cluster.pause(0)
-                time.sleep(5)
-                cluster.resume(0)
-                stop.set()
-                for future in futures:
-                    future.result()
-    return {"false_alarms": len(events), "failed": len(failed), "reads": done[0], "writes": done[1],
-            "worst_gap": max(worst), "examples": (events + failed)[:4]}
+        sync_alarms = len(events)
+        _false_alarms_async(cluster, busy_process, seconds, events=events, failed=failed, done=async_done)
+        # The paused replica under 0.8 s holds 0.2 s apart (back to back every statement takes
+        # seconds on a healthy replica too), beside the same readers with nothing paused.
+        baseline = _gaps(cluster, busy_process, pause=5.0, gil_pause=0.2, paused=False, failed=failed)
+        paused = _gaps(cluster, busy_process, pause=5.0, gil_pause=0.2, paused=True, failed=failed)
+    return {"false_alarms": sync_alarms, "async_false_alarms": len(events) - sync_alarms, "failed": len(failed),
+            "reads": done[0], "writes": done[1], "async_reads": async_done[0], "async_writes": async_done[1],
+            "baseline_gap": baseline, "worst_gap": paused, "examples": (events + failed)[:4]}
 
 
 def main() -> None:
@@ -139,10 +203,13 @@ def main() -> None:
             continue
         rows.append((label, json.loads(lines[-1])))
     print(f"load after: {os.getloadavg()[0]:.1f}")
-    print(f"{'tree':8} {'false alarms':>12} {'failed stmts':>12} {'reads':>6} {'writes':>6} {'worst gap, paused':>18}")
+    print("| tree | false alarms sync / async | failed statements | reads / writes sync | reads / writes async "
+          "| worst gap, nothing paused | worst gap, replica paused |")
+    print("|---|---|---|---|---|---|---|")
     for label, row in rows:
-        print(f"{label:8} {row['false_alarms']:>12} {row['failed']:>12} {row['reads']:>6} {row['writes']:>6} "
-              f"{row['worst_gap']:>17.2f}s")
+        print(f"| {label} | {row['false_alarms']} / {row['async_false_alarms']} | {row['failed']} "
+              f"| {row['reads']} / {row['writes']} | {row['async_reads']} / {row['async_writes']} "
+              f"| {row['baseline_gap']:.2f} s | {row['worst_gap']:.2f} s |")
         for example in row["examples"]:
             print(f"    {example}")
 

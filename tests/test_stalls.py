@@ -5,7 +5,9 @@ replica's own history; a write is only given up on evidence."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
+import os
 import socket
 import threading
 import time
@@ -14,12 +16,30 @@ from collections.abc import Iterator
 import pytest
 
 from clickhouse_lb.config.liveness import LivenessPolicy
-from clickhouse_lb.core.stalls import Evidence, LatencyHistory, PingReading, ReplicaDetector, judge, read_check
+from clickhouse_lb.core.stalls import (
+    Evidence,
+    LatencyHistory,
+    PingReading,
+    ReplicaDetector,
+    StallLog,
+    judge,
+    read_check,
+)
 from clickhouse_lb.core.watch import AttemptWatch, Wake
 from clickhouse_lb.probes import _stall_ping
 from clickhouse_lb.probes._stall_ping import StallAwarePinger, stall_aware_wait
 
 TOLERANCE = 0.05
+
+#: These tests stall this process on purpose (a blocked loop, a late wait) and check the other
+#: half against a process that runs on time: under tools/busy_machine_tests.py a thread holds
+#: the GIL for seconds, every wait is late, and the on-time half cannot be had (there the pool
+#: rightly calls the failure inconclusive). integration/test_stalls_under_load.py is the test
+#: of the pool inside a busy process.
+on_time_process = pytest.mark.skipif(
+    os.environ.get("BUSY_MACHINE_GIL_FLOATS", "0") not in ("", "0"),
+    reason="needs a process that runs on time (a GIL-holding thread is running: tools/busy_machine_tests.py)",
+)
 
 
 def test_a_failed_ping_whose_waiter_woke_late_proves_nothing() -> None:
@@ -63,6 +83,8 @@ def test_a_check_reads_a_bare_bool_by_its_timing_and_a_reading_by_its_own_latene
     # A reading that waited two timeouts on time (it looked again after a stall) is evidence.
     silent = PingReading(False, 0.9, 0.15, late=0.01)
     assert read_check(silent, woke_late=0.0, elapsed=0.9, timeout=0.15, tolerance=TOLERANCE) == (False, False, False)
+    # A check that started 0.8 s late whose ping then waited on time: asked again (see read_check).
+    assert read_check(silent, woke_late=0.8, elapsed=0.9, timeout=0.15, tolerance=TOLERANCE).stalled
     refused = PingReading(False, 0.001, 0.15, hard=True)
     assert read_check(refused, woke_late=0.5, elapsed=0.5, timeout=0.15, tolerance=TOLERANCE).hard
 
@@ -122,6 +144,7 @@ def slow_ping_server() -> Iterator[tuple[str, list[float]]]:
     listener.close()
 
 
+@on_time_process
 def test_a_sync_ping_answered_while_its_waiter_stalled_counts_as_answered(
     slow_ping_server: tuple[str, list[float]], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -150,6 +173,7 @@ def test_a_sync_ping_answered_while_its_waiter_stalled_counts_as_answered(
     assert reading.ok, reading
 
 
+@on_time_process
 def test_a_sync_ping_of_a_silent_replica_fails_on_time(slow_ping_server: tuple[str, list[float]]) -> None:
     url, delay = slow_ping_server
     delay[0] = 5.0
@@ -171,6 +195,7 @@ def test_a_refused_ping_is_hard_evidence() -> None:
     assert reading.hard
 
 
+@on_time_process
 def test_an_async_ping_answered_while_the_loop_was_blocked_counts_as_answered() -> None:
     async def ping(timeout: float) -> bool:
         await asyncio.sleep(0.2)
@@ -188,3 +213,132 @@ def test_an_async_ping_answered_while_the_loop_was_blocked_counts_as_answered() 
     missed = asyncio.run(on_time_ping())
     assert not missed.ok
     assert judge(missed, TOLERANCE) is Evidence.DOWN
+
+
+def test_a_stall_log_says_how_much_of_a_window_the_loop_was_stalled() -> None:
+    log = StallLog()
+    log.record(1.0, 1.8)  # a beat due at 1.0 ran at 1.8: the loop did not run in between
+    log.record(2.0, 2.01)  # 10 ms late: a time slice of a busy machine, not a stall
+    log.record(3.0, 3.5)
+    assert log.stalled(0.0, 10.0) == pytest.approx(1.3)
+    assert log.stalled(1.5, 3.2) == pytest.approx(0.5)
+    assert log.stalled(1.9, 2.9) == 0.0
+
+
+def _timed_out_connect(timeout: BaseException | None = None) -> Exception:
+    """What clickhouse-connect raises for aiohttp's connect timeout: OperationalError from
+    ConnectionTimeoutError from the TimeoutError of asyncio.timeout (from its CancelledError)."""
+    aiohttp = pytest.importorskip("aiohttp")
+    from clickhouse_connect.driver.exceptions import OperationalError
+
+    if timeout is None:
+        timeout = TimeoutError()
+        timeout.__context__ = asyncio.CancelledError()
+    error = aiohttp.ConnectionTimeoutError("Connection timeout to host http://127.0.0.1:1")
+    error.__cause__ = timeout
+    wrapped = OperationalError("Network Error")
+    wrapped.__cause__ = error
+    return wrapped
+
+
+@on_time_process
+def test_an_async_connect_timeout_in_a_loop_stall_is_tried_again_and_a_real_one_raises() -> None:
+    from clickhouse_lb.pools._liveness import connect_timed_out, stall_tolerant_run
+
+    assert connect_timed_out(_timed_out_connect())
+    refused = OSError("Cannot connect")
+    refused.__cause__ = ConnectionRefusedError()
+    assert not connect_timed_out(refused)
+    calls: list[int] = []
+
+    async def connect(index: int, query_id: str | None, *, connect_takes: float, block: float) -> str:
+        # A connect taking ``connect_takes`` under aiohttp's 100 ms timer, the loop blocked
+        # ``block`` seconds (another thread holding the GIL) on the first try only.
+        calls.append(index)
+        if block and len(calls) == 1:
+            asyncio.get_running_loop().call_soon(time.sleep, block)
+        try:
+            async with asyncio.timeout(0.1):
+                await asyncio.sleep(connect_takes)
+        except TimeoutError as exc:
+            raise _timed_out_connect(exc)  # noqa: B904 - its cause is set as aiohttp sets it
+        return "answered"
+
+    async def stalled() -> str:
+        return await stall_tolerant_run(functools.partial(connect, connect_takes=0.01, block=0.3), 1, "q")
+
+    async def black_hole() -> str:
+        return await stall_tolerant_run(functools.partial(connect, connect_takes=5.0, block=0.0), 1, "q")
+
+    # The loop did not run for 0.3 s: the 10 ms connect timed out in the stall, and ran again.
+    assert asyncio.run(stalled()) == "answered"
+    assert calls == [1, 1]
+    # The loop ran on time through a whole connect timeout: evidence, raised at once.
+    calls.clear()
+    with pytest.raises(Exception, match="Network Error") as raised:
+        asyncio.run(black_hole())
+    assert connect_timed_out(raised.value)
+    assert calls == [1]
+
+
+@on_time_process
+def test_the_loop_heartbeat_beats_only_while_watched() -> None:
+    from clickhouse_lb.probes._loop_stalls import loop_meter
+
+    async def main() -> tuple[float, float, bool]:
+        meter = loop_meter()
+        with meter.watching() as since:
+            await asyncio.sleep(0.05)
+            time.sleep(0.3)  # the loop blocked
+            await asyncio.sleep(0.05)
+            blocked = meter.stalled(since)
+        quiet_since = meter.now()
+        await asyncio.sleep(0.1)
+        return blocked, meter.stalled(quiet_since), meter._handle is None
+
+    blocked, quiet, stopped = asyncio.run(main())
+    assert blocked > 0.2  # 0.3 s less at most one beat interval
+    assert quiet == 0.0
+    assert stopped
+
+
+@on_time_process
+def test_an_async_ping_delayed_by_a_stall_inside_its_wait_is_asked_again() -> None:
+    async def ping(timeout: float) -> bool:
+        # Two steps of I/O, 140 ms in all: within the 150 ms wait on a loop that runs.
+        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.04)
+        return True
+
+    async def stalled_in_the_middle() -> PingReading:
+        # Blocked from 10 to 120 ms: the second step ends at 160 ms, after the wait, whose own
+        # timer still runs on time (its lateness alone shows no stall).
+        asyncio.get_running_loop().call_later(0.01, time.sleep, 0.11)
+        return await stall_aware_wait(ping, 0.15, TOLERANCE)
+
+    assert asyncio.run(stalled_in_the_middle()).ok
+
+
+def test_a_write_is_shown_gone_by_a_growing_silence_not_three_short_ones() -> None:
+    write = AttemptWatch(0.0, retry_safe=False)
+    timeouts = []
+    now = 0.1
+    for _ in range(3):
+        wake, delay = write.next_wake(now)
+        now += delay
+        assert wake is Wake.CHECK
+        timeouts.append(write.ping_timeout(now))
+        now += timeouts[-1]
+        hung = write.checked(False, now)
+    assert timeouts == pytest.approx([0.15, 0.3, 0.6])
+    assert hung  # silent through all three: shown gone, about 1.45 s after the write started
+    assert now == pytest.approx(1.45)
+    # A replica busy for 0.9 s (its own work held its GIL) answers the third check: kept.
+    busy = AttemptWatch(0.0, retry_safe=False)
+    assert busy.checked(False, 0.25) is False
+    assert busy.checked(False, 0.7) is False
+    assert busy.ping_timeout(0.85) == pytest.approx(0.6)  # the third check waits until 1.45 s
+    assert busy.checked(True, 0.9) is False
+    assert busy.ping_timeout(1.9) == pytest.approx(0.15)  # answered: back to the configured timeout
+    # A read still moves on after one failed check.
+    assert AttemptWatch(0.0).ping_timeout(0.1) == pytest.approx(0.15)

@@ -32,8 +32,8 @@ from enum import Enum
 from statistics import NormalDist, median
 from typing import NamedTuple
 
-__all__ = ["Check", "Evidence", "LatencyHistory", "PingReading", "ReplicaDetector", "detector", "judge", "lateness",
-           "read_check"]
+__all__ = ["Check", "Evidence", "LatencyHistory", "PingReading", "ReplicaDetector", "StallLog", "detector", "judge",
+           "lateness", "read_check"]
 
 
 class Evidence(str, Enum):
@@ -59,6 +59,44 @@ class PingReading(NamedTuple):
 def lateness(planned: float, woke: float) -> float:
     """How late a waiter that planned to wake at ``planned`` woke at ``woke`` (never negative)."""
     return max(0.0, woke - planned)
+
+
+class StallLog:
+    """When a waiter (an event loop) did not run, from the readings of a heartbeat it runs: a
+    beat planned at ``planned`` that ran at ``woke`` shows the loop stalled in between (another
+    thread held the GIL, a callback blocked, the process was not scheduled).
+
+    A wake-up's lateness alone misses stalls: an event loop starved between two holds of the
+    GIL may still run a timer on time, after every step of the I/O it waited for was delayed;
+    the heartbeat sees each of those stalls. :meth:`stalled` answers how much of a time window
+    the loop spent stalled. Readings come in time order (one beat at a time)."""
+
+    __slots__ = ("_stalls", "minimum")
+
+    #: A beat less late than this is not a stall that explains a timeout: the CPU time slices
+    #: of a loaded machine (3-30 ms each; measured with 4 CPU hogs on 2 cores: a beat's median
+    #: lateness 8 ms) leave the loop running most of any window, and the loop reads an answer
+    #: in the first slice it gets. Seconds.
+    MINIMUM = 0.02
+    #: Stalls kept (the oldest are forgotten: windows are a few seconds long).
+    SIZE = 1024
+
+    def __init__(self, minimum: float = MINIMUM) -> None:
+        self.minimum = minimum
+        self._stalls: deque[tuple[float, float]] = deque(maxlen=self.SIZE)
+
+    def record(self, planned: float, woke: float) -> None:
+        if woke - planned > self.minimum:
+            self._stalls.append((planned, woke))
+
+    def stalled(self, start: float, end: float) -> float:
+        """Seconds of ``[start, end]`` the loop was stalled."""
+        total = 0.0
+        for planned, woke in reversed(self._stalls):
+            if woke <= start:
+                break
+            total += max(0.0, min(woke, end) - max(planned, start))
+        return total
 
 
 def judge(reading: PingReading, tolerance: float) -> Evidence:
@@ -163,6 +201,12 @@ def read_check(answer: bool | PingReading, *, woke_late: float, elapsed: float, 
     cannot tell more); ``woke_late``: how late the check itself started compared with when it
     was due; ``elapsed``: how long the ping took, seen from the check."""
     if isinstance(answer, PingReading):
+        # A check that started late is discounted too, although its ping gave the replica the
+        # whole timeout: this process not running on time says the machine may be overloaded,
+        # and a replica sharing it (a local test cluster, a sidecar) may be starved alike
+        # (measured: a healthy LocalCluster replica left a ping unanswered 150 ms at load 19,
+        # the check having woken 85 ms late). The check is asked again at once, so a hung
+        # replica costs one ping timeout more, not a stall more.
         stalled = woke_late > tolerance or judge(answer, tolerance) is Evidence.INCONCLUSIVE
         return Check(answer.ok, stalled and not answer.hard, answer.hard and not answer.ok)
     # A bare bool: the ping's timeout firing late is the only sign of a stall it leaves.

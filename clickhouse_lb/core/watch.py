@@ -101,8 +101,14 @@ class AttemptWatch:
         return wake, max(0.0, at - now)
 
     def ping_timeout(self, now: float) -> float:
-        """The ping's timeout: the policy's, cut so that it ends by the deadline."""
+        """The ping's timeout: the policy's, cut so that it ends by the deadline. For a write
+        that is not safe to repeat it doubles with each failed check in a row: a replica is
+        shown gone by a silence that grows (0.15 + 0.3 + 0.6 s by default), not by three
+        short ones that a replica busy for half a second (a long GC, its own work holding the
+        GIL, as a local test replica decoding an insert does) can leave unanswered."""
         limit = self.liveness.ping_timeout
+        if not self.retry_safe:
+            limit *= 2 ** self._failed_checks
         for at in (self.deadline_at, self.receive_at):
             if at is not None:
                 limit = min(limit, max(0.001, at - now))

@@ -15,6 +15,7 @@ from clickhouse_lb.core.race import Abandon, AttemptMachine, AttemptSpec, Launch
 from clickhouse_lb.core.stalls import PingReading
 from clickhouse_lb.core.watch import first_wake
 from clickhouse_lb.pools._leftovers import release
+from clickhouse_lb.pools._liveness import stall_tolerant_run
 
 __all__ = ["AsyncDriver"]
 
@@ -58,8 +59,8 @@ class AsyncDriver:
         started = plan.clock()
         first = first_wake(started, settings.liveness, settings.timeouts.receive, plan.deadline.at)
         if first == math.inf:
-            return index, await call(index, query_id)
-        run = asyncio.ensure_future(call(index, query_id))
+            return index, await stall_tolerant_run(call, index, query_id)
+        run = asyncio.ensure_future(stall_tolerant_run(call, index, query_id))
         try:
             await asyncio.wait((run,), timeout=first - started)
         except BaseException:  # cancelled: no run is left behind
@@ -81,7 +82,8 @@ class AsyncDriver:
         try:
             for command in machine:
                 if isinstance(command, Launch):
-                    machine.reply = _started(launched, call(command.replica, command.query_id))
+                    # A connect that timed out while the loop stalled is tried again (pools/_liveness.py).
+                    machine.reply = _started(launched, stall_tolerant_run(call, command.replica, command.query_id))
                 elif isinstance(command, Ping):
                     machine.reply = _started(launched, ping(command.replica, command.timeout))
                 elif isinstance(command, Wait):

@@ -28,6 +28,7 @@ from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 from urllib3.util import parse_url
 
 from clickhouse_lb.core.stalls import PingReading, lateness
+from clickhouse_lb.probes._loop_stalls import LoopStallMeter, loop_meter
 
 __all__ = ["StallAwarePinger", "stall_aware_wait"]
 
@@ -187,29 +188,29 @@ async def stall_aware_wait(
     On an event loop, the timer of a ping that was answered while the loop was blocked (another
     thread holding the GIL, a blocking callback) can run before the answer's callbacks do: the
     answer is in hand and the ping still times out. So the wait here is the caller's own: when it
-    ends without an answer and woke up late, the loop is given one more ``limit`` of its own
-    running time (an answer that came meanwhile is processed first thing); the ping itself is
-    given a timeout long enough for both waits."""
+    ends without an answer and the loop stalled during it (it woke up late, or the loop's
+    heartbeat, :mod:`~clickhouse_lb.probes._loop_stalls`, ran late inside the wait), the loop is
+    given one more ``limit`` (an answer that came meanwhile is processed first thing); the ping
+    itself is given a timeout long enough for both waits. The reading's ``late`` is the stall
+    of its last wait: how late it woke, or how long the loop was stalled in it, the larger."""
     start = clock()
-    # The ping's own timeout only bounds a ping nobody waits for any more: the waits here decide.
-    task = asyncio.ensure_future(ping(10 * limit + 1.0))
-    task.add_done_callback(_retrieve)  # whatever happens to this wait, no "never retrieved" later
-    planned = start + limit
-    try:
-        done, _ = await asyncio.wait({task}, timeout=limit)
-        late = lateness(planned, clock())
-        if late > tolerance and not (done and task.exception() is None and task.result()):
-            # Woke up late without an answer (or with a failure that came late: its own timer
-            # may have fired in the stall): give the loop one more timeout of its running time.
-            if done:
-                task = asyncio.ensure_future(ping(10 * limit + 1.0))
-                task.add_done_callback(_retrieve)
-            planned = clock() + limit
-            done, _ = await asyncio.wait({task}, timeout=limit)
-            late = lateness(planned, clock())
-    finally:
-        if not task.done():
-            task.cancel()
+    meter = loop_meter()
+    with meter.watching():
+        # The ping's own timeout only bounds a ping nobody waits for any more: the waits here decide.
+        task = asyncio.ensure_future(ping(10 * limit + 1.0))
+        task.add_done_callback(_retrieve)  # whatever happens to this wait, no "never retrieved" later
+        try:
+            done, late = await _wait(task, limit, meter, clock)
+            if late > tolerance and not (done and task.exception() is None and task.result()):
+                # Stalled without an answer (or with a failure that came late: its own timer may
+                # have fired in the stall): give the loop one more timeout.
+                if done:
+                    task = asyncio.ensure_future(ping(10 * limit + 1.0))
+                    task.add_done_callback(_retrieve)
+                done, late = await _wait(task, limit, meter, clock)
+        finally:
+            if not task.done():
+                task.cancel()
     elapsed = clock() - start
     if not done:
         return PingReading(False, elapsed, limit, late, False, f"no answer to /ping within {limit:g}s")
@@ -218,3 +219,12 @@ async def stall_aware_wait(
         return PingReading(False, elapsed, limit, late, _hard(exc), f"{type(exc).__name__}: {exc}")
     answered = bool(task.result())
     return PingReading(answered, elapsed, limit, late, False, None if answered else "/ping failed")
+
+
+async def _wait(task: asyncio.Future[Any], limit: float, meter: LoopStallMeter,
+                clock: Callable[[], float]) -> tuple[bool, float]:
+    """Wait up to ``limit`` for ``task``: ``(done, how stalled the wait was)``."""
+    since = meter.now()
+    planned = clock() + limit
+    done, _ = await asyncio.wait({task}, timeout=limit)
+    return bool(done), max(lateness(planned, clock()), meter.stalled(since))

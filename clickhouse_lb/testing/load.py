@@ -16,7 +16,20 @@ import threading
 import time
 from collections.abc import Iterator
 
-__all__ = ["busy_process", "gil_holder_size"]
+__all__ = ["Holds", "busy_process", "gil_holder_size"]
+
+
+class Holds(list[float]):
+    """The measured durations of the GIL holds (seconds), and ``first``: set when one ended (a
+    busy machine stretches the holds: a test can size its waits from the first one)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = threading.Event()
+
+    def append(self, hold: float) -> None:
+        super().append(hold)
+        self.first.set()
 
 
 def gil_holder_size(hold: float) -> int:
@@ -29,11 +42,11 @@ def gil_holder_size(hold: float) -> int:
 
 
 @contextlib.contextmanager
-def busy_process(*, gil_hold: float = 0.8, hogs: int = 2, pause: float = 0.0) -> Iterator[list[float]]:
+def busy_process(*, gil_hold: float = 0.8, hogs: int = 2, pause: float = 0.0) -> Iterator[Holds]:
     """Hold the GIL ``gil_hold`` seconds at a time (``pause`` seconds apart; 0: back to back;
     ``gil_hold=0``: no holder) while ``hogs`` processes spin; yields the measured hold durations.
     The hogs are started and killed here, by their own process ids."""
-    holds: list[float] = []
+    holds = Holds()
     stop = threading.Event()
     procs = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(hogs)]
     thread = None
