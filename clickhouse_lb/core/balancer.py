@@ -242,6 +242,9 @@ class Balancer:
         return self.state.record_slowdown(index)
 
     def record_success(self, index: int) -> None:
+        record = self.state.records[index]
+        if not record.failed and not record.announced:  # the common case (state.record_success's own test, inlined)
+            return
         if self.state.record_success(index):
             self._recovered([index], "succeeded")
 

@@ -36,7 +36,8 @@ from typing import NamedTuple, Protocol
 
 from clickhouse_lb.config.health import HEALTH_SETTING_NAMES, HealthSettings, parse_health_settings
 from clickhouse_lb.core.events import ListenerSet, ProbeEvent, ReplicaDownEvent, logger
-from clickhouse_lb.core.state import Clock
+from clickhouse_lb.core.records import SetClock, remap
+from clickhouse_lb.core.state import Clock, ReplicaSetState
 
 __all__ = [
     "HEALTH_SETTING_NAMES",
@@ -126,12 +127,20 @@ class _Replica:
 class ProbeSchedule:
     """Which replica to probe when, and the verdict of each outcome. Thread-safe; no I/O."""
 
-    def __init__(self, size: int, settings: HealthSettings, *, clock: Clock = time.monotonic) -> None:
+    def __init__(
+        self, size: int, settings: HealthSettings, *, clock: Clock = time.monotonic, set_clock: SetClock | None = None
+    ) -> None:
         self.settings = settings
         self._clock = clock
-        self._lock = threading.Lock()
+        #: The replica set's lock (``ReplicaSetState.set_clock``): the probe records of a set are
+        #: changed under the same lock as its counts and load.
+        self._set = set_clock if set_clock is not None else SetClock()
         self._replicas = [_Replica() for _ in range(size)]
         self._worst_delay = 0.0
+
+    @property
+    def _lock(self) -> threading.Lock:
+        return self._set.lock
 
     def _interval(self, replica: _Replica, suspect: bool) -> float:
         if suspect or replica.state is not ProbeState.UP:
@@ -256,19 +265,23 @@ class ProbeSchedule:
                 for r in self._replicas
             ]
 
-    def carry_over(self, other: ProbeSchedule, kept: Mapping[int, int]) -> None:
-        """Take the probe state of replica ``old`` of ``other`` (the set discovery replaced) as
-        that of replica ``kept[old]`` here; a probe in flight there is not in flight here."""
-        with other._lock:
-            taken = {index: other._replicas[old] for old, index in kept.items()}
+    def carried_over(self, kept: Mapping[int, int], size: int, set_clock: SetClock) -> ProbeSchedule:
+        """The schedule of a new set of ``size`` (discovery changed it) where replica ``old``
+        of this one is ``kept[old]``: its probe record (verdict, streaks, latest probe,
+        replication delay) moves with it, a copy, since a probe in flight here finishes here
+        (it is not in flight there); added replicas start unprobed."""
+        new = ProbeSchedule(size, self.settings, clock=self._clock, set_clock=set_clock)
         with self._lock:
-            for index, replica in taken.items():
+            new._replicas = remap(self._replicas, kept, size, _Replica)
+            for index in kept.values():
+                replica = new._replicas[index]
                 copy = _Replica()
                 for name in _Replica.__slots__:
                     setattr(copy, name, getattr(replica, name))
                 copy.in_flight = copy.delay_in_flight = False
-                self._replicas[index] = copy
-            self._worst_delay = max((r.delay or 0.0 for r in self._replicas), default=0.0)
+                new._replicas[index] = copy
+        new._worst_delay = max((r.delay or 0.0 for r in new._replicas), default=0.0)
+        return new
 
     def abandon_in_flight(self) -> None:
         """Forget probes that will never finish (their worker stopped)."""
@@ -279,8 +292,8 @@ class ProbeSchedule:
 
     def reset(self) -> None:
         """After fork: the child has none of the parent's threads, and the lock may have been
-        held by one of them when the process forked."""
-        self._lock = threading.Lock()
+        held by one of them when the process forked (the set's lock: the counts take the new one too)."""
+        self._set.lock = threading.Lock()
         for replica in self._replicas:
             replica.in_flight = False
             replica.delay_in_flight = False
@@ -291,6 +304,7 @@ class HealthTarget(Protocol):
 
     addresses: tuple[str, ...]
     listeners: ListenerSet
+    state: ReplicaSetState
 
     def suspects(self) -> list[bool]:
         """Per replica: has errors, or its latest attempt failed."""
@@ -325,7 +339,16 @@ class HealthMonitor:
     def __init__(self, target: HealthTarget, settings: HealthSettings, *, clock: Clock = time.monotonic) -> None:
         self._target = weakref.ref(target)
         self.settings = settings
-        self.schedule = ProbeSchedule(len(target.addresses), settings, clock=clock)
+        self.schedule = ProbeSchedule(len(target.addresses), settings, clock=clock, set_clock=target.state.set_clock)
+
+    @classmethod
+    def with_schedule(cls, target: HealthTarget, schedule: ProbeSchedule) -> HealthMonitor:
+        """A monitor of ``target`` keeping ``schedule`` (one carried over by discovery)."""
+        monitor = cls.__new__(cls)
+        monitor._target = weakref.ref(target)
+        monitor.settings = schedule.settings
+        monitor.schedule = schedule
+        return monitor
 
     @property
     def target(self) -> HealthTarget:
