@@ -37,7 +37,7 @@ from typing import NamedTuple, Protocol
 from clickhouse_lb.config.health import HEALTH_SETTING_NAMES, HealthSettings, parse_health_settings
 from clickhouse_lb.core.events import ListenerSet, ProbeEvent, ReplicaDownEvent, logger
 from clickhouse_lb.core.records import SetClock, remap
-from clickhouse_lb.core.state import Clock, ReplicaSetState
+from clickhouse_lb.core.state import Clock, HealthReading, ReplicaSetState
 
 __all__ = [
     "HEALTH_SETTING_NAMES",
@@ -314,6 +314,9 @@ class HealthTarget(Protocol):
     def health_marks(self) -> tuple[list[int], list[bool]]:
         """Per replica: errors ever counted, and whether the count holds one a ping cannot disprove."""
 
+    def health_reading(self) -> HealthReading:
+        """Errors, suspects and both marks, read in one hold of the set's lock."""
+
     def record_error(self, index: int, reason: str, kind: str = ...) -> int: ...
 
     def readmit(self, index: int, reason: str) -> bool:
@@ -358,24 +361,23 @@ class HealthMonitor:
         return target
 
     def due(self) -> list[int]:
-        target = self.target
-        epochs, _ = target.health_marks()
-        return self.schedule.due(self._suspects(target), epochs)
+        reading = self.target.health_reading()
+        return self.schedule.due(self._suspects(reading.suspects), reading.epochs)
 
     def next_wakeup(self) -> float:
-        return self.schedule.next_wakeup(self._suspects(self.target))
+        return self.schedule.next_wakeup(self._suspects(self.target.health_reading().suspects))
 
-    def _suspects(self, target: HealthTarget) -> list[bool]:
-        return [s or self.schedule.is_down(i) for i, s in enumerate(target.suspects())]
+    def _suspects(self, suspects: list[bool]) -> list[bool]:
+        return [s or self.schedule.is_down(i) for i, s in enumerate(suspects)]
 
     def finish(self, index: int, outcome: ProbeOutcome) -> Verdict:
         target = self.target  # one strong reference for the whole decision
         address = target.addresses[index]
-        errors = target.error_counts()[index]
-        epochs, sticky = target.health_marks()
+        reading = target.health_reading()  # count, epoch and mark from one read of the records
         was_down = self.schedule.is_down(index)
         verdict = self.schedule.finish(
-            index, outcome, errors_count=errors, epoch=epochs[index], sticky=sticky[index], wall_time=time.time()
+            index, outcome, errors_count=reading.errors[index], epoch=reading.epochs[index],
+            sticky=reading.sticky[index], wall_time=time.time(),
         )
         if outcome.ok:
             logger.debug("probe of %s answered in %.1f ms", address, outcome.latency * 1000)

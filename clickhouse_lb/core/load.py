@@ -190,5 +190,8 @@ class ReplicaLoad:
         """Every replica's in-flight count and decayed average now (a read: changes nothing)."""
         now = self._clock()
         with self._set.lock:
-            averages = self._decayed_locked(now)
-            return [LoadSnapshot(r.in_flight, a) for r, a in zip(self._records, averages)]
+            return self.snapshot_locked(now)
+
+    def snapshot_locked(self, now: float) -> list[LoadSnapshot]:
+        """:meth:`snapshot` at ``now``, the set's lock held by the caller."""
+        return [LoadSnapshot(r.in_flight, a) for r, a in zip(self._records, self._decayed_locked(now))]

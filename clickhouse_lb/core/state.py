@@ -19,10 +19,18 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import NamedTuple
 
-from clickhouse_lb.core.load import DEFAULT_DECAY_TIME, ReplicaLoad
+from clickhouse_lb.core.load import DEFAULT_DECAY_TIME, LoadSnapshot, ReplicaLoad
 from clickhouse_lb.core.records import ReplicaRecord, SetClock, remap
 
-__all__ = ["Clock", "ReplicaCounts", "ReplicaSetState", "Selection", "decay_shifts", "estimated_recovery_time"]
+__all__ = [
+    "Clock",
+    "HealthReading",
+    "ReplicaCounts",
+    "ReplicaSetState",
+    "Selection",
+    "decay_shifts",
+    "estimated_recovery_time",
+]
 
 Clock = Callable[[], float]
 
@@ -66,6 +74,19 @@ class Selection(NamedTuple):
     round_robin: int
     #: Replicas whose counts this selection's decay brought back to zero.
     recovered: list[int]
+
+
+class HealthReading(NamedTuple):
+    """Per replica, what the health probes read of the records (:meth:`ReplicaSetState.health_reading`)."""
+
+    #: Errors, decayed to now.
+    errors: list[int]
+    #: Has errors, or its latest attempt failed (probed more often).
+    suspects: list[bool]
+    #: Errors ever counted.
+    epochs: list[int]
+    #: The count holds an error a successful ping does not disprove.
+    sticky: list[bool]
 
 
 @dataclass(frozen=True)
@@ -220,6 +241,21 @@ class ReplicaSetState:
         with self._set.lock:
             return [r.epoch for r in self.records], [r.sticky for r in self.records]
 
+    def health_reading(self) -> HealthReading:
+        """What the health probes decide on, read from every record in one hold of the lock
+        (counts decayed to now without moving the decay clock): a probe's verdict never mixes
+        a count from before an error with the epoch from after it."""
+        now = self._clock()
+        with self._set.lock:
+            counts = self._counts_locked(now)
+            records = self.records
+            return HealthReading(
+                [c.errors for c in counts],
+                [c.errors > 0 or c.last_attempt_failed for c in counts],
+                [r.epoch for r in records],
+                [r.sticky for r in records],
+            )
+
     def record_slowdown(self, index: int) -> int:
         record = self.records[index]
         clock = self._set
@@ -245,22 +281,32 @@ class ReplicaSetState:
         must not move the decay clock, or watching a pool would change its behaviour)."""
         now = self._clock()
         with self._set.lock:
-            last = self._set.last_decrease
-            since = 0.0 if last is None else now - last
-            shifts = 0 if last is None else decay_shifts(since, self.half_life)
-            if shifts:
-                since = 0.0
-            result = []
-            for record in self.records:
-                e = _shift(record.errors, shifts)
-                s = _shift(record.slowdowns, shifts)
-                result.append(
-                    ReplicaCounts(
-                        e, s, estimated_recovery_time(e, s, self.half_life, since),
-                        record.last_error, record.last_error_time, record.failed,
-                    )
+            return self._counts_locked(now)
+
+    def report(self) -> list[tuple[ReplicaCounts, LoadSnapshot]]:
+        """Every replica's counts (as :meth:`counts`) and load, read from its record in one
+        hold of the lock: one consistent picture of the set (``pool.replicas``)."""
+        now = self._clock()
+        with self._set.lock:
+            return list(zip(self._counts_locked(now), self.replica_load.snapshot_locked(now)))
+
+    def _counts_locked(self, now: float) -> list[ReplicaCounts]:
+        last = self._set.last_decrease
+        since = 0.0 if last is None else now - last
+        shifts = 0 if last is None else decay_shifts(since, self.half_life)
+        if shifts:
+            since = 0.0
+        result = []
+        for record in self.records:
+            e = _shift(record.errors, shifts)
+            s = _shift(record.slowdowns, shifts)
+            result.append(
+                ReplicaCounts(
+                    e, s, estimated_recovery_time(e, s, self.half_life, since),
+                    record.last_error, record.last_error_time, record.failed,
                 )
-            return result
+            )
+        return result
 
     def carried_over(self, kept: Mapping[int, int], size: int) -> ReplicaSetState:
         """The state of a new replica set of ``size`` where replica ``old`` of this one is
