@@ -36,7 +36,7 @@ from typing import NamedTuple, Protocol
 
 from clickhouse_lb.config.health import HEALTH_SETTING_NAMES, HealthSettings, parse_health_settings
 from clickhouse_lb.core.events import ListenerSet, ProbeEvent, ReplicaDownEvent, logger
-from clickhouse_lb.core.records import SetClock, remap
+from clickhouse_lb.core.records import ProbeRecord, ProbeState, SetClock, remap
 from clickhouse_lb.core.state import Clock, HealthReading, ReplicaSetState
 
 __all__ = [
@@ -50,15 +50,6 @@ __all__ = [
     "ProbeStatus",
     "parse_health_settings",
 ]
-
-
-class ProbeState(str, Enum):
-    """What the probes think of a replica."""
-
-    OFF = "off"  # probing is turned off
-    UNKNOWN = "unknown"  # not probed yet
-    UP = "up"
-    DOWN = "down"  # health_check_fall consecutive probes failed, not re-admitted yet
 
 
 class ProbeOutcome(NamedTuple):
@@ -89,41 +80,6 @@ class ProbeStatus(NamedTuple):
     delay: float | None = None  # replication delay in seconds, latest read
 
 
-class _Replica:
-    __slots__ = (
-        "delay",
-        "delay_in_flight",
-        "delay_started",
-        "failures",
-        "in_flight",
-        "last_error",
-        "last_latency",
-        "last_started",
-        "last_time",
-        "started_epoch",
-        "state",
-        "streak_epoch",
-        "successes",
-    )
-
-    def __init__(self) -> None:
-        self.state = ProbeState.UNKNOWN
-        self.successes = 0  # consecutive, all started after the latest error
-        self.failures = 0  # consecutive
-        self.in_flight = False
-        self.last_started: float | None = None  # monotonic
-        self.last_time: float | None = None  # wall clock
-        self.last_latency: float | None = None
-        self.last_error: str | None = None
-        # Epoch: the number of errors ever counted against the replica (the state's). A probe
-        # that started before the latest error proves nothing about it.
-        self.started_epoch = 0  # of the probe in flight
-        self.streak_epoch = 0  # of the current run of successes
-        self.delay: float | None = None  # seconds, latest read (None: never read)
-        self.delay_in_flight = False
-        self.delay_started: float | None = None
-
-
 class ProbeSchedule:
     """Which replica to probe when, and the verdict of each outcome. Thread-safe; no I/O."""
 
@@ -135,14 +91,14 @@ class ProbeSchedule:
         #: The replica set's lock (``ReplicaSetState.set_clock``): the probe records of a set are
         #: changed under the same lock as its counts and load.
         self._set = set_clock if set_clock is not None else SetClock()
-        self._replicas = [_Replica() for _ in range(size)]
+        self._replicas = [ProbeRecord() for _ in range(size)]
         self._worst_delay = 0.0
 
     @property
     def _lock(self) -> threading.Lock:
         return self._set.lock
 
-    def _interval(self, replica: _Replica, suspect: bool) -> float:
+    def _interval(self, replica: ProbeRecord, suspect: bool) -> float:
         if suspect or replica.state is not ProbeState.UP:
             return self.settings.fast_interval
         return self.settings.interval
@@ -272,14 +228,7 @@ class ProbeSchedule:
         (it is not in flight there); added replicas start unprobed."""
         new = ProbeSchedule(size, self.settings, clock=self._clock, set_clock=set_clock)
         with self._lock:
-            new._replicas = remap(self._replicas, kept, size, _Replica)
-            for index in kept.values():
-                replica = new._replicas[index]
-                copy = _Replica()
-                for name in _Replica.__slots__:
-                    setattr(copy, name, getattr(replica, name))
-                copy.in_flight = copy.delay_in_flight = False
-                new._replicas[index] = copy
+            new._replicas = remap([r.idle_copy() for r in self._replicas], kept, size, ProbeRecord)
         new._worst_delay = max((r.delay or 0.0 for r in new._replicas), default=0.0)
         return new
 

@@ -1,4 +1,5 @@
-"""One record per replica: everything the balancing state knows of it, in one place.
+"""One record per replica: everything the balancing state knows of it, in one place; and the
+record one prober keeps of it (:class:`ProbeRecord`).
 
 A :class:`ReplicaRecord` holds a replica's error and slowdown counts, what it last saw, the
 marks the health probes read (errors ever counted, whether the count holds one a ping cannot
@@ -20,9 +21,10 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from enum import Enum
 from typing import TypeVar
 
-__all__ = ["ReplicaRecord", "SetClock", "remap"]
+__all__ = ["ProbeRecord", "ProbeState", "ReplicaRecord", "SetClock", "remap"]
 
 T = TypeVar("T")
 
@@ -87,3 +89,61 @@ class SetClock:
         self.last_decrease: float | None = None  # None: the decay clock has not started
         self.round_robin = round_robin
         self.slowed = False  # some slowdown may be non-zero (cleared when decay zeroes them)
+
+
+class ProbeState(str, Enum):
+    """What the probes think of a replica."""
+
+    OFF = "off"  # probing is turned off
+    UNKNOWN = "unknown"  # not probed yet
+    UP = "up"
+    DOWN = "down"  # health_check_fall consecutive probes failed, not re-admitted yet
+
+
+class ProbeRecord:
+    """One replica as one prober sees it: its verdict, rise/fall streaks, latest probe and
+    replication delay (:class:`~clickhouse_lb.core.health.ProbeSchedule`'s, changed under the
+    set's lock). One per prober, not per set: pools sharing a set may probe it with other
+    settings, or each on its own event loop."""
+
+    __slots__ = (
+        "delay",
+        "delay_in_flight",
+        "delay_started",
+        "failures",
+        "in_flight",
+        "last_error",
+        "last_latency",
+        "last_started",
+        "last_time",
+        "started_epoch",
+        "state",
+        "streak_epoch",
+        "successes",
+    )
+
+    def __init__(self) -> None:
+        self.state = ProbeState.UNKNOWN
+        self.successes = 0  # consecutive, all started after the latest error
+        self.failures = 0  # consecutive
+        self.in_flight = False
+        self.last_started: float | None = None  # monotonic
+        self.last_time: float | None = None  # wall clock
+        self.last_latency: float | None = None
+        self.last_error: str | None = None
+        # Epoch: the number of errors ever counted against the replica (the state's). A probe
+        # that started before the latest error proves nothing about it.
+        self.started_epoch = 0  # of the probe in flight
+        self.streak_epoch = 0  # of the current run of successes
+        self.delay: float | None = None  # seconds, latest read (None: never read)
+        self.delay_in_flight = False
+        self.delay_started: float | None = None
+
+    def idle_copy(self) -> ProbeRecord:
+        """This record with nothing in flight (what a new schedule takes over: a probe in
+        flight finishes on the schedule that started it)."""
+        copy = ProbeRecord()
+        for name in ProbeRecord.__slots__:
+            setattr(copy, name, getattr(self, name))
+        copy.in_flight = copy.delay_in_flight = False
+        return copy
