@@ -74,7 +74,8 @@ def test_statements_still_running_on_the_old_set_count_on_the_moved_records(cloc
     assert new.records[0] is old.records[2]
     assert new.counts()[0].errors == 1
     assert new.replica_load.snapshot()[0].in_flight == 0
-    assert new.records[2] is not old.records[1] and new.counts()[2].errors == 0
+    assert new.records[2] is not old.records[1]
+    assert new.counts()[2].errors == 0
 
 
 def test_threads_updating_records_while_the_set_is_replaced_lose_no_update(clock: FakeClock) -> None:
