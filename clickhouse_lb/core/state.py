@@ -67,7 +67,7 @@ class Selection(NamedTuple):
     """A snapshot of the counts for ordering one statement (after decay)."""
 
     errors: list[int]
-    slowdowns: list[int]
+    slowdowns: list[int]  # shared while `slowed` is False: read it, never change it
     #: Whether any slowdown is stored (False: ``slowdowns`` is all zeros).
     slowed: bool
     #: The round-robin counter before this selection's step.
@@ -105,7 +105,7 @@ class ReplicaSetState:
     """The records of one set of replicas (one pool, or every pool sharing them), shared by
     all threads and tasks using it; ``records[i]`` is replica ``i``'s."""
 
-    __slots__ = ("_clock", "_set", "error_cap", "half_life", "records", "replica_load", "size")
+    __slots__ = ("_clock", "_set", "_zeros", "error_cap", "half_life", "records", "replica_load", "size")
 
     def __init__(
         self,
@@ -128,6 +128,9 @@ class ReplicaSetState:
         self.records: tuple[ReplicaRecord, ...] = (
             tuple(records) if records is not None else tuple(ReplicaRecord() for _ in range(size))
         )
+        # The slowdowns of a Selection while none is stored: one list, never mutated (no
+        # allocation per statement for a vector nobody reads then).
+        self._zeros = [0] * size
         #: In-flight statements and latency averages (``least_loaded``): the same records, the same lock.
         self.replica_load = ReplicaLoad.over(self.records, self._set, decay_time=load_decay_time, clock=clock)
 
@@ -185,7 +188,7 @@ class ReplicaSetState:
                 if not any(slowdowns):
                     slowed = clock.slowed = False
             else:
-                slowdowns = [0] * self.size
+                slowdowns = self._zeros
             # tuple.__new__: a Selection without the Python-level __new__ NamedTuple gives it.
             return _new_tuple(Selection, (errors, slowdowns, slowed, counter, recovered))
 
