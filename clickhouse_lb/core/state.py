@@ -120,14 +120,12 @@ class ReplicaSetState:
         set_clock: SetClock | None = None,
     ) -> None:
         self.size = size
-        self.half_life = half_life
-        self.error_cap = error_cap
-        self._clock = clock
-        #: The lock, decay stamp and round-robin counter (carried over by discovery with the records).
-        self._set = set_clock if set_clock is not None else SetClock(round_robin_start)
         self.records: tuple[ReplicaRecord, ...] = (
             tuple(records) if records is not None else tuple(ReplicaRecord() for _ in range(size))
         )
+        #: The lock, decay stamp and round-robin counter (carried over by discovery with the records).
+        self._set = set_clock if set_clock is not None else SetClock(round_robin_start)
+        self.half_life, self.error_cap, self._clock = half_life, error_cap, clock
         # The slowdowns of a Selection while none is stored: one list, never mutated (no
         # allocation per statement for a vector nobody reads then).
         self._zeros = [0] * size
