@@ -47,7 +47,7 @@ def test_every_strategy_plans_as_the_general_path_does(strategy: str) -> None:
     clock = Clock()
     fast, general = balancer(strategy, clock), balancer(strategy, clock)
     general._clear_plan = None  # the general path only
-    general.state._round_robin = fast.state._round_robin  # (a random start per state)
+    general.state._set.round_robin = fast.state._set.round_robin  # (a random start per state)
     for step in range(40):
         clock.now += 7.0
         if step in (10, 25):

@@ -20,7 +20,7 @@ from clickhouse_lb.config.settings import NO_OVERRIDES, BalancingSettings, LoadB
 from clickhouse_lb.core.classify import PING_DISPROVABLE_KINDS, Failure, classify
 from clickhouse_lb.core.events import ErrorRecordedEvent, Listener, ListenerSet, ReplicaRecoveredEvent, logger
 from clickhouse_lb.core.ordering import least_loaded_order, plan_order, round_robin_order, static_ranks, tie_free_order
-from clickhouse_lb.core.state import Clock, ReplicaSetState
+from clickhouse_lb.core.state import Clock, HealthReading, ReplicaSetState
 from clickhouse_lb.core.strategies import default_local_hostname, hostname_scores, strategy_priorities
 from clickhouse_lb.errors import ConfigurationError
 
@@ -238,6 +238,10 @@ class Balancer:
         disprove (see :meth:`ReplicaSetState.health_marks`)."""
         return self.state.health_marks()
 
+    def health_reading(self) -> HealthReading:
+        """Counts, suspects and marks in one consistent read (:meth:`ReplicaSetState.health_reading`)."""
+        return self.state.health_reading()
+
     def error_counts(self) -> list[int]:
         """Errors per replica, decayed to now (a look: the decay clock does not move)."""
         return [c.errors for c in self.state.counts()]
@@ -250,6 +254,9 @@ class Balancer:
         return self.state.record_slowdown(index)
 
     def record_success(self, index: int) -> None:
+        record = self.state.records[index]
+        if not record.failed and not record.announced:  # the common case (state.record_success's own test, inlined)
+            return
         if self.state.record_success(index):
             self._recovered([index], "succeeded")
 
@@ -263,20 +270,12 @@ class Balancer:
     # -- reporting -------------------------------------------------------------------------
 
     def statuses(self) -> list[ReplicaStatus]:
+        """Every replica's status, its counts and load read in one hold of the set's lock
+        (the fields in ``ReplicaStatus``'s order)."""
         return [
             ReplicaStatus(
-                host=replica.host,
-                port=replica.port,
-                address=replica.address,
-                priority=replica.priority,
-                errors_count=counts.errors,
-                slowdowns_count=counts.slowdowns,
-                estimated_recovery_time=counts.estimated_recovery_time,
-                last_error=counts.last_error,
-                last_error_time=counts.last_error_time,
-                is_up=not counts.last_attempt_failed,
-                in_flight=load.in_flight,
-                latency_ewma=load.latency_ewma,
+                r.host, r.port, r.address, r.priority, c.errors, c.slowdowns, c.estimated_recovery_time,
+                c.last_error, c.last_error_time, not c.last_attempt_failed, load.in_flight, load.latency_ewma,
             )
-            for replica, counts, load in zip(self.replicas, self.state.counts(), self.state.replica_load.snapshot())
+            for r, (c, load) in zip(self.replicas, self.state.report())
         ]

@@ -16,8 +16,9 @@ ports, like the local test cluster).
 
 Settings (keyword, DSN and URL parameter): ``cluster`` (turns discovery on), ``shard``,
 ``cluster_http_port`` and ``cluster_discovery_interval_ms`` (:class:`DiscoverySettings`).
-The I/O (asking a seed) is in :mod:`clickhouse_lb.probes._discovery_query`; wiring into the pools in
-:mod:`clickhouse_lb.pools._base`.
+The I/O (asking a seed) is in :mod:`clickhouse_lb.probes._discovery_query`; the carry-over of
+a kept replica's state in :meth:`clickhouse_lb.core.replica_set.ReplicaSetView.carried_over`;
+wiring into the pools in :mod:`clickhouse_lb.pools._discovery`.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from clickhouse_lb.config.discovery import (
 )
 from clickhouse_lb.config.replicas import Replica
 from clickhouse_lb.core.classify import classify
+from clickhouse_lb.core.records import remap
 
 __all__ = [
     "CLUSTER_QUERY",
@@ -47,6 +49,7 @@ __all__ = [
     "InFlight",
     "ReplicaSetChange",
     "ShardLayout",
+    "carry_over",
     "diff_replicas",
     "discover",
     "http_port_for",
@@ -203,12 +206,9 @@ def diff_replicas(current: Sequence[Replica], discovered: Sequence[Replica]) -> 
 
 
 def carry_over(values: Sequence[T], change: ReplicaSetChange, fresh: T) -> list[T]:
-    """Per-replica values (counts, clients ...) for the new set: kept ones move to their new
-    index, added ones get ``fresh``."""
-    result = [fresh] * len(change.replicas)
-    for old, new in change.kept.items():
-        result[new] = values[old]
-    return result
+    """Per-replica values for the new set: kept ones move to their new index, added ones get
+    ``fresh`` (:func:`~clickhouse_lb.core.records.remap`, the rule every carry-over follows)."""
+    return remap(values, change.kept, len(change.replicas), lambda: fresh)
 
 
 K = TypeVar("K")

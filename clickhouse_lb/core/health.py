@@ -36,7 +36,8 @@ from typing import NamedTuple, Protocol
 
 from clickhouse_lb.config.health import HEALTH_SETTING_NAMES, HealthSettings, parse_health_settings
 from clickhouse_lb.core.events import ListenerSet, ProbeEvent, ReplicaDownEvent, logger
-from clickhouse_lb.core.state import Clock
+from clickhouse_lb.core.records import ProbeRecord, ProbeState, SetClock, remap
+from clickhouse_lb.core.state import Clock, HealthReading, ReplicaSetState
 
 __all__ = [
     "HEALTH_SETTING_NAMES",
@@ -49,15 +50,6 @@ __all__ = [
     "ProbeStatus",
     "parse_health_settings",
 ]
-
-
-class ProbeState(str, Enum):
-    """What the probes think of a replica."""
-
-    OFF = "off"  # probing is turned off
-    UNKNOWN = "unknown"  # not probed yet
-    UP = "up"
-    DOWN = "down"  # health_check_fall consecutive probes failed, not re-admitted yet
 
 
 class ProbeOutcome(NamedTuple):
@@ -88,52 +80,25 @@ class ProbeStatus(NamedTuple):
     delay: float | None = None  # replication delay in seconds, latest read
 
 
-class _Replica:
-    __slots__ = (
-        "delay",
-        "delay_in_flight",
-        "delay_started",
-        "failures",
-        "in_flight",
-        "last_error",
-        "last_latency",
-        "last_started",
-        "last_time",
-        "started_epoch",
-        "state",
-        "streak_epoch",
-        "successes",
-    )
-
-    def __init__(self) -> None:
-        self.state = ProbeState.UNKNOWN
-        self.successes = 0  # consecutive, all started after the latest error
-        self.failures = 0  # consecutive
-        self.in_flight = False
-        self.last_started: float | None = None  # monotonic
-        self.last_time: float | None = None  # wall clock
-        self.last_latency: float | None = None
-        self.last_error: str | None = None
-        # Epoch: the number of errors ever counted against the replica (the state's). A probe
-        # that started before the latest error proves nothing about it.
-        self.started_epoch = 0  # of the probe in flight
-        self.streak_epoch = 0  # of the current run of successes
-        self.delay: float | None = None  # seconds, latest read (None: never read)
-        self.delay_in_flight = False
-        self.delay_started: float | None = None
-
-
 class ProbeSchedule:
     """Which replica to probe when, and the verdict of each outcome. Thread-safe; no I/O."""
 
-    def __init__(self, size: int, settings: HealthSettings, *, clock: Clock = time.monotonic) -> None:
+    def __init__(
+        self, size: int, settings: HealthSettings, *, clock: Clock = time.monotonic, set_clock: SetClock | None = None
+    ) -> None:
         self.settings = settings
         self._clock = clock
-        self._lock = threading.Lock()
-        self._replicas = [_Replica() for _ in range(size)]
+        #: The replica set's lock (``ReplicaSetState.set_clock``): the probe records of a set are
+        #: changed under the same lock as its counts and load.
+        self._set = set_clock if set_clock is not None else SetClock()
+        self._replicas = [ProbeRecord() for _ in range(size)]
         self._worst_delay = 0.0
 
-    def _interval(self, replica: _Replica, suspect: bool) -> float:
+    @property
+    def _lock(self) -> threading.Lock:
+        return self._set.lock
+
+    def _interval(self, replica: ProbeRecord, suspect: bool) -> float:
         if suspect or replica.state is not ProbeState.UP:
             return self.settings.fast_interval
         return self.settings.interval
@@ -256,19 +221,16 @@ class ProbeSchedule:
                 for r in self._replicas
             ]
 
-    def carry_over(self, other: ProbeSchedule, kept: Mapping[int, int]) -> None:
-        """Take the probe state of replica ``old`` of ``other`` (the set discovery replaced) as
-        that of replica ``kept[old]`` here; a probe in flight there is not in flight here."""
-        with other._lock:
-            taken = {index: other._replicas[old] for old, index in kept.items()}
+    def carried_over(self, kept: Mapping[int, int], size: int, set_clock: SetClock) -> ProbeSchedule:
+        """The schedule of a new set of ``size`` (discovery changed it) where replica ``old``
+        of this one is ``kept[old]``: its probe record (verdict, streaks, latest probe,
+        replication delay) moves with it, a copy, since a probe in flight here finishes here
+        (it is not in flight there); added replicas start unprobed."""
+        new = ProbeSchedule(size, self.settings, clock=self._clock, set_clock=set_clock)
         with self._lock:
-            for index, replica in taken.items():
-                copy = _Replica()
-                for name in _Replica.__slots__:
-                    setattr(copy, name, getattr(replica, name))
-                copy.in_flight = copy.delay_in_flight = False
-                self._replicas[index] = copy
-            self._worst_delay = max((r.delay or 0.0 for r in self._replicas), default=0.0)
+            new._replicas = remap([r.idle_copy() for r in self._replicas], kept, size, ProbeRecord)
+        new._worst_delay = max((r.delay or 0.0 for r in new._replicas), default=0.0)
+        return new
 
     def abandon_in_flight(self) -> None:
         """Forget probes that will never finish (their worker stopped)."""
@@ -279,8 +241,8 @@ class ProbeSchedule:
 
     def reset(self) -> None:
         """After fork: the child has none of the parent's threads, and the lock may have been
-        held by one of them when the process forked."""
-        self._lock = threading.Lock()
+        held by one of them when the process forked (the set's lock: the counts take the new one too)."""
+        self._set.lock = threading.Lock()
         for replica in self._replicas:
             replica.in_flight = False
             replica.delay_in_flight = False
@@ -291,6 +253,7 @@ class HealthTarget(Protocol):
 
     addresses: tuple[str, ...]
     listeners: ListenerSet
+    state: ReplicaSetState
 
     def suspects(self) -> list[bool]:
         """Per replica: has errors, or its latest attempt failed."""
@@ -299,6 +262,9 @@ class HealthTarget(Protocol):
 
     def health_marks(self) -> tuple[list[int], list[bool]]:
         """Per replica: errors ever counted, and whether the count holds one a ping cannot disprove."""
+
+    def health_reading(self) -> HealthReading:
+        """Errors, suspects and both marks, read in one hold of the set's lock."""
 
     def record_error(self, index: int, reason: str, kind: str = ...) -> int: ...
 
@@ -325,7 +291,16 @@ class HealthMonitor:
     def __init__(self, target: HealthTarget, settings: HealthSettings, *, clock: Clock = time.monotonic) -> None:
         self._target = weakref.ref(target)
         self.settings = settings
-        self.schedule = ProbeSchedule(len(target.addresses), settings, clock=clock)
+        self.schedule = ProbeSchedule(len(target.addresses), settings, clock=clock, set_clock=target.state.set_clock)
+
+    @classmethod
+    def with_schedule(cls, target: HealthTarget, schedule: ProbeSchedule) -> HealthMonitor:
+        """A monitor of ``target`` keeping ``schedule`` (one carried over by discovery)."""
+        monitor = cls.__new__(cls)
+        monitor._target = weakref.ref(target)
+        monitor.settings = schedule.settings
+        monitor.schedule = schedule
+        return monitor
 
     @property
     def target(self) -> HealthTarget:
@@ -335,24 +310,23 @@ class HealthMonitor:
         return target
 
     def due(self) -> list[int]:
-        target = self.target
-        epochs, _ = target.health_marks()
-        return self.schedule.due(self._suspects(target), epochs)
+        reading = self.target.health_reading()
+        return self.schedule.due(self._suspects(reading.suspects), reading.epochs)
 
     def next_wakeup(self) -> float:
-        return self.schedule.next_wakeup(self._suspects(self.target))
+        return self.schedule.next_wakeup(self._suspects(self.target.health_reading().suspects))
 
-    def _suspects(self, target: HealthTarget) -> list[bool]:
-        return [s or self.schedule.is_down(i) for i, s in enumerate(target.suspects())]
+    def _suspects(self, suspects: list[bool]) -> list[bool]:
+        return [s or self.schedule.is_down(i) for i, s in enumerate(suspects)]
 
     def finish(self, index: int, outcome: ProbeOutcome) -> Verdict:
         target = self.target  # one strong reference for the whole decision
         address = target.addresses[index]
-        errors = target.error_counts()[index]
-        epochs, sticky = target.health_marks()
+        reading = target.health_reading()  # count, epoch and mark from one read of the records
         was_down = self.schedule.is_down(index)
         verdict = self.schedule.finish(
-            index, outcome, errors_count=errors, epoch=epochs[index], sticky=sticky[index], wall_time=time.time()
+            index, outcome, errors_count=reading.errors[index], epoch=reading.epochs[index],
+            sticky=reading.sticky[index], wall_time=time.time(),
         )
         if outcome.ok:
             logger.debug("probe of %s answered in %.1f ms", address, outcome.latency * 1000)

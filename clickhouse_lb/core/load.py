@@ -23,10 +23,11 @@ change the state.
 from __future__ import annotations
 
 import math
-import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import NamedTuple, cast
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+from clickhouse_lb.core.records import ReplicaRecord, SetClock
 
 __all__ = ["DEFAULT_DECAY_TIME", "LoadSnapshot", "ReplicaLoad", "decayed", "load_scores", "peak_ewma"]
 
@@ -79,46 +80,44 @@ class LoadSnapshot(NamedTuple):
 
 class ReplicaLoad:
     """In-flight counts and latency averages of one replica set (thread-safe; one short lock,
-    never held during I/O). Shared like the rest of the balancing state."""
+    never held during I/O). The values live in the set's records
+    (:class:`~clickhouse_lb.core.records.ReplicaRecord`), under the set's lock: a
+    :class:`~clickhouse_lb.core.state.ReplicaSetState` makes its load with :meth:`over`; a
+    load built alone (tests, benchmarks) has records and a lock of its own."""
 
-    __slots__ = ("_averages", "_clock", "_cold", "_in_flight", "_keys", "_lock", "_stamps", "decay_time", "size")
+    __slots__ = ("_clock", "_cold", "_records", "_set", "decay_time", "size")
 
     def __init__(self, size: int, *, decay_time: float = DEFAULT_DECAY_TIME, clock: Clock = time.monotonic) -> None:
+        self._setup(tuple(ReplicaRecord() for _ in range(size)), SetClock(), decay_time, clock)
+
+    @classmethod
+    def over(
+        cls, records: Sequence[ReplicaRecord], set_clock: SetClock, *,
+        decay_time: float = DEFAULT_DECAY_TIME, clock: Clock = time.monotonic,
+    ) -> ReplicaLoad:
+        """The load kept in ``records``, under ``set_clock``'s lock (a replica set's own)."""
+        load = cls.__new__(cls)
+        load._setup(tuple(records), set_clock, decay_time, clock)
+        return load
+
+    def _setup(self, records: tuple[ReplicaRecord, ...], set_clock: SetClock, decay_time: float, clock: Clock) -> None:
         if not decay_time > 0:
             raise ValueError(f"decay_time must be > 0, not {decay_time!r}")
-        self.size = size
+        self.size = len(records)
         self.decay_time = decay_time
         self._clock = clock
-        self._lock = threading.Lock()
-        self._in_flight = [0] * size
-        self._averages: list[float | None] = [None] * size
-        self._stamps = [0.0] * size  # clock time of each average's last sample
-        # ln(average) + stamp / decay_time: the log of the average decayed to any time t, plus
-        # t / decay_time, which is the same for every replica at one t. So the order of the
-        # decayed scores needs no exp per replica per statement (see order_keys). None: not
-        # computed since the last sample (only least_loaded's plans read them).
-        self._keys: list[float | None] = [-math.inf] * size
-        self._cold = size  # replicas without an average yet
-
-    def carried_over(self, kept: Mapping[int, int], size: int) -> ReplicaLoad:
-        """A load of ``size`` replicas where replica ``old`` of this one is ``kept[old]``: its
-        latency average moves with it; in-flight counts start at zero (the attempts running
-        now end on this load, not the new one)."""
-        new = ReplicaLoad(size, decay_time=self.decay_time, clock=self._clock)
-        with self._lock:
-            for old, index in kept.items():
-                if self._averages[old] is not None:
-                    new._averages[index] = self._averages[old]
-                    new._stamps[index] = self._stamps[old]
-                    new._keys[index] = self._keys[old]
-                    new._cold -= 1
-        return new
+        self._records = records
+        self._set = set_clock
+        # Replicas without an average yet (an upper bound: recounted while it is not 0, since
+        # records carried over by discovery may get their first sample through the old set).
+        self._cold = sum(r.average is None for r in records)
 
     def start(self, index: int) -> float:
         """An attempt on replica ``index`` begins; returns its start time (for :meth:`finish`)."""
         now = self._clock()
-        with self._lock:
-            self._in_flight[index] += 1
+        record = self._records[index]
+        with self._set.lock:
+            record.in_flight += 1
         return now
 
     def finish(self, index: int, started: float) -> None:
@@ -126,63 +125,73 @@ class ReplicaLoad:
         was cancelled): it leaves the in-flight count, and its duration is a latency sample."""
         now = self._clock()
         sample = now - started if now > started else 0.0
-        with self._lock:
-            if self._in_flight[index] > 0:
-                self._in_flight[index] -= 1
-            average = self._averages[index]
+        record = self._records[index]
+        with self._set.lock:
+            if record.in_flight > 0:
+                record.in_flight -= 1
+            average = record.average
             if average is None:
-                self._cold -= 1
                 average = sample
             else:
                 # decayed() then peak_ewma(), inlined (one exp: this runs for every attempt).
-                elapsed = now - self._stamps[index]
+                elapsed = now - record.stamp
                 weight = math.exp(-elapsed / self.decay_time) if elapsed > 0 else 1.0
                 average *= weight
                 average = sample if sample >= average else average * weight + sample * (1.0 - weight)
-            self._averages[index] = average
-            self._stamps[index] = now
-            self._keys[index] = None
+            record.average = average
+            record.stamp = now
+            record.key = None
 
-    def _decayed(self, averages: list[float | None], stamps: list[float], now: float) -> list[float | None]:
+    def _decayed_locked(self, now: float) -> list[float | None]:
         decay_time = self.decay_time
         exp = math.exp
-        return [
-            None if a is None else (a * exp((stamp - now) / decay_time) if now > stamp else a)
-            for a, stamp in zip(averages, stamps)
-        ]
+        result: list[float | None] = []
+        for r in self._records:
+            average = r.average
+            if average is not None and now > r.stamp:
+                average *= exp((r.stamp - now) / decay_time)
+            result.append(average)
+        return result
 
     def scores(self) -> list[float]:
         """Every replica's load score now (a read: changes nothing)."""
         now = self._clock()
-        with self._lock:
+        with self._set.lock:
             return self._scores_locked(now)
 
     def _scores_locked(self, now: float) -> list[float]:
-        return load_scores(self._in_flight, self._decayed(self._averages, self._stamps, now))
+        return load_scores([r.in_flight for r in self._records], self._decayed_locked(now))
 
     def order_keys(self) -> list[float]:
         """Keys that order the replicas exactly like :meth:`scores` (an increasing function of
         them), for ``least_loaded``'s once-per-statement plan: ``ln(score) + now/decay_time``,
         which needs no exp per replica. While some replica has no average yet: the scores."""
-        with self._lock:
+        records = self._records
+        with self._set.lock:
             if self._cold:
-                return self._scores_locked(self._clock())
-            keys = self._keys
-            if None in keys:
-                decay_time = self.decay_time
-                for i, key in enumerate(keys):
-                    if key is None:
-                        average = self._averages[i]
-                        assert average is not None  # not cold: every replica has one
-                        keys[i] = (math.log(average) if average > 0 else -math.inf) + self._stamps[i] / decay_time
-            known = cast("list[float]", keys[:])
-            in_flight = self._in_flight[:]
+                self._cold = sum(r.average is None for r in records)
+                if self._cold:
+                    return self._scores_locked(self._clock())
+            decay_time = self.decay_time
+            keys = []
+            in_flight = []
+            for record in records:
+                key = record.key
+                if key is None:
+                    average = record.average
+                    assert average is not None  # not cold: every replica has one
+                    key = record.key = (math.log(average) if average > 0 else -math.inf) + record.stamp / decay_time
+                keys.append(key)
+                in_flight.append(record.in_flight)
         log = math.log
-        return [key if k == 0 else key + log(k + 1) for key, k in zip(known, in_flight)]
+        return [key if k == 0 else key + log(k + 1) for key, k in zip(keys, in_flight)]
 
     def snapshot(self) -> list[LoadSnapshot]:
         """Every replica's in-flight count and decayed average now (a read: changes nothing)."""
         now = self._clock()
-        with self._lock:
-            averages = self._decayed(self._averages, self._stamps, now)
-            return [LoadSnapshot(k, a) for k, a in zip(self._in_flight, averages)]
+        with self._set.lock:
+            return self.snapshot_locked(now)
+
+    def snapshot_locked(self, now: float) -> list[LoadSnapshot]:
+        """:meth:`snapshot` at ``now``, the set's lock held by the caller."""
+        return [LoadSnapshot(r.in_flight, a) for r, a in zip(self._records, self._decayed_locked(now))]

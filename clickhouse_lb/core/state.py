@@ -6,20 +6,31 @@ leftover fraction of a period is dropped (the clock restarts at the moment of th
 Errors are capped; slowdowns are not. A monotonic clock drives the decay (the server uses
 wall-clock seconds; a clock jump must neither wipe nor freeze the counts here).
 
-All mutation happens under one lock, held only for arithmetic: never during I/O.
+:class:`ReplicaSetState` is the one owner of the set's per-replica records
+(:class:`~clickhouse_lb.core.records.ReplicaRecord`: counts, marks, load). All mutation happens
+under the set's one lock, held only for arithmetic: never during I/O.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import NamedTuple
 
-from clickhouse_lb.core.load import DEFAULT_DECAY_TIME, ReplicaLoad
+from clickhouse_lb.core.load import DEFAULT_DECAY_TIME, LoadSnapshot, ReplicaLoad
+from clickhouse_lb.core.records import ReplicaRecord, SetClock, remap
 
-__all__ = ["Clock", "ReplicaCounts", "ReplicaSetState", "Selection", "decay_shifts", "estimated_recovery_time"]
+__all__ = [
+    "Clock",
+    "HealthReading",
+    "ReplicaCounts",
+    "ReplicaSetState",
+    "Selection",
+    "decay_shifts",
+    "estimated_recovery_time",
+]
 
 Clock = Callable[[], float]
 
@@ -48,19 +59,34 @@ def estimated_recovery_time(errors: int, slowdowns: int, half_life: float, since
 
 
 _new_tuple = tuple.__new__
+_ERRORS = attrgetter("errors")
+_SLOWDOWNS = attrgetter("slowdowns")
 
 
 class Selection(NamedTuple):
     """A snapshot of the counts for ordering one statement (after decay)."""
 
     errors: list[int]
-    slowdowns: list[int]
+    slowdowns: list[int]  # shared while `slowed` is False: read it, never change it
     #: Whether any slowdown is stored (False: ``slowdowns`` is all zeros).
     slowed: bool
     #: The round-robin counter before this selection's step.
     round_robin: int
     #: Replicas whose counts this selection's decay brought back to zero.
     recovered: list[int]
+
+
+class HealthReading(NamedTuple):
+    """Per replica, what the health probes read of the records (:meth:`ReplicaSetState.health_reading`)."""
+
+    #: Errors, decayed to now.
+    errors: list[int]
+    #: Has errors, or its latest attempt failed (probed more often).
+    suspects: list[bool]
+    #: Errors ever counted.
+    epochs: list[int]
+    #: The count holds an error a successful ping does not disprove.
+    sticky: list[bool]
 
 
 @dataclass(frozen=True)
@@ -76,27 +102,10 @@ class ReplicaCounts:
 
 
 class ReplicaSetState:
-    """Counts for one set of replicas (one pool), shared by all threads and tasks using it."""
+    """The records of one set of replicas (one pool, or every pool sharing them), shared by
+    all threads and tasks using it; ``records[i]`` is replica ``i``'s."""
 
-    __slots__ = (
-        "_announced",
-        "_clock",
-        "_epochs",
-        "_errors",
-        "_failed",
-        "_last_decrease",
-        "_last_error",
-        "_last_error_time",
-        "_lock",
-        "_round_robin",
-        "_slowdowns",
-        "_slowed",
-        "_sticky",
-        "error_cap",
-        "half_life",
-        "replica_load",
-        "size",
-    )
+    __slots__ = ("_clock", "_set", "_zeros", "error_cap", "half_life", "records", "replica_load", "size")
 
     def __init__(
         self,
@@ -107,86 +116,92 @@ class ReplicaSetState:
         clock: Clock = time.monotonic,
         round_robin_start: int = 0,
         load_decay_time: float = DEFAULT_DECAY_TIME,
+        records: Sequence[ReplicaRecord] | None = None,
+        set_clock: SetClock | None = None,
     ) -> None:
         self.size = size
-        #: In-flight statements and latency averages (``least_loaded``), shared with the counts.
-        self.replica_load = ReplicaLoad(size, decay_time=load_decay_time, clock=clock)
-        self.half_life = half_life
-        self.error_cap = error_cap
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._errors = [0] * size
-        self._slowdowns = [0] * size
-        self._slowed = False  # some slowdown may be non-zero (cleared when decay zeroes them)
-        self._last_error: list[str | None] = [None] * size
-        self._last_error_time: list[float | None] = [None] * size
-        self._failed = [False] * size
-        # Whether the current outage of each replica was already reported at WARNING (by a
-        # failover or by the probes, whichever saw it first): one line per outage.
-        self._announced = [False] * size
-        # For the health probes: each replica's number of errors ever counted (a probe that
-        # started before the latest one proves nothing about it), and whether its current count
-        # holds an error a successful ping cannot disprove (cleared when the count reaches zero).
-        self._epochs = [0] * size
-        self._sticky = [False] * size
-        self._last_decrease: float | None = None
-        self._round_robin = round_robin_start
+        self.records: tuple[ReplicaRecord, ...] = (
+            tuple(records) if records is not None else tuple(ReplicaRecord() for _ in range(size))
+        )
+        #: The lock, decay stamp and round-robin counter (carried over by discovery with the records).
+        self._set = set_clock if set_clock is not None else SetClock(round_robin_start)
+        self.half_life, self.error_cap, self._clock = half_life, error_cap, clock
+        # The slowdowns of a Selection while none is stored: one list, never mutated (no
+        # allocation per statement for a vector nobody reads then).
+        self._zeros = [0] * size
+        #: In-flight statements and latency averages (``least_loaded``): the same records, the same lock.
+        self.replica_load = ReplicaLoad.over(self.records, self._set, decay_time=load_decay_time, clock=clock)
+
+    @property
+    def set_clock(self) -> SetClock:
+        """The set's lock, decay stamp and round-robin counter (the probe schedule takes the lock)."""
+        return self._set
 
     # -- selection -------------------------------------------------------------------------
 
     def _decay_locked(self, now: float) -> list[int]:
         """Apply the lazy decay; returns the replicas whose counts just reached zero."""
-        last = self._last_decrease
+        clock = self._set
+        last = clock.last_decrease
         if last is None:
-            self._last_decrease = now
+            clock.last_decrease = now
             return []
         shifts = decay_shifts(now - last, self.half_life)
         if shifts == 0:
             return []
-        self._last_decrease = now
+        clock.last_decrease = now
         recovered = []
-        errors = self._errors
-        slowdowns = self._slowdowns
-        for i in range(self.size):
-            e = errors[i]
-            s = slowdowns[i]
-            if e or s:
-                errors[i] = _shift(e, shifts)
-                slowdowns[i] = _shift(s, shifts)
-                if errors[i] == 0:
-                    self._sticky[i] = False
-                    if slowdowns[i] == 0:
+        for i, record in enumerate(self.records):
+            if record.errors or record.slowdowns:
+                record.errors = errors = _shift(record.errors, shifts)
+                record.slowdowns = _shift(record.slowdowns, shifts)
+                if errors == 0:
+                    record.sticky = False
+                    if record.slowdowns == 0:
                         recovered.append(i)
         return recovered
 
     def select(self, *, advance_round_robin: bool) -> Selection:
-        """Decay, then a snapshot for ordering. ``advance_round_robin``: this is a statement
-        (one round-robin step), not a look at ``plan()``. This runs once per statement, hence
-        the inlined fast path."""
-        with self._lock:
+        """Decay, then one consistent snapshot of the records for ordering.
+        ``advance_round_robin``: this is a statement (one round-robin step), not a look at
+        ``plan()``. This runs once per statement, hence the inlined fast path."""
+        clock = self._set
+        with clock.lock:
             now = self._clock()
-            last = self._last_decrease
+            last = clock.last_decrease
             if last is not None and self.half_life > 0 and now - last < self.half_life:
                 recovered: list[int] = []
             else:
                 recovered = self._decay_locked(now)
-            counter = self._round_robin
+            counter = clock.round_robin
             if advance_round_robin:
-                self._round_robin = counter + 1
-            slowed = self._slowed
-            if slowed and not any(self._slowdowns):
-                slowed = self._slowed = False
+                clock.round_robin = counter + 1
+            records = self.records
+            # map over an attrgetter: the snapshot without a Python-level loop (this is the
+            # one read of the records a statement makes).
+            errors = list(map(_ERRORS, records))
+            slowed = clock.slowed
+            if slowed:
+                slowdowns = list(map(_SLOWDOWNS, records))
+                if not any(slowdowns):
+                    slowed = clock.slowed = False
+            else:
+                slowdowns = self._zeros
             # tuple.__new__: a Selection without the Python-level __new__ NamedTuple gives it.
-            return _new_tuple(Selection, (self._errors[:], self._slowdowns[:], slowed, counter, recovered))
+            return _new_tuple(Selection, (errors, slowdowns, slowed, counter, recovered))
 
     def clear(self) -> bool:
         """Whether :meth:`select` would find every error and slowdown count at zero and decay
         nothing (the usual statement, on a healthy replica set): no snapshot is needed then.
         Reads without the lock, as :meth:`record_success` does: a count that changes just after
         is one that changed just after the snapshot would have been taken."""
-        last = self._last_decrease
+        clock = self._set
+        last = clock.last_decrease
         return (
-            not self._slowed and last is not None and self._clock() - last < self.half_life and not any(self._errors)
+            not clock.slowed
+            and last is not None
+            and self._clock() - last < self.half_life
+            and not any(map(_ERRORS, self.records))
         )
 
     # -- outcomes --------------------------------------------------------------------------
@@ -196,64 +211,82 @@ class ReplicaSetState:
         ``sticky``: a successful ping does not disprove this error (see :meth:`health_marks`)."""
         wall_time = time.time()
         now = self._clock()
-        with self._lock:
-            held = self._errors[index]
-            last = self._last_decrease
+        record = self.records[index]
+        clock = self._set
+        with clock.lock:
+            held = record.errors
+            last = clock.last_decrease
             if held and last is not None and _shift(held, decay_shifts(now - last, self.half_life)) == 0:
                 held = 0  # decayed away already, only not applied yet
             if not held:
-                self._sticky[index] = False
+                record.sticky = False
             if sticky:
-                self._sticky[index] = True
-            self._epochs[index] += 1
-            count = min(self.error_cap, self._errors[index] + 1)
-            self._errors[index] = count
-            self._failed[index] = True
+                record.sticky = True
+            record.epoch += 1
+            count = record.errors = min(self.error_cap, record.errors + 1)
+            record.failed = True
             if error is not None:
-                self._last_error[index] = error
-                self._last_error_time[index] = wall_time
+                record.last_error = error
+                record.last_error_time = wall_time
             return count
 
     def clear_errors(self, index: int) -> bool:
         """Forget replica ``index``'s errors (health probes re-admitted it); slowdowns stay.
         Returns False when there was nothing to clear."""
-        with self._lock:
-            had = self._errors[index] > 0 or self._failed[index]
-            self._errors[index] = 0
-            self._failed[index] = False
-            self._sticky[index] = False
-            self._announced[index] = False
+        record = self.records[index]
+        with self._set.lock:
+            had = record.errors > 0 or record.failed
+            record.errors = 0
+            record.failed = record.sticky = record.announced = False
             return had
 
     def announce_outage(self, index: int) -> bool:
         """True the first time an outage of replica ``index`` is reported (the caller logs it
         at WARNING), False until a success or a re-admission ends that outage (INFO then)."""
-        with self._lock:
-            first = not self._announced[index]
-            self._announced[index] = True
+        record = self.records[index]
+        with self._set.lock:
+            first = not record.announced
+            record.announced = True
             return first
 
     def health_marks(self) -> tuple[list[int], list[bool]]:
         """Per replica: how many errors were ever counted against it, and whether its count
         holds one that a successful ping does not disprove (what health probes need to decide,
         whichever pool sharing this state counted the error)."""
-        with self._lock:
-            return self._epochs[:], self._sticky[:]
+        with self._set.lock:
+            return [r.epoch for r in self.records], [r.sticky for r in self.records]
+
+    def health_reading(self) -> HealthReading:
+        """What the health probes decide on, read from every record in one hold of the lock
+        (counts decayed to now without moving the decay clock): a probe's verdict never mixes
+        a count from before an error with the epoch from after it."""
+        now = self._clock()
+        with self._set.lock:
+            counts = self._counts_locked(now)
+            records = self.records
+            return HealthReading(
+                [c.errors for c in counts],
+                [c.errors > 0 or c.last_attempt_failed for c in counts],
+                [r.epoch for r in records],
+                [r.sticky for r in records],
+            )
 
     def record_slowdown(self, index: int) -> int:
-        with self._lock:
-            self._slowdowns[index] += 1
-            self._slowed = True
-            return self._slowdowns[index]
+        record = self.records[index]
+        clock = self._set
+        with clock.lock:
+            record.slowdowns += 1
+            clock.slowed = True
+            return record.slowdowns
 
     def record_success(self, index: int) -> bool:
         """Note a successful attempt; returns True when the previous attempt had failed."""
-        if not self._failed[index] and not self._announced[index]:  # the common case reads without the lock
+        record = self.records[index]
+        if not record.failed and not record.announced:  # the common case reads without the lock
             return False
-        with self._lock:
-            was_failed = self._failed[index]
-            self._failed[index] = False
-            self._announced[index] = False
+        with self._set.lock:
+            was_failed = record.failed
+            record.failed = record.announced = False
             return was_failed
 
     # -- reporting -------------------------------------------------------------------------
@@ -262,55 +295,53 @@ class ReplicaSetState:
         """Every replica's counts as if decayed to now, without changing the state (a look
         must not move the decay clock, or watching a pool would change its behaviour)."""
         now = self._clock()
-        with self._lock:
-            last = self._last_decrease
-            since = 0.0 if last is None else now - last
-            shifts = 0 if last is None else decay_shifts(since, self.half_life)
-            if shifts:
-                since = 0.0
-            result = []
-            for i in range(self.size):
-                e = _shift(self._errors[i], shifts)
-                s = _shift(self._slowdowns[i], shifts)
-                result.append(
-                    ReplicaCounts(
-                        errors=e,
-                        slowdowns=s,
-                        estimated_recovery_time=estimated_recovery_time(e, s, self.half_life, since),
-                        last_error=self._last_error[i],
-                        last_error_time=self._last_error_time[i],
-                        last_attempt_failed=self._failed[i],
-                    )
+        with self._set.lock:
+            return self._counts_locked(now)
+
+    def report(self) -> list[tuple[ReplicaCounts, LoadSnapshot]]:
+        """Every replica's counts (as :meth:`counts`) and load, read from its record in one
+        hold of the lock: one consistent picture of the set (``pool.replicas``)."""
+        now = self._clock()
+        with self._set.lock:
+            return list(zip(self._counts_locked(now), self.replica_load.snapshot_locked(now)))
+
+    def _counts_locked(self, now: float) -> list[ReplicaCounts]:
+        last = self._set.last_decrease
+        since = 0.0 if last is None else now - last
+        shifts = 0 if last is None else decay_shifts(since, self.half_life)
+        if shifts:
+            since = 0.0
+        result = []
+        for record in self.records:
+            e = _shift(record.errors, shifts)
+            s = _shift(record.slowdowns, shifts)
+            result.append(
+                ReplicaCounts(
+                    e, s, estimated_recovery_time(e, s, self.half_life, since),
+                    record.last_error, record.last_error_time, record.failed,
                 )
-            return result
+            )
+        return result
 
     def carried_over(self, kept: Mapping[int, int], size: int) -> ReplicaSetState:
         """The state of a new replica set of ``size`` where replica ``old`` of this one is
-        ``kept[old]`` (discovery refreshed the set): kept replicas keep their counts, last
-        error and epochs, the others start clean; the decay clock and round-robin counter go on."""
-        new = ReplicaSetState(
+        ``kept[old]`` (discovery refreshed the set): a kept replica's record moves whole
+        (counts, last error, marks, load, attempts still in flight on it), added ones start
+        fresh, removed ones stay with this state only. The set's lock, decay clock and
+        round-robin counter go on (one :class:`SetClock`), so statements still running on this
+        state and those starting on the new one count on the same records under one lock."""
+        with self._set.lock:
+            records = remap(self.records, kept, size, ReplicaRecord)
+        return ReplicaSetState(
             size, half_life=self.half_life, error_cap=self.error_cap, clock=self._clock,
-            round_robin_start=0, load_decay_time=self.replica_load.decay_time,
+            load_decay_time=self.replica_load.decay_time, records=records, set_clock=self._set,
         )
-        new.replica_load = self.replica_load.carried_over(kept, size)
-        with self._lock:
-            new._last_decrease = self._last_decrease
-            new._round_robin = self._round_robin
-            for old, index in kept.items():
-                new._errors[index] = self._errors[old]
-                new._slowdowns[index] = self._slowdowns[old]
-                new._last_error[index] = self._last_error[old]
-                new._last_error_time[index] = self._last_error_time[old]
-                new._failed[index] = self._failed[old]
-                new._epochs[index] = self._epochs[old]
-                new._sticky[index] = self._sticky[old]
-                new._announced[index] = self._announced[old]
-            new._slowed = any(new._slowdowns)
-        return new
 
     def load(self, errors: Sequence[int], slowdowns: Sequence[int] | None = None) -> None:
         """Set the counts directly (tests, and restoring a state)."""
-        with self._lock:
-            self._errors = [min(self.error_cap, int(e)) for e in errors]
-            self._slowdowns = list(slowdowns) if slowdowns is not None else [0] * self.size
-            self._slowed = any(self._slowdowns)
+        clock = self._set
+        with clock.lock:
+            for i, record in enumerate(self.records):
+                record.errors = min(self.error_cap, int(errors[i]))
+                record.slowdowns = int(slowdowns[i]) if slowdowns is not None else 0
+            clock.slowed = any(r.slowdowns for r in self.records)

@@ -8,7 +8,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from clickhouse_lb.core._driver_logs import handled_by_pool
-from clickhouse_lb.pools._base import PinnedBase
+from clickhouse_lb.pools._pinned_base import PinnedBase
 from clickhouse_lb.pools._steps import Steps
 
 __all__ = ["PinnedSteps"]
