@@ -11,6 +11,7 @@ and fails naming it while it is down."""
 from __future__ import annotations
 
 import io
+import logging
 import textwrap
 import uuid
 from collections.abc import Iterator
@@ -27,6 +28,25 @@ from clickhouse_lb.testing import ClusterBase
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 REVISIONS = ("a1", "b2")
+
+
+@pytest.fixture(autouse=True)
+def _loggers_left_as_found() -> Iterator[None]:
+    """The stock env.py calls ``logging.config.fileConfig``, which disables every logger that
+    already exists (``clickhouse_lb``'s included) in this process: undone after each test, so
+    that later tests still see the library's records."""
+    def loggers() -> list[logging.Logger]:
+        return [x for x in logging.Logger.manager.loggerDict.values() if isinstance(x, logging.Logger)]
+
+    # (a logger made during the test, as clickhouse_lb's is on first use, was enabled before it)
+    disabled_before = {id(x) for x in loggers() if x.disabled}
+    root_level, root_handlers = logging.root.level, list(logging.root.handlers)
+    yield
+    for x in loggers():
+        if id(x) not in disabled_before:
+            x.disabled = False
+    logging.root.setLevel(root_level)
+    logging.root.handlers[:] = root_handlers
 
 
 @pytest.fixture
