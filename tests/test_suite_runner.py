@@ -55,3 +55,9 @@ def test_the_comparison_states_the_share_and_each_runs_unraisable_lines(runner: 
     assert "| get_pool, 3 replicas, in_order | 49 | 1 | 0 | 1 | 2 | 1.5 |" in text
     assert "the pool passes 49 (98.0%)" in text
     assert "- `t::test_0` (pool: failed) assert 6 == 3" in text
+
+
+def test_the_runner_fails_when_the_pooled_run_left_an_unraisable_or_an_internal_error(runner: ModuleType) -> None:
+    assert runner.exit_status((0, 0)) == 0
+    assert runner.exit_status((1, 0)) == 1
+    assert runner.exit_status((0, 3)) == 1

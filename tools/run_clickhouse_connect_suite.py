@@ -162,7 +162,13 @@ def main() -> int:
     text = compare(outcomes(report_dir / "plain.xml"), outcomes(report_dir / "pool.xml"), seconds, findings)
     (report_dir / "comparison.md").write_text(text)
     print(text)
-    return 0
+    return exit_status(findings["pool"])
+
+
+def exit_status(pool_findings: tuple[int, int]) -> int:
+    """1 when the pooled run left an "Exception ignored" or an INTERNALERROR line (what the pool
+    must never cause, whatever the tests' own outcomes), else 0."""
+    return 1 if any(pool_findings) else 0
 
 
 if __name__ == "__main__":
