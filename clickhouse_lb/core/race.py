@@ -138,13 +138,17 @@ class AttemptSpec:
     on_hedge: Callable[[int], object] = lambda index: None
 
 
-def abandon_message(kind: str, watch: AttemptWatch, started: float, waited_until: float) -> str:
-    """The one text of each way an attempt is given up (``kind``: deadline, hung, receive_timeout)."""
+def abandon_message(
+    kind: str, watch: AttemptWatch, started: float, waited_until: float, ping_timeout: float | None = None
+) -> str:
+    """The one text of each way an attempt is given up (``kind``: deadline, hung, receive_timeout).
+    ``hung``: the last check's ping timeout (a write's grows with each failed check) and how
+    long the attempt had waited when that check was sent."""
     if kind == "deadline":
         return f"failover_timeout ran out after {waited_until - started:.3f}s"
     if kind == "hung":
-        return (f"no answer to /ping within {watch.liveness.ping_timeout:g}s "
-                f"after waiting {waited_until - started:.3f}s")
+        timeout = watch.liveness.ping_timeout if ping_timeout is None else ping_timeout
+        return f"no answer to /ping within {timeout:.3g}s after waiting {waited_until - started:.3f}s"
     limit = (watch.receive_at or started) - started
     return f"timed out: no answer within {limit:g}s"
 
@@ -168,7 +172,7 @@ def run_attempt(
         runs.append(Run(index, handle, watch, query_id, started))
 
     def abandoned(run: Run, kind: str, waited_until: float) -> AttemptAbandonedError:
-        detail = abandon_message(kind, run.watch, run.started, waited_until)
+        detail = abandon_message(kind, run.watch, run.started, waited_until, run.check_timeout or None)
         return AttemptAbandonedError(spec.address(run.index), kind, detail, write=spec.write)
 
     def give_up(run: Run, error: AttemptAbandonedError, *, kill: bool) -> Generator[Command, Any, None]:
