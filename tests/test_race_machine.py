@@ -310,13 +310,8 @@ def _plan(liveness: LivenessPolicy) -> Any:
     )
 
 
-def test_the_async_driver_builds_a_machine_only_for_an_attempt_that_outlives_its_first_wake_up(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    import asyncio
-
-    from clickhouse_lb.pools import _drive_async
-
+def machines_built(monkeypatch: pytest.MonkeyPatch, driver_module: Any) -> list[AttemptMachine]:
+    """Every AttemptMachine the driver module builds from now on, in order."""
     built: list[AttemptMachine] = []
 
     class Counted(AttemptMachine):
@@ -324,7 +319,18 @@ def test_the_async_driver_builds_a_machine_only_for_an_attempt_that_outlives_its
             super().__init__(*args, **kwargs)
             built.append(self)
 
-    monkeypatch.setattr(_drive_async, "AttemptMachine", Counted)
+    monkeypatch.setattr(driver_module, "AttemptMachine", Counted)
+    return built
+
+
+def test_the_async_driver_builds_a_machine_only_for_an_attempt_that_outlives_its_first_wake_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import asyncio
+
+    from clickhouse_lb.pools import _drive_async
+
+    built = machines_built(monkeypatch, _drive_async)
     cancelled: list[int] = []
 
     async def call(index: int, query_id: str | None) -> str:
@@ -375,14 +381,7 @@ def test_the_thread_driver_builds_a_machine_only_for_an_attempt_that_outlives_it
 
     from clickhouse_lb.pools import _drive_sync
 
-    built: list[AttemptMachine] = []
-
-    class Counted(AttemptMachine):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            built.append(self)
-
-    monkeypatch.setattr(_drive_sync, "AttemptMachine", Counted)
+    built = machines_built(monkeypatch, _drive_sync)
     driver = _drive_sync.SyncDriver()
     quick = LivenessPolicy(check_after=0.05, ping_timeout=0.05, stall_tolerance=60)
     never = lambda index, query_id: None  # noqa: E731
