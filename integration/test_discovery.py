@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from waiting import wait_for
 
 import clickhouse_lb
 from clickhouse_lb.config.discovery import DiscoveryError
@@ -99,10 +100,7 @@ BOUND = 10.0
 
 
 def _wait_for(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + BOUND
-    while not predicate():
-        assert time.monotonic() < deadline, f"not within {BOUND}s: {what}"
-        time.sleep(0.02)
+    wait_for(predicate, BOUND, what)
 
 
 @pytest.fixture(scope="module")

@@ -9,12 +9,12 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError
+from waiting import wait_for
 
 import clickhouse_lb
 from clickhouse_lb import AllReplicasUnavailableError, ReplicaPool, SessionLostError
@@ -40,14 +40,6 @@ def who(pool: ReplicaPool, statements: int, **settings: Any) -> Counter[str]:
 
 def host(cluster: ClusterBase, i: int) -> str:
     return cluster.hosts[i].rpartition(":")[0]
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def test_replicas_have_distinct_addresses_for_the_hostname_strategies(cluster: ClusterBase) -> None:

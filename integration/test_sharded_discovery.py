@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from clickhouse_connect.driver.exceptions import ProgrammingError
+from waiting import wait_for
 
 import clickhouse_lb
 from clickhouse_lb.testing import LocalCluster
@@ -24,10 +25,7 @@ BOUND = 15.0
 
 
 def _wait_for(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + BOUND
-    while not predicate():
-        assert time.monotonic() < deadline, f"not within {BOUND}s: {what}"
-        time.sleep(0.02)
+    wait_for(predicate, BOUND, what)
 
 
 @pytest.fixture(scope="module")
