@@ -27,12 +27,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from contextvars import Token
+from functools import partial
+from typing import Any, TypeVar, cast
 
 from tenacity import AsyncRetrying, RetryCallState, Retrying
 
 from clickhouse_lb.core._driver_logs import enter_pool, leave_pool
 from clickhouse_lb.core._statements import StatementKind
+from clickhouse_lb.core._steps import Steps, drive, drive_async
 from clickhouse_lb.core.balancer import Balancer
 from clickhouse_lb.core.deadline import Deadline
 from clickhouse_lb.core.events import FailoverEvent, logger
@@ -57,12 +60,20 @@ DIRECT_FIRST_ATTEMPT = True
 
 
 class StatementAttempts:
-    """One statement's current :class:`FailoverPolicy` and the effects of its attempts."""
+    """One statement's current :class:`FailoverPolicy` and the effects of its attempts.
 
-    __slots__ = (
-        "_attempt_started", "_balancer", "_budget", "_load", "_order", "_policy", "_retry_after_send", "_statement",
-        "_write", "deadline", "operation", "verdict",
-    )
+    No ``__slots__``: what most statements never change (no policy, no verdict, a read's or a
+    prepared call's defaults) stays a class attribute, not a store per statement."""
+
+    _policy: FailoverPolicy | None = None  # built when first asked: see :attr:`policy`
+    #: The decision after the last attempt that ended (None: none ended yet).
+    verdict: Verdict | None = None
+    _retry_after_send = True
+    _write = True
+    _statement: StatementKind | None = None
+    _budget: RetryBudget | None = None
+    _replayed: BaseException | None = None
+    _attempt_started = 0.0
 
     def __init__(
         self,
@@ -79,23 +90,21 @@ class StatementAttempts:
         :class:`~clickhouse_lb.core._statements.PreparedCall`: decided only when a failure asks).
         ``budget``: the pool's retry budget, which counts the statement (None: re-sends unlimited)."""
         self._balancer = balancer
-        self._load = balancer.state.replica_load
-        self._attempt_started = 0.0
-        self._budget = budget
+        self._order = order
+        self.operation = operation
         if budget is not None:
+            self._budget = budget
             budget.record_statement()
-        settings = balancer.settings
-        timeout = settings.failover_timeout
+        timeout = balancer.settings.failover_timeout
         #: The statement's deadline (its policy's, for the attempts' waits).
         self.deadline = NO_DEADLINE if timeout is None else Deadline(timeout)
-        self._order = order
-        self._policy: FailoverPolicy | None = None  # built when first asked: see :attr:`policy`
-        self.operation = operation
-        self._retry_after_send = retry_after_send
-        self._write = write
-        self._statement = statement
-        #: The decision after the last attempt that ended (None: none ended yet).
-        self.verdict: Verdict | None = None
+        if statement is not None:
+            self._statement = statement
+        else:
+            if not retry_after_send:
+                self._retry_after_send = False
+            if not write:
+                self._write = False
 
     @property
     def policy(self) -> FailoverPolicy:
@@ -129,12 +138,33 @@ class StatementAttempts:
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("%s: attempt %d on %s", self.operation, done + 1, self._balancer.addresses[index])
         # The attempt is in flight from here until succeeded()/failed() (one at a time).
-        self._attempt_started = self._load.start(index)
+        self._attempt_started = self._balancer.state.replica_load.start(index)
         return index
 
     def succeeded(self, index: int) -> None:
-        self._load.finish(index, self._attempt_started)
+        self._balancer.state.replica_load.finish(index, self._attempt_started)
         self._balancer.record_success(index)
+
+    def enter(self) -> tuple[Token[bool], int]:
+        """The statement starts (its attempts are the pool's, :mod:`clickhouse_lb.core._driver_logs`),
+        and with it its first attempt, on the returned replica index (-1: none of its own, tenacity
+        runs every attempt: see :data:`DIRECT_FIRST_ATTEMPT`)."""
+        token = enter_pool()
+        if not DIRECT_FIRST_ATTEMPT:
+            return token, -1
+        index = self._order[0]
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("%s: attempt 1 on %s", self.operation, self._balancer.addresses[index])
+        self._attempt_started = self._balancer.state.replica_load.start(index)
+        return token, index
+
+    def left(self, token: Token[bool], index: int, result: T) -> T:
+        """The first attempt (:meth:`enter`) succeeded with ``result``: the statement's end."""
+        balancer = self._balancer
+        balancer.state.replica_load.finish(index, self._attempt_started)
+        balancer.record_success(index)
+        leave_pool(token)
+        return result
 
     def failed(self, index: int, exc: BaseException, *, ran_on: int | None = None) -> BaseException:
         """An attempt ended with ``exc``: count it and decide (:attr:`verdict`); returns the error
@@ -142,7 +172,7 @@ class StatementAttempts:
         the in-flight count. ``ran_on``: the replica the attempt's last run failed on, when a hedge
         took it elsewhere (an attempt run through :mod:`clickhouse_lb.core.race` ends with a
         :class:`RaceFailure` that names it and carries the error)."""
-        self._load.finish(index, self._attempt_started)
+        self._balancer.state.replica_load.finish(index, self._attempt_started)
         if isinstance(exc, RaceFailure):
             ran_on, exc = exc.index, exc.error
         if not isinstance(exc, Exception):
@@ -166,12 +196,21 @@ class StatementAttempts:
     def hedge_candidate(self, running: set[int]) -> int | None:
         return self.policy.hedge_candidate(running)
 
-    def attempt(self, call: Callable[[int], T]) -> T:
-        """Run one attempt: ``call(replica index)``, its end recorded (an attempt run through
-        :mod:`clickhouse_lb.core.race` raises :class:`RaceFailure`: its error is raised)."""
+    def replay(self, error: BaseException) -> None:
+        """tenacity's next call of :meth:`attempt` raises ``error`` (the direct first attempt's,
+        run before tenacity was entered) instead of running an attempt."""
+        self._replayed = error
+
+    def _attempt_steps(self, call: Callable[[int], Any]) -> Steps[Any]:
+        """One attempt, for both runners: ``call(replica index)``, its end recorded (an attempt
+        run through :mod:`clickhouse_lb.core.race` raises :class:`RaceFailure`: its error is raised)."""
+        replayed = self._replayed
+        if replayed is not None:
+            self._replayed = None
+            raise replayed
         index = self.begin()
         try:
-            result = call(index)
+            result = yield partial(call, index)
         except BaseException as exc:  # a cancelled attempt too must leave the in-flight count
             error = self.failed(index, exc)
             if error is exc:
@@ -181,19 +220,13 @@ class StatementAttempts:
             return result
         raise error  # outside the handler: the race's wrapper is not chained to it
 
+    def attempt(self, call: Callable[[int], T]) -> T:
+        """Run one attempt (tenacity's function, sync)."""
+        return cast(T, drive(self._attempt_steps(call)))
+
     async def attempt_async(self, call: Callable[[int], Awaitable[T]]) -> T:
-        """:meth:`attempt` for a coroutine ``call``."""
-        index = self.begin()
-        try:
-            result = await call(index)
-        except BaseException as exc:
-            error = self.failed(index, exc)
-            if error is exc:
-                raise
-        else:
-            self.succeeded(index)
-            return result
-        raise error
+        """Run one attempt (tenacity's function, async): ``call`` returns an awaitable."""
+        return cast(T, await drive_async(self._attempt_steps(call)))
 
     # -- tenacity's callbacks ---------------------------------------------------------------
 
@@ -303,67 +336,56 @@ def _bound(loop: Any, attempts: StatementAttempts) -> Any:
                      before_sleep=attempts.announce, retry_error_callback=attempts.give_up)
 
 
-def _replaying(first: BaseException, then: Callable[..., Any]) -> Callable[..., Any]:
-    """``then``, except that its first call raises ``first``: tenacity starts from a failed
-    direct first attempt as if it had run it itself."""
-    pending = [first]
-
-    def attempt(*args: Any) -> Any:
-        if pending:
-            raise pending.pop()
-        return then(*args)
-
-    return attempt
-
-
-def _replaying_async(first: BaseException, then: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    pending = [first]
-
-    async def attempt(*args: Any) -> Any:
-        if pending:
-            raise pending.pop()
-        return await then(*args)
-
-    return attempt
-
+# The two runners below are the statement's first attempt, as short as it can be (it runs for
+# every statement); everything after a failed first attempt is one body for both
+# (:func:`_failing_over`), carried out by calling (sync) or awaiting (async) its steps.
 
 def run_sync(attempts: StatementAttempts, call: Callable[[int], T], policy: Retrying = _SYNC_POLICY) -> T:
     """Run ``call(replica_index)`` until it succeeds, per the statement's failover rules.
     clickhouse-connect's per-attempt transport warnings are the pool's to report meanwhile
     (:mod:`clickhouse_lb.core._driver_logs`)."""
-    token = enter_pool()
+    token, index = attempts.enter()
+    failure: BaseException | None = None
     try:
-        return _run_sync(attempts, call, policy)
-    except Exception as exc:
-        error = attempts.final_error(exc)
-        if error is exc:
-            raise
-        raise error from exc
-    finally:
-        leave_pool(token)
-
-
-def _run_sync(attempts: StatementAttempts, call: Callable[[int], T], policy: Retrying) -> T:
-    attempt: Callable[..., T] = attempts.attempt
-    if DIRECT_FIRST_ATTEMPT:
-        try:
-            return attempts.attempt(call)
-        except Exception as exc:
-            if not attempts.goes_on():
-                raise
-            attempt = _replaying(exc, attempts.attempt)
-    result: T = _bound(policy, attempts)(attempt, call)
-    return result
+        if index >= 0:  # the direct first attempt (see DIRECT_FIRST_ATTEMPT)
+            return attempts.left(token, index, call(index))
+    except BaseException as exc:
+        failure = exc
+    return cast(T, drive(_failing_over(attempts, token, index, failure, loop=policy, attempt=attempts.attempt,
+                                       call=call)))
 
 
 async def run_async(
     attempts: StatementAttempts, call: Callable[[int], Awaitable[T]], policy: AsyncRetrying = _ASYNC_POLICY
 ) -> T:
-    """The asyncio twin of :func:`run_sync` (tenacity's AsyncRetrying). A cancelled attempt
-    is not a replica failure: it counts nothing and cancels the statement."""
-    token = enter_pool()
+    """:func:`run_sync` on tenacity's AsyncRetrying. A cancelled attempt is not a replica
+    failure: it counts nothing and cancels the statement."""
+    token, index = attempts.enter()
+    failure: BaseException | None = None
     try:
-        return await _run_async(attempts, call, policy)
+        if index >= 0:
+            return attempts.left(token, index, await call(index))
+    except BaseException as exc:
+        failure = exc
+    steps = _failing_over(attempts, token, index, failure, loop=policy, attempt=attempts.attempt_async, call=call)
+    return cast(T, await drive_async(steps))
+
+
+def _failing_over(
+    attempts: StatementAttempts, token: Token[bool], index: int, failure: BaseException | None, *, loop: Any,
+    attempt: Callable[..., Any], call: Callable[[int], Any],
+) -> Steps[Any]:
+    """The statement after its first attempt on replica ``index`` failed with ``failure``
+    (None: no direct first attempt, tenacity runs them all): one body for both runners. tenacity
+    starts from that failure (its first call replays it, :meth:`StatementAttempts.replay`), so
+    every decision after it is tenacity's, exactly as without the direct first attempt."""
+    try:
+        if failure is not None:
+            error = attempts.failed(index, failure)  # (a race's failure: its error, unwrapped)
+            if not isinstance(error, Exception) or not attempts.goes_on():
+                raise error
+            attempts.replay(error)
+        return (yield partial(_bound(loop, attempts), attempt, call))
     except Exception as exc:
         error = attempts.final_error(exc)
         if error is exc:
@@ -371,16 +393,3 @@ async def run_async(
         raise error from exc
     finally:
         leave_pool(token)
-
-
-async def _run_async(attempts: StatementAttempts, call: Callable[[int], Awaitable[T]], policy: AsyncRetrying) -> T:
-    attempt: Callable[..., Awaitable[T]] = attempts.attempt_async
-    if DIRECT_FIRST_ATTEMPT:
-        try:
-            return await attempts.attempt_async(call)
-        except Exception as exc:
-            if not attempts.goes_on():
-                raise
-            attempt = _replaying_async(exc, attempts.attempt_async)
-    result: T = await _bound(policy, attempts)(attempt, call)
-    return result
