@@ -81,10 +81,16 @@ class PreparedCall:
     what its failure would mean. Whether it writes (``write``, and so ``retry_after_send``) is
     decided on first use: on the common path, where its first attempt succeeds, nothing asks."""
 
-    __slots__ = (
-        "_safe", "_text", "_write", "args", "attempt_settings", "kwargs", "overrides", "query_id",
-        "read_your_writes", "settings", "settings_position",
-    )
+    # No ``__slots__``: what a statement without settings leaves as it is stays a class
+    # attribute (the common statement stores four values, see :func:`prepare_call`).
+    overrides: StatementOverrides = NO_OVERRIDES
+    settings: Mapping[str, Any] | None = None
+    attempt_settings: StatementAttemptSettings = NO_STATEMENT_SETTINGS
+    query_id: str | None = None
+    read_your_writes: bool | None = None
+    _write: bool | None = None
+    _text: Any = None
+    _safe = False
 
     def __init__(
         self,
@@ -185,6 +191,9 @@ def new_insert_token() -> str:
     return f"{int.from_bytes(os.urandom(16), 'big') & _UUID4_CLEAR | _UUID4_SET:032x}"
 
 
+_new_call = object.__new__
+
+
 def prepare_call(
     method: str,
     args: tuple[Any, ...],
@@ -203,7 +212,9 @@ def prepare_call(
     if settings is None and method not in INSERT_METHODS:
         # The common case: a statement without settings; nothing to take out or add.
         if args and type(args[0]) is str:  # plain SQL: read or write, decided when it matters
-            return PreparedCall(args, kwargs, NO_OVERRIDES, text=args[0], settings_position=settings_position)
+            call = _new_call(PreparedCall)  # (four stores: the rest are the class's defaults)
+            call.args, call.kwargs, call._text, call.settings_position = args, kwargs, args[0], settings_position
+            return call
         text = _statement_text(args, kwargs)
         return PreparedCall(
             args, kwargs, NO_OVERRIDES, write=_write_now(text), text=text, settings_position=settings_position

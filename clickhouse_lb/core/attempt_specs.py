@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any, NamedTuple, cast
 
 from clickhouse_lb.config.attempt_settings import AttemptSettings
 from clickhouse_lb.core._statements import StatementKind
@@ -21,7 +22,28 @@ from clickhouse_lb.core.race import AttemptSpec
 from clickhouse_lb.core.retry_budget import RetryBudget
 from clickhouse_lb.core.watch import AttemptWatch
 
-__all__ = ["StatementPlan"]
+__all__ = ["PlanContext", "StatementPlan"]
+
+
+class PlanContext(NamedTuple):
+    """What the plans of one pool's statements share, built once per replica set (not per
+    statement): the replicas' addresses, where slowdowns, hedges and latencies go, the retry
+    budget and the clock."""
+
+    addresses: tuple[str, ...]
+    window: LatencyWindow
+    count_slowdown: Callable[[int], object]
+    count_hedge: Callable[[int], object] = lambda index: None
+    budget: RetryBudget | None = None
+    clock: Callable[[], float] = time.monotonic
+
+
+class _Failures(NamedTuple):
+    """The statement's side of a plan given as two callables (what a :class:`StatementAttempts`
+    gives as its methods of these names)."""
+
+    run_failed: Callable[[int, BaseException], object]
+    hedge_candidate: Callable[[set[int]], int | None]
 
 
 class StatementPlan:
@@ -30,12 +52,11 @@ class StatementPlan:
 
     Whether the statement writes (``write``, ``retry_safe``) is read from ``statement`` only
     when a wait depends on it (hedging, a deadline, an abandoned attempt): deciding it parses
-    the SQL, which the common statement, answered at once, never needs."""
+    the SQL, which the common statement, answered at once, never needs. One per statement:
+    :meth:`of` stores five values and two references (the pool's :class:`PlanContext`, the
+    statement's attempts), the rest is read through them when asked."""
 
-    __slots__ = (
-        "addresses", "budget", "clock", "count_failure", "count_hedge", "count_slowdown", "deadline", "hedge_candidate",
-        "hedgeable", "query_id", "settings", "statement", "window",
-    )
+    __slots__ = ("_context", "_failures", "deadline", "hedgeable", "query_id", "settings", "statement")
 
     def __init__(
         self,
@@ -53,25 +74,68 @@ class StatementPlan:
         clock: Callable[[], float] = time.monotonic,
         budget: RetryBudget | None = None,
     ) -> None:
+        self._context = PlanContext(addresses, window, count_slowdown, count_hedge, budget, clock)
+        self._failures: Any = _Failures(count_failure, hedge_candidate)
         self.settings = settings
         self.deadline = deadline
-        self.addresses = addresses
         self.statement = statement
         #: A read (not pinned) under hedged requests: its attempts may race a second run.
         self.hedgeable = settings.hedging.enabled and not statement.write
-        self.window = window
-        self.count_failure = count_failure
-        self.count_slowdown = count_slowdown
-        self.hedge_candidate = hedge_candidate
-        #: Called when a hedge starts (the pool counts them: ``hedged_requests``).
-        self.count_hedge = count_hedge
         #: The statement's own query id (from its settings), used for every run; None: the pool
         #: gives each run a fresh one where it may have to KILL it.
         self.query_id = query_id
-        self.clock = clock
-        #: The pool's retry budget: a hedge, or giving up on a hung run to send it elsewhere,
-        #: happens only while it lasts (None: unlimited).
-        self.budget = budget
+
+    @classmethod
+    def of(
+        cls, context: PlanContext, attempts: Any, statement: Any, settings: AttemptSettings, deadline: Deadline,
+    ) -> StatementPlan:
+        """The plan of a statement prepared by the pool (a ``PreparedCall``: its ``query_id``),
+        whose ``attempts`` (a :class:`~clickhouse_lb.core.failover.StatementAttempts`) count a
+        failed run and give a hedge's replica: the per-statement path, no keyword arguments."""
+        plan = cls.__new__(cls)
+        plan._context = context
+        plan._failures = attempts
+        plan.settings = settings
+        plan.deadline = deadline
+        plan.statement = statement
+        plan.hedgeable = settings.hedging.enabled and not statement.write
+        plan.query_id = statement.query_id
+        return plan
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        return self._context.addresses
+
+    @property
+    def window(self) -> LatencyWindow:
+        return self._context.window
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self._context.clock
+
+    @property
+    def budget(self) -> RetryBudget | None:
+        """The pool's retry budget: a hedge, or giving up on a hung run to send it elsewhere,
+        happens only while it lasts (None: unlimited)."""
+        return self._context.budget
+
+    @property
+    def count_slowdown(self) -> Callable[[int], object]:
+        return self._context.count_slowdown
+
+    @property
+    def count_hedge(self) -> Callable[[int], object]:
+        """Called when a hedge starts (the pool counts them: ``hedged_requests``)."""
+        return self._context.count_hedge
+
+    @property
+    def count_failure(self) -> Callable[[int, BaseException], object]:
+        return cast(Callable[[int, BaseException], object], self._failures.run_failed)
+
+    @property
+    def hedge_candidate(self) -> Callable[[set[int]], int | None]:
+        return cast(Callable[[set[int]], "int | None"], self._failures.hedge_candidate)
 
     @property
     def write(self) -> bool:

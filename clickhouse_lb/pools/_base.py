@@ -20,13 +20,11 @@ from typing import Any, ClassVar, NamedTuple
 
 from clickhouse_connect.driver.exceptions import ProgrammingError
 
-from clickhouse_lb.config.attempt_settings import NO_STATEMENT_SETTINGS
 from clickhouse_lb.config.lag import statement_lag_settings
 from clickhouse_lb.config.pool_config import PoolConfig
 from clickhouse_lb.config.replicas import Replica
 from clickhouse_lb.config.settings import BalancingSettings, split_statement_settings
 from clickhouse_lb.core._statements import PreparedCall, prepare_call
-from clickhouse_lb.core.attempt_specs import StatementPlan
 from clickhouse_lb.core.balancer import Balancer, ReplicaStatus, new_replica_set_state
 from clickhouse_lb.core.events import Listener, ListenerSet, check_listeners
 from clickhouse_lb.core.failover import StatementAttempts
@@ -303,26 +301,6 @@ class PoolBase(PrivateMembers, ClientMembers, DiscoveryMembers):
         balancer = (view or self._view).balancer
         return StatementAttempts(
             balancer, order, operation=operation, retry_after_send=retry_after_send, write=write, statement=statement,
-            budget=self._budget,
-        )
-
-    def _statement_plan(self, attempts: StatementAttempts, call: PreparedCall) -> StatementPlan:
-        """How the statement's attempts wait (timeouts, liveness checks, deadline, hedging)."""
-        balancer = self._view.balancer
-        own = call.attempt_settings
-        return StatementPlan(
-            settings=self.config.attempts if own is NO_STATEMENT_SETTINGS else own.apply(self.config.attempts),
-            deadline=attempts.deadline,
-            addresses=balancer.addresses,
-            statement=call,
-            window=self._latencies,
-            # A run that failed while the other of a hedged race went on uses up its place in
-            # the schedule, as a failed attempt does.
-            count_failure=attempts.run_failed,
-            count_slowdown=balancer.record_slowdown,
-            hedge_candidate=attempts.hedge_candidate,
-            count_hedge=self._count_hedge,
-            query_id=call.query_id,
             budget=self._budget,
         )
 

@@ -29,10 +29,11 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, ClassVar, TypeVar
 
+from clickhouse_lb.config.attempt_settings import NO_STATEMENT_SETTINGS
 from clickhouse_lb.config.pool_config import PoolConfig
 from clickhouse_lb.config.settings import NO_OVERRIDES
 from clickhouse_lb.core._statements import PreparedCall, prepare_call
-from clickhouse_lb.core.attempt_specs import StatementPlan
+from clickhouse_lb.core.attempt_specs import PlanContext, StatementPlan
 from clickhouse_lb.core.balancer import Balancer
 from clickhouse_lb.core.events import Listener
 from clickhouse_lb.core.failover import StatementAttempts
@@ -58,6 +59,10 @@ class PoolSteps(PoolBase):
     #: The worker is the shared replica set's (the sync pool's; see the module): close() leaves it running.
     _prober_shared = False
     _detach_forwarder: Callable[[], object] | None = None
+    #: What every statement's plan shares (built on the first statement, again after discovery
+    #: changed the replica set, whose balancer it was built for).
+    _plan_context: PlanContext | None = None
+    _plan_context_of: Balancer | None = None
 
     # -- the I/O, given by each pool ---------------------------------------------------------
 
@@ -149,8 +154,22 @@ class PoolSteps(PoolBase):
         ryw = self._ryw.begin(call, method, view.balancer) if self._ryw.armed or call.read_your_writes else None
         if ryw is not None:
             order = ryw.order(order)
-        attempts = self._attempts(method, order, view=view, statement=call)
-        return call, attempts, self._statement_plan(attempts, call), ryw
+        # self._attempts() and the plan, inlined: this runs for every statement.
+        self._stats.count_statement()
+        if self._prober is not None:
+            self._prober.ensure_started()
+        balancer = view.balancer
+        attempts = StatementAttempts(balancer, order, operation=method, statement=call, budget=self._budget)
+        context = self._plan_context
+        if self._plan_context_of is not balancer:
+            context = self._plan_context = PlanContext(
+                balancer.addresses, self._latencies, balancer.record_slowdown, self._count_hedge, self._budget,
+            )
+            self._plan_context_of = balancer
+        assert context is not None
+        own = call.attempt_settings
+        settings = self.config.attempts if own is NO_STATEMENT_SETTINGS else own.apply(self.config.attempts)
+        return call, attempts, StatementPlan.of(context, attempts, call, settings, attempts.deadline), ryw
 
     @staticmethod
     def _raced(view: ReplicaSetView, index: int, outcome: tuple[int, Any]) -> Any:

@@ -46,13 +46,15 @@ class AttemptConnections:
     statement's deadline. Once a connect of the attempt timed out, urllib3's own retry of it
     fails at once: failing over is the pool's job, not a second wait on the same replica."""
 
-    __slots__ = ("abandoned", "connect_timed_out", "connect_timeout", "connections")
+    # No ``__slots__``: the flags most attempts never set stay the class's (one per statement).
+    abandoned = False
+    connect_timed_out = False
+    connect_timeout: float | None = None
 
     def __init__(self, connect_timeout: float | None = None) -> None:
         self.connections: list[HTTPConnection] = []
-        self.abandoned = False
-        self.connect_timeout = connect_timeout
-        self.connect_timed_out = False
+        if connect_timeout is not None:
+            self.connect_timeout = connect_timeout
 
     # No lock: an append, a flag and a copy of the list are each atomic, and their order makes
     # every connection shut down by one side or the other: add() appends, then reads the flag;
@@ -137,8 +139,11 @@ class _Tracked(HTTPConnection):
     def _register(self) -> None:
         attempt = getattr(_local, "attempt", None)  # current_attempt(), inlined: twice per request
         if attempt is not None:
-            attempt.add(self)
+            connections = attempt.connections  # attempt.add(self), inlined
+            if not connections or connections[-1] is not self:
+                connections.append(self)
             if attempt.abandoned:
+                _shutdown(self)
                 raise ConnectionAbortedError("attempt abandoned by clickhouse-lb")
 
     def connect(self) -> None:

@@ -44,7 +44,11 @@ class _Watched(AttemptConnections):
     for every statement). To its machine it is the run's handle: never ``done()``, because the
     watchdog stops driving an attempt as soon as its call returns (the caller takes it off)."""
 
-    __slots__ = ("_source", "due", "index", "machine", "query_id", "started", "verdict", "woken")
+    # What most attempts never set, the class's (see run_planned: one entry per statement).
+    verdict: AttemptAbandonedError | None = None
+    machine: AttemptMachine | None = None
+    #: A ping it waits for came back: resume it now.
+    woken = False
 
     def __init__(
         self, source: AttemptSpec | StatementPlan, index: int, query_id: str | None, started: float, *,
@@ -57,10 +61,6 @@ class _Watched(AttemptConnections):
         #: When the watchdog next resumes its machine (at first: its first wake-up; inf: never).
         self.due = first
         AttemptConnections.__init__(self, connect_timeout)  # (no super() object: one per attempt)
-        self.verdict: AttemptAbandonedError | None = None
-        self.machine: AttemptMachine | None = None
-        #: A ping it waits for came back: resume it now.
-        self.woken = False
 
     @classmethod
     def of_spec(cls, spec: AttemptSpec, query_id: str | None, started: float) -> _Watched:
@@ -93,6 +93,9 @@ class _Watched(AttemptConnections):
 
 def _no_hedge(running: set[int]) -> int | None:
     return None
+
+
+_new_entry = object.__new__
 
 
 class Watchdog:
@@ -133,18 +136,24 @@ class Watchdog:
     def run_planned(self, plan: StatementPlan, index: int, call: Callable[[int, str | None], T]) -> T:
         """:meth:`run` for an attempt of a statement's plan (not hedged) on replica ``index``,
         without building its :class:`~clickhouse_lb.core.race.AttemptSpec`: the per-statement path."""
+        return self.run_at(plan, call, index)
+
+    def run_at(self, plan: StatementPlan, call: Callable[[int, str | None], T], index: int) -> T:
+        """:meth:`run_planned` with the replica last: ``partial(watchdog.run_at, plan, call)`` is a
+        statement's attempt (no closure of the pool's, one call less)."""
         settings = plan.settings
+        # The entry built by hand (no __init__ call, no keyword arguments: one per statement).
+        entry = _new_entry(_Watched)
+        entry._source, entry.index, entry.connections = plan, index, []
         if plan.deadline.at is None:  # the usual statement: no query id of the pool's, nothing to cut
-            query_id, connect_timeout = plan.query_id, settings.timeouts.connect
-            started = self._clock()
-            first = started + settings.first_wake_after  # first_wake() without a deadline, computed once
+            entry.query_id, entry.connect_timeout = plan.query_id, settings.timeouts.connect
+            entry.started = started = self._clock()
+            entry.due = started + settings.first_wake_after  # first_wake() without a deadline, computed once
         else:
-            query_id, connect_timeout = plan.run_query_id(None)(), plan.connect_timeout()
-            started = self._clock()
-            first = first_wake(started, settings.liveness, settings.timeouts.receive, plan.deadline.at)
-        return self._watched_call(
-            _Watched(plan, index, query_id, started, first=first, connect_timeout=connect_timeout), call
-        )
+            entry.query_id, entry.connect_timeout = plan.run_query_id(None)(), plan.connect_timeout()
+            entry.started = started = self._clock()
+            entry.due = first_wake(started, settings.liveness, settings.timeouts.receive, plan.deadline.at)
+        return self._watched_call(entry, call)
 
     def _watched_call(self, entry: _Watched, call: Callable[[int, str | None], T]) -> T:
         # An attempt with nothing to wait for (no liveness check, timeout or deadline) is not

@@ -18,6 +18,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, cast
 
 import clickhouse_connect
@@ -220,13 +221,13 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolSteps):
             client = view.slots[index].client or self._client(index, view)  # made already (the usual case), else now
             return settled(getattr(client, method)(*args, **kwargs))
 
-        watchdog = self._watchdog if not plan.hedgeable else None
-
-        def attempt(index: int) -> Any:
-            if watchdog is not None:
-                return watchdog.run_planned(plan, index, run)
-            outcome = self._driver.run_planned(plan, index, run, self._replica_alive, self._kill_query)
-            return self._raced(view, index, outcome)
+        watchdog = self._watchdog
+        if watchdog is not None and not plan.hedgeable:
+            attempt: Callable[[int], Any] = partial(watchdog.run_at, plan, run)  # (a C call: no frame of its own)
+        else:
+            def attempt(index: int) -> Any:
+                outcome = self._driver.run_planned(plan, index, run, self._replica_alive, self._kill_query)
+                return self._raced(view, index, outcome)
 
         if ryw is not None:
             attempt = ryw.guard_sync(attempt, plan, lambda index: self._client(index, view))
