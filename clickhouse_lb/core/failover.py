@@ -59,6 +59,9 @@ T = TypeVar("T")
 DIRECT_FIRST_ATTEMPT = True
 
 
+_new_attempts = object.__new__
+
+
 class StatementAttempts:
     """One statement's current :class:`FailoverPolicy` and the effects of its attempts.
 
@@ -89,9 +92,7 @@ class StatementAttempts:
         """``statement``: where ``write`` and ``retry_after_send`` come from instead (a
         :class:`~clickhouse_lb.core._statements.PreparedCall`: decided only when a failure asks).
         ``budget``: the pool's retry budget, which counts the statement (None: re-sends unlimited)."""
-        self._balancer = balancer
-        self._order = order
-        self.operation = operation
+        self._balancer, self._order, self.operation = balancer, order, operation
         if budget is not None:
             self._budget = budget
             budget.record_statement()
@@ -101,10 +102,23 @@ class StatementAttempts:
         if statement is not None:
             self._statement = statement
         else:
-            if not retry_after_send:
-                self._retry_after_send = False
-            if not write:
-                self._write = False
+            self._retry_after_send, self._write = retry_after_send, write
+
+    @classmethod
+    def of_statement(
+        cls, balancer: Balancer, order: Sequence[int], operation: str, statement: StatementKind,
+        budget: RetryBudget | None,
+    ) -> StatementAttempts:
+        """The attempts of a pool's statement, as ``__init__`` makes them, without keyword arguments."""
+        attempts = _new_attempts(cls)
+        attempts._balancer, attempts._order, attempts.operation, attempts._statement = balancer, order, operation, \
+            statement
+        if budget is not None:
+            attempts._budget = budget
+            budget.record_statement()
+        deadline = balancer.settings.failover_timeout
+        attempts.deadline = NO_DEADLINE if deadline is None else Deadline(deadline)
+        return attempts
 
     @property
     def policy(self) -> FailoverPolicy:
@@ -193,18 +207,13 @@ class StatementAttempts:
         if isinstance(exc, Exception):
             self._policy = self.policy.increment(index, self._balancer.count_failure(index, exc))
 
-    def hedge_candidate(self, running: set[int]) -> int | None:
+    def hedge_candidate(self, running: set[int]) -> int | None:  # (a plan's, StatementPlan.of)
         return self.policy.hedge_candidate(running)
-
-    def replay(self, error: BaseException) -> None:
-        """tenacity's next call of :meth:`attempt` raises ``error`` (the direct first attempt's,
-        run before tenacity was entered) instead of running an attempt."""
-        self._replayed = error
 
     def _attempt_steps(self, call: Callable[[int], Any]) -> Steps[Any]:
         """One attempt, for both runners: ``call(replica index)``, its end recorded (an attempt
         run through :mod:`clickhouse_lb.core.race` raises :class:`RaceFailure`: its error is raised)."""
-        replayed = self._replayed
+        replayed = self._replayed  # the direct first attempt's error, for tenacity's first call
         if replayed is not None:
             self._replayed = None
             raise replayed
@@ -220,12 +229,10 @@ class StatementAttempts:
             return result
         raise error  # outside the handler: the race's wrapper is not chained to it
 
-    def attempt(self, call: Callable[[int], T]) -> T:
-        """Run one attempt (tenacity's function, sync)."""
+    def attempt(self, call: Callable[[int], T]) -> T:  # tenacity's function, sync
         return cast(T, drive(self._attempt_steps(call)))
 
-    async def attempt_async(self, call: Callable[[int], Awaitable[T]]) -> T:
-        """Run one attempt (tenacity's function, async): ``call`` returns an awaitable."""
+    async def attempt_async(self, call: Callable[[int], Awaitable[T]]) -> T:  # async: ``call`` is awaited
         return cast(T, await drive_async(self._attempt_steps(call)))
 
     # -- tenacity's callbacks ---------------------------------------------------------------
@@ -336,9 +343,7 @@ def _bound(loop: Any, attempts: StatementAttempts) -> Any:
                      before_sleep=attempts.announce, retry_error_callback=attempts.give_up)
 
 
-# The two runners below are the statement's first attempt, as short as it can be (it runs for
-# every statement); everything after a failed first attempt is one body for both
-# (:func:`_failing_over`), carried out by calling (sync) or awaiting (async) its steps.
+# The runners: the first attempt, as short as it can be; the rest is one body (_failing_over).
 
 def run_sync(attempts: StatementAttempts, call: Callable[[int], T], policy: Retrying = _SYNC_POLICY) -> T:
     """Run ``call(replica_index)`` until it succeeds, per the statement's failover rules.
@@ -377,14 +382,14 @@ def _failing_over(
 ) -> Steps[Any]:
     """The statement after its first attempt on replica ``index`` failed with ``failure``
     (None: no direct first attempt, tenacity runs them all): one body for both runners. tenacity
-    starts from that failure (its first call replays it, :meth:`StatementAttempts.replay`), so
+    starts from that failure (its first call replays it), so
     every decision after it is tenacity's, exactly as without the direct first attempt."""
     try:
         if failure is not None:
             error = attempts.failed(index, failure)  # (a race's failure: its error, unwrapped)
             if not isinstance(error, Exception) or not attempts.goes_on():
                 raise error
-            attempts.replay(error)
+            attempts._replayed = error  # tenacity's first call raises it: see _attempt_steps
         return (yield partial(_bound(loop, attempts), attempt, call))
     except Exception as exc:
         error = attempts.final_error(exc)

@@ -159,7 +159,7 @@ class PoolSteps(PoolBase):
         if self._prober is not None:
             self._prober.ensure_started()
         balancer = view.balancer
-        attempts = StatementAttempts(balancer, order, operation=method, statement=call, budget=self._budget)
+        attempts = StatementAttempts.of_statement(balancer, order, method, call, self._budget)
         context = self._plan_context
         if self._plan_context_of is not balancer:
             context = self._plan_context = PlanContext(

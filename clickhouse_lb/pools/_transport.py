@@ -63,7 +63,7 @@ class AttemptConnections:
 
     def add(self, connection: HTTPConnection) -> None:
         connections = self.connections
-        if not connections or connections[-1] is not connection:  # request(), then getresponse()
+        if not connections or connections[-1] is not connection:  # connect() inside request(): one entry
             connections.append(connection)
         if self.abandoned:
             _shutdown(connection)
@@ -168,9 +168,8 @@ class _Tracked(HTTPConnection):
         self._register()
         return super().request(*args, **kwargs)
 
-    def getresponse(self, *args: Any, **kwargs: Any) -> Any:
-        self._register()
-        return super().getresponse(*args, **kwargs)
+    # No getresponse() of its own: it follows request() on the same connection, registered
+    # there; an attempt abandoned in between has that connection shut down already.
 
 
 class _TrackedHTTPConnection(_Tracked):

@@ -23,6 +23,7 @@ from typing import Any, cast
 
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
+from clickhouse_connect.driver.query import QueryResult
 
 from clickhouse_lb.config.pool_config import (
     sync_client_option_names,
@@ -219,7 +220,8 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolSteps):
         def run(index: int, query_id: str | None) -> Any:
             args, kwargs = call.with_query_id(query_id) if query_id is not None else (call.args, call.kwargs)
             client = view.slots[index].client or self._client(index, view)  # made already (the usual case), else now
-            return settled(getattr(client, method)(*args, **kwargs))
+            result = getattr(client, method)(*args, **kwargs)
+            return settled(result) if isinstance(result, QueryResult) else result  # (no call for a command's)
 
         watchdog = self._watchdog
         if watchdog is not None and not plan.hedgeable:
