@@ -6,12 +6,13 @@ from __future__ import annotations
 import random
 import threading
 import uuid
+from typing import Any
 
 import pytest
 
 from clickhouse_lb.config.replicas import parse_host
 from clickhouse_lb.config.settings import LoadBalancing, parse_balancing_settings, split_statement_settings
-from clickhouse_lb.core._statements import new_insert_token
+from clickhouse_lb.core._statements import new_insert_token, prepare_call
 from clickhouse_lb.core.balancer import Balancer
 from clickhouse_lb.core.ordering import plan_order, tie_free_order
 from clickhouse_lb.core.stats import PoolStats
@@ -106,3 +107,30 @@ def test_the_automatic_insert_token_is_a_uuid4_hex() -> None:
         assert parsed.version == 4
         assert parsed.variant == uuid.RFC_4122
         assert parsed.hex == token
+
+
+
+def _fields(call: Any) -> tuple[Any, ...]:
+    return (call.args, call.kwargs, call.settings, call.overrides, call.attempt_settings, call.query_id,
+            call.read_your_writes, call.text, call.write, call.retry_after_send, call.settings_position)
+
+
+@pytest.mark.parametrize(
+    ("method", "args", "kwargs"),
+    [
+        ("insert", ("t", [[1]]), {"column_names": ["x"]}),
+        ("insert", ("t",), {"data": [[1]], "settings": None}),
+        ("insert_df", ("t",), {"context": "t"}),
+        ("raw_insert", ("t", ["x"], b"1\n"), {}),
+    ],
+)
+def test_an_insert_without_settings_is_prepared_as_with_empty_settings(
+    method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    # prepare_call's shortcut for an insert given no settings (only the automatic token to add)
+    # must build the call its general path builds for the same insert with settings={}.
+    quick = prepare_call(method, args, kwargs, None, auto_token=True, new_token=lambda: "t0")
+    general = prepare_call(method, args, {**kwargs, "settings": {}}, None, auto_token=True, new_token=lambda: "t0")
+    assert _fields(quick) == _fields(general)
+    assert quick.kwargs["settings"] == {"insert_deduplication_token": "t0"}
+    assert quick.retry_after_send
