@@ -161,12 +161,11 @@ class PoolSteps(PoolBase):
         balancer = view.balancer
         attempts = StatementAttempts.of_statement(balancer, order, method, call, self._budget)
         context = self._plan_context
-        if self._plan_context_of is not balancer:
+        if context is None or self._plan_context_of is not balancer:
             context = self._plan_context = PlanContext(
                 balancer.addresses, self._latencies, balancer.record_slowdown, self._count_hedge, self._budget,
             )
             self._plan_context_of = balancer
-        assert context is not None
         own = call.attempt_settings
         settings = self.config.attempts if own is NO_STATEMENT_SETTINGS else own.apply(self.config.attempts)
         return call, attempts, StatementPlan.of(context, attempts, call, settings, attempts.deadline), ryw

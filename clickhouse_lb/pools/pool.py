@@ -218,9 +218,12 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolSteps):
         call, attempts, plan, ryw = self._begin(method, args, kwargs, view)
 
         def run(index: int, query_id: str | None) -> Any:
-            args, kwargs = call.with_query_id(query_id) if query_id is not None else (call.args, call.kwargs)
             client = view.slots[index].client or self._client(index, view)  # made already (the usual case), else now
-            result = getattr(client, method)(*args, **kwargs)
+            if query_id is None:
+                result = getattr(client, method)(*call.args, **call.kwargs)
+            else:
+                args, kwargs = call.with_query_id(query_id)
+                result = getattr(client, method)(*args, **kwargs)
             return settled(result) if isinstance(result, QueryResult) else result  # (no call for a command's)
 
         watchdog = self._watchdog
