@@ -207,12 +207,8 @@ def prepare_call(
         not kwargs and args and type(args[0]) is str and method not in INSERT_METHODS
         and (settings_position is None or len(args) <= settings_position)
     ):  # the most common statement: plain SQL, no keyword, no settings (a shortcut of the case below)
-        call = _new_call(PreparedCall)  # (the rest are the class's defaults)
+        call = _new_call(PreparedCall)  # (four stores: the rest are the class's defaults)
         call.args, call.kwargs, call._text, call.settings_position = args, kwargs, args[0], settings_position
-        # Stored though they are the defaults: every statement reads them (an instance's own is
-        # the faster read).
-        call.overrides, call.attempt_settings, call.read_your_writes, call.query_id = (
-            NO_OVERRIDES, NO_STATEMENT_SETTINGS, None, None)
         return call
     in_kwargs = "settings" in kwargs
     # Where ``settings`` was given positionally (None: by keyword, or not at all).
