@@ -63,8 +63,10 @@ _new_attempts = object.__new__
 
 
 class StatementAttempts:
-    """One statement's current :class:`FailoverPolicy` and the effects of its attempts. (No
-    ``__slots__``: what most statements never change stays a class attribute, not a store.)"""
+    """One statement's current :class:`FailoverPolicy` and the effects of its attempts.
+
+    No ``__slots__``: what most statements never change (no policy, no verdict, a read's or a
+    prepared call's defaults) stays a class attribute, not a store per statement."""
 
     _policy: FailoverPolicy | None = None  # built when first asked: see :attr:`policy`
     #: The decision after the last attempt that ended (None: none ended yet).
@@ -172,10 +174,9 @@ class StatementAttempts:
 
     def left(self, token: Token[bool], index: int, result: T) -> T:
         """The first attempt (:meth:`enter`) succeeded with ``result``: the statement's end."""
-        state = self._balancer.state
-        state.replica_load.finish(index, self._attempt_started)
-        if (record := state.records[index]).failed or record.announced:  # (record_success's own test: no call)
-            self._balancer.record_success(index)
+        balancer = self._balancer
+        balancer.state.replica_load.finish(index, self._attempt_started)
+        balancer.record_success(index)
         leave_pool(token)
         return result
 
