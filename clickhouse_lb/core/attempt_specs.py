@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from clickhouse_lb.config.attempt_settings import AttemptSettings
 from clickhouse_lb.core._statements import StatementKind
@@ -103,39 +103,8 @@ class StatementPlan:
         return plan
 
     @property
-    def addresses(self) -> tuple[str, ...]:
-        return self._context.addresses
-
-    @property
-    def window(self) -> LatencyWindow:
-        return self._context.window
-
-    @property
     def clock(self) -> Callable[[], float]:
         return self._context.clock
-
-    @property
-    def budget(self) -> RetryBudget | None:
-        """The pool's retry budget: a hedge, or giving up on a hung run to send it elsewhere,
-        happens only while it lasts (None: unlimited)."""
-        return self._context.budget
-
-    @property
-    def count_slowdown(self) -> Callable[[int], object]:
-        return self._context.count_slowdown
-
-    @property
-    def count_hedge(self) -> Callable[[int], object]:
-        """Called when a hedge starts (the pool counts them: ``hedged_requests``)."""
-        return self._context.count_hedge
-
-    @property
-    def count_failure(self) -> Callable[[int, BaseException], object]:
-        return cast(Callable[[int, BaseException], object], self._failures.run_failed)
-
-    @property
-    def hedge_candidate(self) -> Callable[[set[int]], int | None]:
-        return cast(Callable[[set[int]], "int | None"], self._failures.hedge_candidate)
 
     @property
     def write(self) -> bool:
@@ -149,13 +118,15 @@ class StatementPlan:
     def hedge_after(self) -> float | None:
         if not self.hedgeable:
             return None
-        return hedge_delay(self.settings.hedging, self.window)
+        return hedge_delay(self.settings.hedging, self._context.window)
 
     def _answered(self, index: int, seconds: float) -> None:
-        self.window.answered(self.addresses[index], seconds)
+        context = self._context
+        context.window.answered(context.addresses[index], seconds)
 
     def _unanswered(self, index: int, seconds: float) -> None:
-        self.window.unanswered(self.addresses[index], seconds)
+        context = self._context
+        context.window.unanswered(context.addresses[index], seconds)
 
     def run_query_id(self, hedge_after: float | None) -> Callable[[], str | None]:
         """Where each run's query id comes from: the statement's own; a fresh one of the pool's
@@ -180,7 +151,8 @@ class StatementPlan:
         deadline_at = self.deadline.at
         receive = settings.timeouts.receive
         retry_safe = self.retry_safe
-        budget = self.budget
+        context = self._context
+        budget = context.budget
 
         def watch(index: int, started: float) -> AttemptWatch:
             return AttemptWatch(
@@ -195,24 +167,25 @@ class StatementPlan:
 
         return AttemptSpec(
             first=first,
-            clock=self.clock,
+            clock=context.clock,
             watch=watch,
             hedge_index=self._hedge_index if hedge_after is not None else _no_hedge,
             query_id=self.run_query_id(hedge_after),
-            address=self.addresses.__getitem__,
+            address=context.addresses.__getitem__,
             write=self.write,
             connect_timeout=self.connect_timeout(),
-            on_failure=self.count_failure,
-            on_slower=self.count_slowdown,
+            on_failure=self._failures.run_failed,
+            on_slower=context.count_slowdown,
             on_latency=self._answered if self.hedgeable else _ignore,
             on_unanswered=self._unanswered if self.hedgeable else _ignore,
-            on_hedge=self.count_hedge,
+            on_hedge=context.count_hedge,
         )
 
     def _hedge_index(self, running: set[int]) -> int | None:
         """The replica to launch a hedge on, if the retry budget allows one more request."""
-        index = self.hedge_candidate(running)
-        if index is None or self.budget is None or self.budget.try_spend(hedge=True):
+        index: int | None = self._failures.hedge_candidate(running)
+        budget = self._context.budget
+        if index is None or budget is None or budget.try_spend(hedge=True):
             return index
         return None
 
