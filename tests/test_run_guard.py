@@ -28,6 +28,20 @@ HUNG_AT_EXIT = """
         threading.Thread(target=waits_for_nobody, name="left-behind").start()
 """
 
+# SIGALRM blocked on the main thread: pytest-timeout's signal reaches another thread, whose C
+# handler only sets a flag; the main thread, waiting on a lock, never runs the Python handler.
+OUT_OF_THE_TIMEOUTS_REACH = """
+    import signal
+    import threading
+
+    import pytest
+
+    @pytest.mark.timeout(1)
+    def test_blocked_where_no_signal_reaches():
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])
+        threading.Event().wait(60)
+"""
+
 HUNG_IN_A_TEST = """
     import threading
 
@@ -59,6 +73,13 @@ def test_a_run_past_its_bound_fails_with_the_stack_of_the_test_that_hung(tmp_pat
     assert run.returncode == 70, run.stderr
     assert "the test run (CLICKHOUSE_LB_TEST_RUN_LIMIT) took over 1 s" in run.stderr
     assert "test_waits_too_long" in run.stderr
+
+
+def test_a_test_its_timeout_cannot_end_fails_the_run_with_its_stack(tmp_path: Path) -> None:
+    run = _run(tmp_path, OUT_OF_THE_TIMEOUTS_REACH, CLICKHOUSE_LB_TEST_TIMEOUT_GRACE="1")
+    assert run.returncode == 70, run.stderr
+    assert "test_case.py::test_blocked_where_no_signal_reaches (its pytest-timeout 1 s" in run.stderr
+    assert "test_blocked_where_no_signal_reaches" in run.stderr.split("stack follows")[1]
 
 
 def test_a_bound_that_is_not_a_number_is_refused_by_name(tmp_path: Path) -> None:
