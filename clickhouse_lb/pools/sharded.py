@@ -84,7 +84,9 @@ class ShardedPool(ShardedBase[ReplicaPool]):
         self._stop = threading.Event()
         threading.Thread(target=_refresh_loop, args=(weakref.ref(self), self._stop, interval),
                          name="clickhouse-lb-shards", daemon=True).start()
-        weakref.finalize(self, self._stop.set)  # a pool dropped without close() stops it too
+        # A pool dropped without close(): the thread ends at its next wake, when its weak
+        # reference is dead. No finalizer sets the event: set() takes the event's lock, and a
+        # finalizer runs wherever the garbage collector does, inside that very lock included.
 
     def _refresh(self) -> None:
         """Re-read the shard set and replace the view when it changed (on the refresh thread)."""
