@@ -174,6 +174,10 @@ def test_rows_are_transposed_as_clickhouse_connect_transposes_them_or_left_to_it
     assert take_columns(rows, np.array([0, 1, 2]), 3) == [list(c) for c in zip(*rows)]
     assert take_columns([[1, "a", 2], [3, "b"]], np.array([0, 1]), 3) is None  # a short row: sent as rows
     assert take_columns([[1, "a", 2], 5], np.array([0, 1]), 3) is None  # not a row at all
+    many = [(i, str(i), -i) for i in range(2049)]  # two full blocks and one of a single row
+    picked = np.arange(0, 2049, 2)
+    assert take_columns(many, picked, 3) == [list(c) for c in zip(*(many[i] for i in picked))]
+    assert take_columns([*many[:2000], (1, "short"), *many[2001:]], np.arange(2049), 3) is None
     assert transposable(rows, 3)
     assert not transposable(rows, 2)  # clickhouse-connect's column count check then raises, as without routing
     assert not transposable(np.zeros((2, 3)), 3)  # a NumPy matrix: clickhouse-connect converts it itself
