@@ -100,7 +100,7 @@ def test_insert_df_arrow_refuses_a_frame_without_arrow_dtypes_before_writing_any
     assert all(ids_on(cluster, i) == [] for i in range(len(cluster)))
 
 
-@pytest.mark.parametrize("how", ["insert", "data_insert", "column_oriented"])
+@pytest.mark.parametrize("how", ["insert", "data_insert", "column_oriented", "insert_df"])
 def test_a_prepared_insert_context_is_routed_and_left_empty_for_the_next_batch(
     cluster: LocalCluster, sharded: clickhouse_lb.ShardedPool, how: str
 ) -> None:
@@ -113,6 +113,11 @@ def test_a_prepared_insert_context_is_routed_and_left_empty_for_the_next_batch(
         elif how == "data_insert":
             context.data = rows
             summary = sharded.data_insert(context, sharding_key="sipHash64(id)")
+        elif how == "insert_df":
+            pd = pytest.importorskip("pandas")
+            frame = pd.DataFrame({"id": np.array(ids, dtype=np.int64), "name": [f"n{i}" for i in ids],
+                                  "v": np.zeros(len(ids), dtype=np.uint32)})
+            summary = sharded.insert_df(df=frame, context=context, sharding_key="sipHash64(id)")
         else:
             columns = [ids, [f"n{i}" for i in ids], [0] * len(ids)]
             summary = sharded.insert(data=columns, context=context, sharding_key="sipHash64(id)")
