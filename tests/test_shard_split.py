@@ -199,3 +199,33 @@ def test_a_routed_inserts_row_parts_go_as_columns_with_column_oriented() -> None
     parts = plan.parts()
     assert [p.options and p.options["column_oriented"] for p in parts] == [True, True]
     assert [list(zip(*p.data)) for p in parts] == [[tuple(r) for r in rows if r[0] % 2 == s] for s in (0, 1)]
+
+
+def test_columns_are_written_as_the_rows_would_be_for_nested_nullable_and_dated_types() -> None:
+    import datetime
+    import decimal
+    import uuid
+
+    from clickhouse_connect.datatypes.registry import get_from_name
+    from clickhouse_connect.driver.insert import InsertContext
+    from clickhouse_connect.driver.transform import NativeTransform
+
+    types = ["Int64", "Nullable(String)", "Array(Int32)", "DateTime", "Decimal(10, 2)", "Map(String, UInt8)",
+             "Tuple(Int8, String)", "LowCardinality(String)", "UUID", "Float64", "Bool", "Enum8('a' = 1, 'b' = 2)"]
+    names = [f"c{i}" for i in range(len(types))]
+    start = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    rows = [
+        (i, None if i % 3 == 0 else f"s{i}", list(range(i % 4)), start + datetime.timedelta(seconds=i),
+         decimal.Decimal(i) / 4, {f"k{i % 2}": i % 7}, (i % 100, f"t{i}"), ["x", "y"][i % 2],
+         uuid.UUID(int=i), i / 3, i % 2 == 0, "ab"[i % 2])
+        for i in range(3000)
+    ]
+    indices = np.flatnonzero(np.arange(len(rows)) % 4 != 2)
+
+    def native(data: Any, oriented: bool) -> bytes:
+        context = InsertContext("t", names, [get_from_name(t) for t in types], data=data, column_oriented=oriented)
+        return b"".join(NativeTransform().build_insert(context))
+
+    columns = take_columns(rows, indices, len(types))
+    assert columns is not None
+    assert native(columns, True) == native(take(rows, "rows", indices), False)
