@@ -93,18 +93,3 @@ def test_the_mark_belongs_to_the_task_that_runs_the_attempt(root_handler: Collec
     asyncio.run(main())
     assert root_handler.messages == ["WARNING plain client"]
 
-
-def test_attach_filter_adds_a_filter_once() -> None:
-    """Importing the library twice over (a reload, ``install()`` called again) must not stack
-    filters on a logger: each would run on every record."""
-    from clickhouse_lb.core._driver_logs import attach_filter
-
-    log_filter = logging.Filter("test_attach_filter")
-    names = ("test_attach_filter.a", "test_attach_filter.b")
-    attach_filter(log_filter, names)
-    attach_filter(log_filter, names)
-    try:
-        assert [logging.getLogger(name).filters.count(log_filter) for name in names] == [1, 1]
-    finally:
-        for name in names:
-            logging.getLogger(name).removeFilter(log_filter)

@@ -82,11 +82,10 @@ _FILTER = _HandledByPool("clickhouse_lb")
 
 
 def attach_filter(log_filter: logging.Filter, names: Iterable[str]) -> None:
-    """Attach ``log_filter`` to each logger named, once (a second call adds nothing)."""
+    """Attach ``log_filter`` to each logger named, once (``addFilter`` skips a filter the
+    logger already has: a second call adds nothing)."""
     for name in names:
-        logger = logging.getLogger(name)
-        if log_filter not in logger.filters:
-            logger.addFilter(log_filter)
+        logging.getLogger(name).addFilter(log_filter)
 
 
 def install() -> None:
