@@ -92,4 +92,3 @@ def test_the_mark_belongs_to_the_task_that_runs_the_attempt(root_handler: Collec
 
     asyncio.run(main())
     assert root_handler.messages == ["WARNING plain client"]
-
