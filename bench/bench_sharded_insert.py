@@ -7,14 +7,18 @@ Per key and round, side by side and in alternating order:
 
 - **routed**: ``sharded.insert(table, rows, column_names=NAMES, sharding_key=KEY)``, as a user
   calls it (reads the column types once, splits, writes each part);
-- **direct**: the very parts the router makes (split beforehand, untimed), each written with
-  the same call and settings the router makes (``part.send(shard_pool)``: the shard pool's
-  ``insert`` with the same data, column names and types), one after the other.
+- **direct, row parts**: what a user without the router would write: the same rows split the
+  same way beforehand (untimed), each shard's part as the user's own form (a list of the row
+  objects for row data), written with the shard pool's ``insert`` (column names and types given),
+  one after the other;
+- **direct, router's parts**: the very parts the router makes (split beforehand, untimed), each
+  written with the same call and settings the router makes (``part.send(shard_pool)``; for row
+  data these are columns, ``column_oriented=True``), one after the other.
 
-Prints the medians, the ratio, the split alone (no I/O, median of the rounds), and the routing
+Prints the medians, the ratios, the split alone (no I/O, median of the rounds), and the routing
 overhead inside the routed call itself: its time minus the time its parts spent in the shard
 pools' ``insert`` (measured in the same call, so the inserts' own run-to-run spread, which
-dominates the ratio on a loaded machine, is not in it), as a share of the direct median. Then
+dominates the ratio on a loaded machine, is not in it), as a share of each direct median. Then
 the pool's own per-part path: one part through the shard's pool (failover, token) against the
 same part through a bare clickhouse-connect client of the same replica.
 """
@@ -61,6 +65,21 @@ CASES = [
 ]
 
 
+def user_split(data: object, form: str, key: str, shards: int) -> list[tuple[int, object]]:
+    """The same rows per shard as the router puts there, in the data's own form: what a user who
+    split the rows themselves would hand each shard's insert."""
+    from clickhouse_lb.core.shard_split import key_column, row_count, take
+    from clickhouse_lb.core.sharding import parse_sharding_key, route, slot_table, value_type
+
+    parsed = parse_sharding_key(key)
+    index = NAMES.index(parsed.column or "id")
+    kind = value_type(TYPES[index])
+    values = key_column(data, form, index, kind)  # type: ignore[arg-type]
+    groups = route(parsed, values, kind, row_count(data, form), slots=slot_table([1] * shards),  # type: ignore[arg-type]
+                   shards=shards)
+    return [(position, take(data, form, indices)) for position, indices in enumerate(groups)]  # type: ignore[arg-type]
+
+
 def timed(fn: Callable[[], object]) -> float:
     # Each side starts from the same collector state: with a million rows alive, one full
     # collection more or less during clickhouse-connect's transposition is worth a second on
@@ -92,9 +111,10 @@ def main() -> None:
 
         with clickhouse_lb.get_sharded_pool(shards=[c.hosts for c in clusters], health_check_interval_ms=0) as sharded:
             print(f"load average before: {os.getloadavg()}")
-            print("| data | key | rows | routed (s) | same parts, direct (s) | ratio | split alone (s) "
-                  "| overhead in the routed call (s) | overhead / direct |")
-            print("|---|---|---|---|---|---|---|---|---|")
+            print("| data | key | rows | routed (s) | direct, row parts (s) | ratio | direct, router's parts (s) "
+                  "| ratio | split alone (s) | overhead in the routed call (s) | overhead / direct row parts "
+                  "| overhead / direct router's parts |")
+            print("|---|---|---|---|---|---|---|---|---|---|---|---|")
             spent = [0.0]
             view = sharded._view
             sharded._view = dataclasses.replace(view, pools=tuple(TimedPool(p, spent) for p in view.pools))
@@ -112,8 +132,8 @@ def main() -> None:
                     )
 
                 parts = plan().parts(context)
-                routed: list[float] = []
-                direct: list[float] = []
+                user_parts = user_split(data, "columns" if oriented else "rows", key, len(sharded.shards))
+                times: dict[str, list[float]] = {"routed": [], "rows": [], "parts": []}
                 split: list[float] = []
                 overhead: list[float] = []
                 for round_ in range(args.rounds):
@@ -121,21 +141,29 @@ def main() -> None:
                         sharded.insert(TABLE, data, column_names=NAMES, sharding_key=key,
                                        column_oriented=oriented)
 
-                    def run_direct(parts: list = parts) -> None:
+                    def run_rows(user_parts: list = user_parts, oriented: bool = oriented) -> None:
+                        for position, part_data in user_parts:
+                            sharded.shards[position].insert(TABLE, part_data, column_names=NAMES,
+                                                            column_type_names=TYPES, column_oriented=oriented)
+
+                    def run_parts(parts: list = parts) -> None:
                         for part in parts:
                             part.send(sharded.shards[part.position])
 
-                    order = [(run_routed, routed), (run_direct, direct)]
-                    for fn, out in order if round_ % 2 == 0 else reversed(order):
+                    order = [(run_routed, "routed"), (run_rows, "rows"), (run_parts, "parts")]
+                    order = order[round_ % 3:] + order[:round_ % 3]  # each side first in turn
+                    for fn, side in order:
                         spent[0] = 0.0
-                        out.append(timed(fn))
-                        if out is routed:
-                            overhead.append(out[-1] - spent[0])
+                        times[side].append(timed(fn))
+                        if side == "routed":
+                            overhead.append(times[side][-1] - spent[0])
                         truncate()
                     split.append(timed(lambda: plan().parts(context)))
-                r, d, o = statistics.median(routed), statistics.median(direct), statistics.median(overhead)
-                print(f"| {label} | `{key}` | {args.rows:,} | {r:.2f} | {d:.2f} | {r / d:.3f} | "
-                      f"{statistics.median(split):.3f} | {o:.3f} | {o / d:.1%} |", flush=True)
+                r, u, d = (statistics.median(times[side]) for side in ("routed", "rows", "parts"))
+                o = statistics.median(overhead)
+                print(f"| {label} | `{key}` | {args.rows:,} | {r:.2f} | {u:.2f} | {r / u:.3f} | {d:.2f} | "
+                      f"{r / d:.3f} | {statistics.median(split):.3f} | {o:.3f} | {o / u:.1%} | {o / d:.1%} |",
+                      flush=True)
             print(f"load average after: {os.getloadavg()}")
             sharded._view = view
             # The pool's own per-part path against a bare client, the same part, alternating.

@@ -12,10 +12,14 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypedDict
 
 from clickhouse_connect.driver.exceptions import NotSupportedError, OperationalError, ProgrammingError
 
 from clickhouse_lb._redact import brief, redact
+
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11's; the annotations are never evaluated
+    from typing_extensions import Unpack
 
 __all__ = [
     "AllReplicasStaleError",
@@ -96,6 +100,16 @@ def _per_replica(last_errors: dict[str, str | None]) -> str:
     )
 
 
+class _StatementOutcome(TypedDict, total=False):
+    """The keywords every :class:`AllReplicasUnavailableError` takes besides what failed (its
+    subclasses add their own and pass these on): whether the statement was a write, whether its
+    request may have been applied, and the client method (``operation``)."""
+
+    may_have_been_applied: bool
+    write: bool
+    operation: str | None
+
+
 class AllReplicasUnavailableError(OperationalError):
     """Every attempt of one statement failed with a replica failure.
 
@@ -150,15 +164,12 @@ class StatementTimeoutError(AllReplicasUnavailableError):
         last_errors: dict[str, str | None],
         *,
         timeout: float,
-        may_have_been_applied: bool = False,
-        write: bool = False,
-        operation: str | None = None,
+        **outcome: Unpack[_StatementOutcome],
     ) -> None:
         self.timeout = timeout
-        write = write or may_have_been_applied  # only a write may have been applied
-        super().__init__(
-            failures, last_errors, may_have_been_applied=may_have_been_applied, write=write, operation=operation
-        )
+        if outcome.get("may_have_been_applied"):
+            outcome["write"] = True  # only a write may have been applied
+        super().__init__(failures, last_errors, **outcome)
 
     def _head(self) -> str:
         what = "The pool's creation check" if self.operation == CREATION_CHECK else "Statement"
@@ -180,15 +191,11 @@ class RetryBudgetExhaustedError(AllReplicasUnavailableError):
         last_errors: dict[str, str | None],
         *,
         budget: str,
-        may_have_been_applied: bool = False,
-        write: bool = False,
-        operation: str | None = None,
+        **outcome: Unpack[_StatementOutcome],
     ) -> None:
         #: The budget's settings, as text.
         self.budget = budget
-        super().__init__(
-            failures, last_errors, may_have_been_applied=may_have_been_applied, write=write, operation=operation
-        )
+        super().__init__(failures, last_errors, **outcome)
 
     def _head(self) -> str:
         return (

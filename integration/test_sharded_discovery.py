@@ -133,3 +133,44 @@ def test_the_async_sharded_pool_follows_the_cluster_too(cluster: LocalCluster, c
             assert set(summary.rows) == {1, 2}
 
     asyncio.run(run())
+
+
+def test_changed_shard_weights_are_seen_and_routed_inserts_follow_them(cluster: LocalCluster, clean: None) -> None:
+    """system.clusters' shard_weight changes (remote_servers edited): the view is replaced with
+    the new weights, the shards keep their pools, and the next routed insert puts every row on
+    the shard the engine's expression and the *new* slots pick; weight 0 gets no rows."""
+    hosts = cluster.hosts
+    shard_1, shard_2 = cluster.shard_indices(1), cluster.shard_indices(2)
+    expected_on: list[set[int]] = [set(), set()]
+
+    def insert_and_expect(ids: list[int], weights: list[int]) -> None:
+        summary = sharded.insert(TABLE, [[i] for i in ids], column_names=["id"], sharding_key="cityHash64(id)")
+        positions = engine_positions(cluster, ids, weights)
+        for position in range(2):
+            mine = {i for i in ids if positions[i] == position}
+            assert summary.rows.get(position + 1, 0) == len(mine)
+            expected_on[position] |= mine
+
+    try:
+        with clickhouse_lb.get_sharded_pool(hosts=[hosts[0]], cluster="lb_cluster",
+                                            cluster_discovery_interval_ms=100) as sharded:
+            assert sharded.weights == (1, 3)
+            pools = sharded.shards
+            insert_and_expect(list(range(0, 400)), [1, 3])
+
+            cluster.set_shard_weights([3, 1])
+            _wait_for(lambda: sharded.weights == (3, 1), "the new weights")
+            assert sharded.shards == pools  # kept: same shard numbers, same replicas
+            insert_and_expect(list(range(400, 800)), [3, 1])
+
+            cluster.set_shard_weights([0, 2])
+            _wait_for(lambda: sharded.weights == (0, 2), "shard 1 weighted 0")
+            insert_and_expect(list(range(800, 1000)), [0, 2])
+            assert set(range(800, 1000)) <= expected_on[1]  # weight 0: shard 1 gets none of them
+        for position, replicas in enumerate((shard_1, shard_2)):
+            for i in replicas:
+                assert ids_on(cluster, i) == sorted(expected_on[position]), (position, i)
+        # Different weights send rows elsewhere: the two first batches' splits are not alike.
+        assert len(expected_on[0] & set(range(400))) < len(expected_on[0] & set(range(400, 800)))
+    finally:
+        cluster.set_shard_weights([1, 3])

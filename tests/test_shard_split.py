@@ -11,7 +11,7 @@ import pytest
 
 from clickhouse_lb.config.replicas import Replica, parse_host
 from clickhouse_lb.core.discovery import ShardLayout
-from clickhouse_lb.core.shard_split import key_column, row_count, take
+from clickhouse_lb.core.shard_split import key_column, row_count, take, take_columns, transposable
 from clickhouse_lb.core.sharding import parse_sharding_key, route, slot_table, value_type
 from clickhouse_lb.errors import ConfigurationError
 from clickhouse_lb.pools._sharded_base import ShardedBase
@@ -19,6 +19,10 @@ from clickhouse_lb.pools._sharded_discovery import layout_change
 
 pd = pytest.importorskip("pandas")
 pa = pytest.importorskip("pyarrow")
+try:
+    import polars as pl
+except ImportError:  # optional: the polars form is then not checked
+    pl = None
 
 IDS = [-5, 0, 1, 2, 3, 7, 11, 2**40, -(2**40), 123456789]
 NAMES = [f"user-{i}" for i in IDS]
@@ -29,10 +33,13 @@ def forms() -> dict[str, tuple[str, Any]]:
     columns = [list(IDS), list(NAMES), list(range(len(IDS)))]
     numpy_columns = [np.array(IDS, dtype=np.int64), list(NAMES), np.arange(len(IDS), dtype=np.uint32)]
     frame = pd.DataFrame({"id": IDS, "name": NAMES, "v": range(len(IDS))})
-    return {
+    out = {
         "rows": ("rows", rows), "columns": ("columns", columns), "numpy columns": ("columns", numpy_columns),
         "dataframe": ("dataframe", frame), "arrow": ("arrow", pa.Table.from_pandas(frame, preserve_index=False)),
     }
+    if pl is not None:
+        out["polars"] = ("polars", pl.DataFrame({"id": IDS, "name": NAMES, "v": list(range(len(IDS)))}))
+    return out
 
 
 def rows_of(part: Any, form: str) -> list[tuple[Any, ...]]:
@@ -43,6 +50,8 @@ def rows_of(part: Any, form: str) -> list[tuple[Any, ...]]:
         return list(zip(*[list(c) for c in part]))
     if form == "dataframe":
         return list(part.itertuples(index=False, name=None))
+    if form == "polars":
+        return list(part.iter_rows())
     return list(zip(*[part.column(i).to_pylist() for i in range(part.num_columns)]))
 
 
@@ -138,3 +147,85 @@ def test_a_removed_shards_pool_closes_only_once_the_routed_inserts_on_the_old_vi
         assert closed == []  # shard 2's pool still serves the insert in flight
         assert plan.pool(plan.parts()[0]) in (one, two)  # the insert keeps its own view
     assert closed == [two]
+
+
+def _native_bytes(data: Any, column_oriented: bool) -> bytes:
+    """What clickhouse-connect writes for an insert of ``data`` (its Native format, no server)."""
+    from clickhouse_connect.datatypes.registry import get_from_name
+    from clickhouse_connect.driver.insert import InsertContext
+    from clickhouse_connect.driver.transform import NativeTransform
+
+    types = [get_from_name(t) for t in ("Int64", "String", "UInt32")]
+    context = InsertContext("t", ["id", "name", "v"], types, data=data, column_oriented=column_oriented)
+    return b"".join(NativeTransform().build_insert(context))
+
+
+def test_rows_handed_on_as_columns_are_written_byte_for_byte_as_the_rows_would_be() -> None:
+    rows = [(i, f"user-{i}", i % 7) for i in range(-300, 300)] + [[2**40, "", 6]]
+    indices = np.flatnonzero(np.arange(len(rows)) % 3 != 1)
+    columns = take_columns(rows, indices, 3)
+    assert columns is not None
+    assert _native_bytes(columns, True) == _native_bytes(take(rows, "rows", indices), False)
+
+
+def test_rows_are_transposed_as_clickhouse_connect_transposes_them_or_left_to_it() -> None:
+    rows = [[1, "a", 2], [3, "b", 4, "extra"], [5, "c", 6]]
+    # zip(*rows), clickhouse-connect's own transposition, leaves out values past the first row's width
+    assert take_columns(rows, np.array([0, 1, 2]), 3) == [list(c) for c in zip(*rows)]
+    assert take_columns([[1, "a", 2], [3, "b"]], np.array([0, 1]), 3) is None  # a short row: sent as rows
+    assert take_columns([[1, "a", 2], 5], np.array([0, 1]), 3) is None  # not a row at all
+    many = [(i, str(i), -i) for i in range(2049)]  # two full blocks and one of a single row
+    picked = np.arange(0, 2049, 2)
+    assert take_columns(many, picked, 3) == [list(c) for c in zip(*(many[i] for i in picked))]
+    assert take_columns([*many[:2000], (1, "short"), *many[2001:]], np.arange(2049), 3) is None
+    assert transposable(rows, 3)
+    assert not transposable(rows, 2)  # clickhouse-connect's column count check then raises, as without routing
+    assert not transposable(np.zeros((2, 3)), 3)  # a NumPy matrix: clickhouse-connect converts it itself
+    assert not transposable([], 3)
+    assert not transposable(["abc"], 3)
+
+
+def test_a_routed_inserts_row_parts_go_as_columns_with_column_oriented() -> None:
+    from clickhouse_lb.core.discovery import InFlight
+    from clickhouse_lb.pools._sharded_insert import RoutedInsert
+    from clickhouse_lb.pools._sharded_view import ShardView
+
+    rows = [[i, f"n{i}", 0] for i in range(20)]
+    view = ShardView.of([object(), object()], [1, 2], [1, 1])  # type: ignore[type-var]
+    plan: RoutedInsert[Any] = RoutedInsert(
+        InFlight(), view, "insert", "t", rows, form="rows", sharding_key="id", column_names=["id", "name", "v"],
+        column_type_names=["Int64", "String", "UInt32"], settings=None, options={"database": None}, describe=False,
+    )
+    parts = plan.parts()
+    assert [p.options and p.options["column_oriented"] for p in parts] == [True, True]
+    assert [list(zip(*p.data)) for p in parts] == [[tuple(r) for r in rows if r[0] % 2 == s] for s in (0, 1)]
+
+
+def test_columns_are_written_as_the_rows_would_be_for_nested_nullable_and_dated_types() -> None:
+    import datetime
+    import decimal
+    import uuid
+
+    from clickhouse_connect.datatypes.registry import get_from_name
+    from clickhouse_connect.driver.insert import InsertContext
+    from clickhouse_connect.driver.transform import NativeTransform
+
+    types = ["Int64", "Nullable(String)", "Array(Int32)", "DateTime", "Decimal(10, 2)", "Map(String, UInt8)",
+             "Tuple(Int8, String)", "LowCardinality(String)", "UUID", "Float64", "Bool", "Enum8('a' = 1, 'b' = 2)"]
+    names = [f"c{i}" for i in range(len(types))]
+    start = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    rows = [
+        (i, None if i % 3 == 0 else f"s{i}", list(range(i % 4)), start + datetime.timedelta(seconds=i),
+         decimal.Decimal(i) / 4, {f"k{i % 2}": i % 7}, (i % 100, f"t{i}"), ["x", "y"][i % 2],
+         uuid.UUID(int=i), i / 3, i % 2 == 0, "ab"[i % 2])
+        for i in range(3000)
+    ]
+    indices = np.flatnonzero(np.arange(len(rows)) % 4 != 2)
+
+    def native(data: Any, oriented: bool) -> bytes:
+        context = InsertContext("t", names, [get_from_name(t) for t in types], data=data, column_oriented=oriented)
+        return b"".join(NativeTransform().build_insert(context))
+
+    columns = take_columns(rows, indices, len(types))
+    assert columns is not None
+    assert native(columns, True) == native(take(rows, "rows", indices), False)

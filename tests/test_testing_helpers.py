@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from clickhouse_connect.driver.summary import QuerySummary
 
 from clickhouse_lb.testing import User, _encoding, _native
-from clickhouse_lb.testing._engine import ClickHouseError
+from clickhouse_lb.testing._engine import ClickHouseError, Summary
 from clickhouse_lb.testing._request import (
     decode_sql,
     escape_undecodable,
@@ -117,3 +120,15 @@ def test_stream_compressor_pieces_decode_on_arrival(method: str) -> None:
 
         partial = zlib.decompressobj(31 if method == "gzip" else 15).decompress(first)
         assert partial == b"first piece\n"
+
+
+def test_summary_header_is_what_clickhouse_connect_reads() -> None:
+    """LocalCluster's X-ClickHouse-Summary: every count a string, as the server sends them, so
+    that ``client.insert(...).written_rows`` and ``summary.as_query_result()`` work as on a server."""
+    summary = QuerySummary(json.loads(Summary(1, 2, 3, 4, elapsed=0.25).header()))
+    assert summary.written_rows == 3
+    assert summary.written_bytes() == 4
+    assert summary.summary == {
+        "read_rows": "1", "read_bytes": "2", "written_rows": "3", "written_bytes": "4", "elapsed_ns": "250000000",
+    }
+    assert list(summary.as_query_result().first_row) == [1, 2, 3, 4, 250000000]

@@ -109,9 +109,10 @@ class Demo:
             workload.stop()
             self.total.update(workload.tally.snapshot())
             self.failed += workload.tally.failed
-            self.failovers += self._events.failovers
         pool, self._pool = self._pool, None
         if pool is not None:
+            if workload is not None:
+                self.failovers += pool.stats.failovers
             pool.close()
 
     def shutdown(self) -> None:
@@ -147,13 +148,14 @@ class Demo:
         return rows
 
     def live_table(self, label: str, tally: Tally, share: Mapping[str, float]) -> list[str]:
+        assert self._pool is not None
         header = ("replica", "address", "process", "served", f"share (last {self.timing.window:.0f} s)",
                   "errors_count", "recovers in", "errors recorded")
         failed = self.screen.paint(str(tally.failed), "bad" if tally.failed else "good")
         return [
             *format_table(header, self._replica_rows(tally, share), indent="    "),
             f"    {label}  {self.elapsed()}  statements {tally.statements}  failed {failed}  "
-            f"failovers {self._events.failovers}",
+            f"failovers {self._pool.stats.failovers}",
         ]
 
     def progress_line(self, tally: Tally, share: Mapping[str, float]) -> str:
@@ -275,7 +277,8 @@ class Demo:
             {self.name_of[a]: n for a, n in self._events.errors_recorded.items() if a in self.name_of}
         )
         self.claims.victim_errors = self.claims.errors_recorded[name]
-        self.claims.failovers = self._events.failovers
+        assert self._pool is not None  # the fault phase's pool, closed by the next phase
+        self.claims.failovers = self._pool.stats.failovers
 
     def restart(self, victim: int, tally: Tally) -> None:
         name = self.names[victim]

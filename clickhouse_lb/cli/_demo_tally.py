@@ -101,12 +101,13 @@ class Workload:
 
 
 class EventLog(PoolListener):
-    """The pool's events (the listener hook an application would use for metrics)."""
+    """The pool's events (the listener hook an application would use for metrics): errors
+    counted per replica, failovers and recoveries kept for the display to announce. (The
+    failovers' total is the pool's own, ``pool.stats.failovers``.)"""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.errors_recorded: Counter[str] = Counter()
-        self.failovers = 0
         self._pending: deque[FailoverEvent | ReplicaRecoveredEvent] = deque()
 
     def on_error_recorded(self, event: ErrorRecordedEvent) -> None:
@@ -115,7 +116,6 @@ class EventLog(PoolListener):
 
     def on_failover(self, event: FailoverEvent) -> None:
         with self._lock:
-            self.failovers += 1
             self._pending.append(event)
 
     def on_replica_recovered(self, event: ReplicaRecoveredEvent) -> None:

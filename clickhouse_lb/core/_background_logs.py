@@ -21,6 +21,8 @@ import asyncio
 import logging
 import threading
 
+from clickhouse_lb.core._driver_logs import DRIVER_LOGGERS, attach_filter
+
 __all__ = ["BACKGROUND_PREFIX", "install", "on_pool_background"]
 
 #: The name every thread and asyncio task of the pool's own starts with.
@@ -28,14 +30,7 @@ BACKGROUND_PREFIX = "clickhouse-lb-"
 
 #: Loggers whose records the pool's threads emit: the pool's own, and clickhouse-connect's
 #: transport and response reader (which log with ``exc_info=True``).
-LOGGERS = (
-    "clickhouse_lb",
-    "clickhouse_connect.driver._backend.http_sync",
-    "clickhouse_connect.driver._backend.http_async",
-    "clickhouse_connect.driver.httpclient",
-    "clickhouse_connect.driver.asyncclient",
-    "clickhouse_connect.driver.httputil",
-)
+LOGGERS = ("clickhouse_lb", *DRIVER_LOGGERS, "clickhouse_connect.driver.httputil")
 
 
 def on_pool_background() -> bool:
@@ -72,10 +67,7 @@ _FILTER = _TypeAndMessageOnly()
 
 def install() -> None:
     """Attach the filter to :data:`LOGGERS` (idempotent)."""
-    for name in LOGGERS:
-        logger = logging.getLogger(name)
-        if _FILTER not in logger.filters:
-            logger.addFilter(_FILTER)
+    attach_filter(_FILTER, LOGGERS)
 
 
 install()

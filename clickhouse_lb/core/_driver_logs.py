@@ -27,10 +27,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar, Token
 
-__all__ = ["DRIVER_LOGGERS", "enter_pool", "handled_by_pool", "install", "leave_pool"]
+__all__ = ["DRIVER_LOGGERS", "attach_filter", "enter_pool", "handled_by_pool", "install", "leave_pool"]
 
 #: The loggers that report transport failures per attempt: clickhouse-connect 1.x sync and
 #: async backends, and 0.x's HTTP client (the Superset line).
@@ -81,12 +81,16 @@ class _HandledByPool(logging.Filter):
 _FILTER = _HandledByPool("clickhouse_lb")
 
 
+def attach_filter(log_filter: logging.Filter, names: Iterable[str]) -> None:
+    """Attach ``log_filter`` to each logger named, once (``addFilter`` skips a filter the
+    logger already has: a second call adds nothing)."""
+    for name in names:
+        logging.getLogger(name).addFilter(log_filter)
+
+
 def install() -> None:
     """Attach the filter to the driver loggers (idempotent)."""
-    for name in DRIVER_LOGGERS:
-        logger = logging.getLogger(name)
-        if _FILTER not in logger.filters:
-            logger.addFilter(_FILTER)
+    attach_filter(_FILTER, DRIVER_LOGGERS)
 
 
 install()

@@ -13,6 +13,8 @@ is logged and otherwise ignored: metrics must never break a statement.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import logging
 import sys
 import threading
@@ -207,6 +209,8 @@ class ListenerSet:
     def __init__(self, listeners: Iterable[Listener] = ()) -> None:
         self._lock = threading.Lock()
         self._listeners: tuple[Listener, ...] = ()
+        # What discard() could not remove at once: removed by whoever holds the lock next.
+        self._discarded: collections.deque[Listener] = collections.deque()
         self._set(check_listeners(listeners))
 
     def _set(self, listeners: tuple[Listener, ...]) -> None:
@@ -219,13 +223,54 @@ class ListenerSet:
 
     def add(self, listener: Listener) -> None:
         _checked(listener)
-        with self._lock:
+        self._lock.acquire()
+        try:
             self._set((*self._listeners, listener))
+            self._remove_discarded_locked()
+        finally:
+            self._unlock()
 
     def remove(self, listener: Listener) -> None:
         """Remove every registration of ``listener`` (by identity); unknown: nothing happens."""
-        with self._lock:
+        self._lock.acquire()
+        try:
             self._set(tuple(x for x in self._listeners if x is not listener))
+            self._remove_discarded_locked()
+        finally:
+            self._unlock()
+
+    def discard(self, listener: Listener) -> None:
+        """:meth:`remove` for a finalizer: it never waits for the lock.
+
+        A finalizer runs wherever the garbage collector does, which can be inside this set's
+        own ``add``/``remove`` on the same thread (their tuples are allocations); waiting for
+        the lock there would deadlock that thread, and every thread after it that adds or
+        removes a listener. So the listener is queued, and removed now if the lock is free,
+        otherwise by the holder before it lets go. Until then a dispatch may still reach it."""
+        self._discarded.append(listener)
+        if self._lock.acquire(blocking=False):
+            try:
+                self._remove_discarded_locked()
+            finally:
+                self._unlock()
+
+    def _remove_discarded_locked(self) -> None:
+        while self._discarded:  # (_set allocates: a finalizer may queue more meanwhile)
+            gone: list[Listener] = []
+            with contextlib.suppress(IndexError):
+                while True:
+                    gone.append(self._discarded.popleft())
+            ids = {id(x) for x in gone}  # (``gone`` keeps them alive: the ids stay theirs)
+            self._set(tuple(x for x in self._listeners if id(x) not in ids))
+
+    def _unlock(self) -> None:
+        self._lock.release()
+        # A discard() that found the lock held just before this release: do it now.
+        while self._discarded and self._lock.acquire(blocking=False):
+            try:
+                self._remove_discarded_locked()
+            finally:
+                self._lock.release()
 
     def __len__(self) -> int:
         return len(self._listeners)

@@ -96,7 +96,7 @@ def _detach(listeners: ListenerSet, own: tuple[Listener, ...]) -> None:
     """Take a pool's own listeners off its balancer (which may outlive it: the async SQLAlchemy
     dialect shares one balancer between the pools of successive event loops)."""
     for listener in own:
-        listeners.remove(listener)
+        listeners.discard(listener)  # (a finalizer: it must never wait for a lock)
 
 
 class PoolBase(PrivateMembers, ClientMembers, DiscoveryMembers):

@@ -1,19 +1,19 @@
-"""What the sync and async sharded pools share: the view of the shards, and a routed insert
-as a plan without I/O (which parts go where, with which token, and what the outcome is); the
-two pools only drive it, one with calls and one with awaits."""
+"""What the sync and async sharded pools share: the view of the shards, and the plans of the
+routed inserts (:mod:`clickhouse_lb.pools._sharded_insert`: without I/O); the two pools only
+drive them, one with calls and one with awaits."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from clickhouse_lb.core.discovery import InFlight
 from clickhouse_lb.core.events import logger
 from clickhouse_lb.core.shard_split import Form
-from clickhouse_lb.errors import ConfigurationError, ShardedInsertError
+from clickhouse_lb.errors import ConfigurationError
+from clickhouse_lb.pools._sharded_insert import InsertPart, RoutedInsert, ShardedInsertSummary
+from clickhouse_lb.pools._sharded_view import ShardView
 
 if TYPE_CHECKING:
     from clickhouse_lb.config.replicas import Replica
@@ -23,178 +23,7 @@ if TYPE_CHECKING:
 
 P = TypeVar("P", bound="PoolBase")
 
-
-@dataclass(frozen=True)
-class ShardView(Generic[P]):
-    """The shards as one value: replaced whole when discovery sees the cluster change, and
-    read once by each statement (a routed insert routes and writes over one view)."""
-
-    pools: tuple[P, ...]
-    shard_nums: tuple[int, ...]
-    weights: tuple[int, ...]
-    slots: tuple[int, ...]
-
-    @classmethod
-    def of(cls, pools: Sequence[P], shard_nums: Sequence[int], weights: Sequence[int]) -> ShardView[P]:
-        from clickhouse_lb.core.sharding import slot_table
-
-        if not (len(pools) == len(shard_nums) == len(weights)) or not pools:
-            raise ConfigurationError("A sharded pool needs one pool, one shard number and one weight per shard")
-        return cls(tuple(pools), tuple(shard_nums), tuple(weights), slot_table(list(weights)))
-
-
-@dataclass(frozen=True)
-class InsertPart:
-    """The rows of one insert that go to one shard, ready for that shard's pool."""
-
-    shard_num: int
-    position: int
-    rows: int
-    data: Any
-    settings: dict[str, Any] | None
-    method: str = "insert"
-    table: str = ""
-    options: Mapping[str, Any] | None = None
-
-    def send(self, pool: Any) -> Any:
-        """Write this part through ``pool`` (a coroutine to await for an async pool)."""
-        return getattr(pool, self.method)(self.table, self.data, settings=self.settings, **(self.options or {}))
-
-
-@dataclass(frozen=True)
-class ShardedInsertSummary:
-    """What a routed insert wrote: ``summaries`` by shard number (clickhouse-connect's
-    QuerySummary of each part), ``rows`` by shard number."""
-
-    summaries: dict[int, Any]
-    rows: dict[int, int]
-
-    @property
-    def written_rows(self) -> int:
-        return sum(self.rows.values())
-
-
-def _column_index(column_names: Sequence[str], column: str, table: str) -> int:
-    try:
-        return list(column_names).index(column)
-    except ValueError:
-        raise ConfigurationError(
-            f"The sharding key's column {column!r} is not among the columns inserted into {table}: "
-            f"{', '.join(column_names)}"
-        ) from None
-
-
-class _NotSent(Exception):
-    """The outcome of a part the driver never reached (cannot happen when it drives every part)."""
-
-
-_NOT_SENT = _NotSent("the part was not sent")
-
-
-class RoutedInsert(Generic[P]):
-    """One routed insert over one view. The driver, inside ``with plan:``, asks the first shard
-    for the insert context when :attr:`describe` is set and passes it to :meth:`parts`, writes
-    each part through :meth:`pool` inside ``with plan.writing(part):`` (:meth:`done` with the
-    result; an exception becomes the part's outcome), and returns :meth:`outcome`."""
-
-    def __init__(
-        self, in_flight: InFlight[ShardView[P]], view: ShardView[P], method: str, table: str, data: Any, *,
-        form: Form, sharding_key: str, column_names: Sequence[str] | None, column_type_names: Sequence[str] | None,
-        settings: Mapping[str, Any] | None, options: dict[str, Any], describe: bool,
-    ) -> None:
-        from clickhouse_lb.core.sharding import parse_sharding_key
-
-        self.key = parse_sharding_key(sharding_key)
-        if settings is not None and not isinstance(settings, Mapping):
-            raise ConfigurationError(f"Bad settings {settings!r}: expected a mapping of setting names to values")
-        self._in_flight = in_flight
-        self.view, self.method, self.table, self.data, self.form = view, method, table, data, form
-        self.settings = dict(settings or {})
-        self.options = options
-        self.names = list(column_names) if column_names is not None else None
-        self.types = list(column_type_names) if column_type_names is not None else None
-        #: ``(table, column_names, database)`` to ask the first shard for, or None.
-        self.describe: tuple[str, Any, Any] | None = (
-            (table, column_names if column_names is not None else "*", options.get("database")) if describe else None
-        )
-        self._parts: list[InsertPart] = []
-        #: Each part's outcome by shard position: its summary, or the exception it raised.
-        self._results: dict[int, Any] = {}
-
-    def __enter__(self) -> None:
-        """While the insert runs, its view counts it in flight (see :meth:`ShardedBase._install`)."""
-        self._in_flight.acquire(self.view)
-
-    def __exit__(self, *exc: object) -> None:
-        self._in_flight.release(self.view)
-
-    @property
-    def describer(self) -> P:
-        return self.view.pools[0]
-
-    def pool(self, part: InsertPart) -> P:
-        return self.view.pools[part.position]
-
-    @contextmanager
-    def writing(self, part: InsertPart) -> Iterator[None]:
-        """A part that fails does not stop the others: its exception is its outcome."""
-        try:
-            yield
-        except Exception as exc:
-            self.done(part, exc)
-
-    def parts(self, context: Any = None) -> list[InsertPart]:
-        """The parts to write, in shard order; ``context``: the insert context of
-        :attr:`describe` when it was set (the columns as clickhouse-connect has them)."""
-        from clickhouse_lb.core.shard_split import key_column, row_count, take
-        from clickhouse_lb.core.sharding import part_token, route, value_type
-
-        if context:
-            self.names = list(context.column_names)
-            self.types = [t.name for t in context.column_types]
-        view, key, rows = self.view, self.key, row_count(self.data, self.form)
-        values, kind = None, None
-        if key.column is not None:
-            if self.names is None or self.types is None:
-                raise ConfigurationError(f"The columns of {self.table} are needed to route by {key.text}")
-            index = _column_index(self.names, key.column, self.table)
-            kind = value_type(self.types[index])
-            values = key_column(self.data, self.form, index, kind)
-        groups = route(key, values, kind, rows, slots=view.slots, shards=len(view.pools))
-        token = self.settings.get("insert_deduplication_token")
-        for position, indices in enumerate(groups):
-            if not len(indices):
-                continue
-            number = view.shard_nums[position]
-            own = dict(self.settings)
-            if token is not None:
-                own["insert_deduplication_token"] = part_token(token, number)
-            self._parts.append(InsertPart(
-                number, position, len(indices), take(self.data, self.form, indices), own or None,
-                self.method, self.table, self._part_options(),
-            ))
-        return list(self._parts)
-
-    def _part_options(self) -> dict[str, Any]:
-        options = dict(self.options)
-        if self.form != "arrow":  # the parts need not describe the table again
-            options["column_names"], options["column_type_names"] = self.names, self.types
-        return options
-
-    def done(self, part: InsertPart, result: Any) -> None:
-        self._results[part.position] = result
-
-    def outcome(self) -> ShardedInsertSummary:
-        """The summary when every part was written, else ShardedInsertError naming each part."""
-        parts = self._parts
-        results = [self._results.get(p.position, _NOT_SENT) for p in parts]
-        failed = {p.shard_num: r for p, r in zip(parts, results) if isinstance(r, Exception)}
-        rows = {p.shard_num: p.rows for p in parts}
-        written = {p.shard_num: p.rows for p, r in zip(parts, results) if not isinstance(r, Exception)}
-        if failed:
-            error = ShardedInsertError(self.table, written, failed, rows)
-            raise error from next(iter(failed.values()))
-        return ShardedInsertSummary({p.shard_num: r for p, r in zip(parts, results)}, rows)
+__all__ = ["InsertPart", "RoutedInsert", "ShardView", "ShardedBase", "ShardedInsertSummary"]
 
 
 class ShardedReadYourWrites:
@@ -340,34 +169,70 @@ class ShardedBase(Generic[P]):
         addresses = [pool.addresses for pool in self._view.pools]
         return rediscover(self._seeds, addresses, self._cluster, self._options)
 
-    # The plans of the three routed inserts; the pools' public methods drive them.
+    # The plans of the routed inserts; the pools' public methods drive them.
+
+    def _routed(self, method: str, table: str | None, data: Any, form: Form, **kwargs: Any) -> RoutedInsert[P]:
+        return RoutedInsert(self._in_flight, self._view, method, table, data, form=form, **kwargs)
 
     def _plan_insert(
-        self, table: str, data: Any, column_names: str | Sequence[str], *, sharding_key: str,
+        self, table: str | None, data: Any, column_names: str | Sequence[str], *, sharding_key: str,
         database: str | None, column_type_names: Sequence[str] | None, column_oriented: bool,
-        settings: Mapping[str, Any] | None,
+        settings: Mapping[str, Any] | None, context: Any = None,
     ) -> RoutedInsert[P]:
+        if context is not None:
+            return self._plan_with_context(data, context, sharding_key=sharding_key, settings=settings)
+        if table is None:
+            raise ConfigurationError("No table specified for insert (give table=, or context=)")
+        if data is None:
+            raise ConfigurationError("No data specified for insert")
         names = None if column_names == "*" else [column_names] if isinstance(column_names, str) else column_names
         options: dict[str, Any] = {"database": database, "column_oriented": column_oriented}
-        return RoutedInsert(
-            self._in_flight, self._view, "insert", table, data, form="columns" if column_oriented else "rows",
-            sharding_key=sharding_key, column_names=names, column_type_names=column_type_names,
-            settings=settings, options=options, describe=names is None or column_type_names is None,
+        return self._routed(
+            "insert", table, data, "columns" if column_oriented else "rows", sharding_key=sharding_key,
+            column_names=names, column_type_names=column_type_names, settings=settings, options=options,
+            describe=names is None or column_type_names is None,
+        )
+
+    def _plan_with_context(
+        self, data: Any, context: Any, *, sharding_key: str, settings: Mapping[str, Any] | None
+    ) -> RoutedInsert[P]:
+        """An insert with a prepared clickhouse-connect ``InsertContext`` (``create_insert_context``
+        of any shard's pool): the context names the table, the columns and their types."""
+        if not all(hasattr(context, a) for a in ("table", "column_names", "column_types", "column_oriented")):
+            raise ConfigurationError(f"Bad context {type(context).__name__}: expected an InsertContext "
+                                     "(from create_insert_context)")
+        if data is not None and not context.empty:
+            raise ConfigurationError("Attempting to insert new data with non-empty insert context")
+        if data is None:
+            data = context.data
+            if data is None:
+                raise ConfigurationError("No data specified for insert")
+        form: Form = "columns" if context.column_oriented else "rows"
+        if _is_pandas(data):
+            form = "dataframe"
+        return self._routed(
+            "insert", context.table, data, form, sharding_key=sharding_key,
+            column_names=list(context.column_names), column_type_names=[t.name for t in context.column_types],
+            settings=settings, options={}, describe=False, context=context,
         )
 
     def _plan_insert_df(
-        self, table: str, df: Any, *, sharding_key: str, database: str | None,
+        self, table: str | None, df: Any, *, sharding_key: str, database: str | None,
         settings: Mapping[str, Any] | None, column_names: Sequence[str] | None,
-        column_type_names: Sequence[str] | None,
+        column_type_names: Sequence[str] | None, context: Any = None,
     ) -> RoutedInsert[P]:
+        if context is not None:
+            return self._plan_with_context(df, context, sharding_key=sharding_key, settings=settings)
+        if table is None or df is None:
+            raise ConfigurationError("insert_df needs a table and a DataFrame (or context=)")
         if column_names is not None and len(column_names) != len(df.columns):
             raise ConfigurationError(
                 f"DataFrame column count ({len(df.columns)}) does not match column_names ({len(column_names)})"
             )
         names = list(column_names) if column_names is not None else [str(c) for c in df.columns]
-        return RoutedInsert(
-            self._in_flight, self._view, "insert_df", table, df, form="dataframe", sharding_key=sharding_key,
-            column_names=names, column_type_names=column_type_names, settings=settings, options={"database": database},
+        return self._routed(
+            "insert_df", table, df, "dataframe", sharding_key=sharding_key, column_names=names,
+            column_type_names=column_type_names, settings=settings, options={"database": database},
             describe=column_type_names is None,
         )
 
@@ -375,11 +240,54 @@ class ShardedBase(Generic[P]):
         self, table: str, arrow_table: Any, *, sharding_key: str, database: str | None,
         settings: Mapping[str, Any] | None,
     ) -> RoutedInsert[P]:
-        plan: RoutedInsert[P] = RoutedInsert(
-            self._in_flight, self._view, "insert_arrow", table, arrow_table, form="arrow", sharding_key=sharding_key,
+        return self._typed_by_server(self._routed(
+            "insert_arrow", table, arrow_table, "arrow", sharding_key=sharding_key,
             column_names=list(arrow_table.column_names), column_type_names=None, settings=settings,
             options={"database": database}, describe=True,
-        )
+        ))
+
+    def _plan_insert_df_arrow(
+        self, table: str, df: Any, *, sharding_key: str, database: str | None, settings: Mapping[str, Any] | None,
+    ) -> RoutedInsert[P]:
+        """A pandas DataFrame of Arrow dtypes, or a polars DataFrame: split by row index, each
+        part written with its shard pool's ``insert_df_arrow``."""
+        if _is_pandas(df):
+            form: Form = "dataframe"
+            import pandas as pd
+
+            plain = [str(c) for c, dtype in df.dtypes.items() if not isinstance(dtype, pd.ArrowDtype)]
+            if plain:  # clickhouse-connect's own check, before any part is written
+                raise ConfigurationError(
+                    f"insert_df_arrow requires all columns to use PyArrow dtypes. Non-Arrow columns found: "
+                    f"[{', '.join(plain)}] (insert_df takes them)"
+                )
+        elif type(df).__module__.split(".")[0] == "polars":
+            form = "polars"
+        else:
+            raise ConfigurationError(
+                f"df must be either a pandas DataFrame or polars DataFrame, got {type(df).__name__}"
+            )
+        return self._typed_by_server(self._routed(
+            "insert_df_arrow", table, df, form, sharding_key=sharding_key,
+            column_names=[str(c) for c in df.columns], column_type_names=None, settings=settings,
+            options={"database": database}, describe=True,
+        ))
+
+    @staticmethod
+    def _typed_by_server(plan: RoutedInsert[P]) -> RoutedInsert[P]:
         if plan.key.column is None:  # rand(): no type to know, and Arrow carries the parts' own
             plan.describe = None
         return plan
+
+    def raw_insert(self, *args: Any, **kwargs: Any) -> Any:
+        """Refused: ``raw_insert``'s data is already encoded in a format (``fmt``), so it cannot
+        be split by sharding key without parsing it."""
+        raise ConfigurationError(
+            "raw_insert cannot be routed by sharding key: its data is already encoded (fmt=...) and would have to "
+            "be parsed to be split. Write it to one shard with sharded.shard(n).raw_insert(...), or pass the "
+            "rows to insert(), insert_df(), insert_arrow() or insert_df_arrow() with sharding_key="
+        )
+
+
+def _is_pandas(data: Any) -> bool:
+    return type(data).__module__.split(".")[0] == "pandas" and hasattr(data, "iloc")

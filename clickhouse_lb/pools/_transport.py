@@ -31,6 +31,7 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
 from clickhouse_lb.config.timeouts import Timeouts
+from clickhouse_lb.core._driver_logs import attach_filter
 from clickhouse_lb.core.events import logger
 
 __all__ = ["AttemptConnections", "current_attempt", "quiet_transport", "set_client_timeouts", "tracking_pool_manager"]
@@ -118,9 +119,7 @@ def quiet_transport() -> Iterator[None]:
 #: (``httputil``: the response reader's "unexpected failure to read next chunk", with a traceback.)
 _CLICKHOUSE_CONNECT_LOGGERS = ("clickhouse_connect.driver.httpclient", "clickhouse_connect.driver._backend.http_sync",
                                "clickhouse_connect.driver.httputil")
-_quiet = _QuietWhenAbandoned()
-for _name in _CLICKHOUSE_CONNECT_LOGGERS:
-    logging.getLogger(_name).addFilter(_quiet)
+attach_filter(_QuietWhenAbandoned(), _CLICKHOUSE_CONNECT_LOGGERS)
 
 
 def _shutdown(connection: HTTPConnection) -> None:

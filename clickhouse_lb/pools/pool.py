@@ -150,7 +150,7 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolSteps):
         self._prober_shared = True
         forwarder = Forwarder(self._balancer.listeners)
         probes.listeners.add(forwarder)
-        self._detach_forwarder = weakref.finalize(self, probes.listeners.remove, forwarder)
+        self._detach_forwarder = weakref.finalize(self, probes.listeners.discard, forwarder)
 
     # -- the I/O of the shared bodies (clickhouse_lb.pools._pool_steps) ----------------------
 

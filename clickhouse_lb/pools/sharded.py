@@ -16,7 +16,8 @@ from typing import Any
 from clickhouse_lb.config.replicas import Replica
 from clickhouse_lb.core.events import logger
 from clickhouse_lb.errors import ConfigurationError
-from clickhouse_lb.pools._sharded_base import RoutedInsert, ShardedBase, ShardedInsertSummary
+from clickhouse_lb.pools._sharded_base import ShardedBase
+from clickhouse_lb.pools._sharded_insert import RoutedInsert, ShardedInsertSummary
 from clickhouse_lb.pools.pool import ReplicaPool, get_pool
 
 __all__ = ["ShardedPool", "get_sharded_pool", "shard_layout", "shard_pool_arguments"]
@@ -32,9 +33,9 @@ class ShardedPool(ShardedBase[ReplicaPool]):
     """
 
     def insert(
-        self, table: str, data: Sequence[Any], column_names: str | Sequence[str] = "*", *, sharding_key: str,
-        database: str | None = None, column_type_names: Sequence[str] | None = None,
-        column_oriented: bool = False, settings: dict[str, Any] | None = None,
+        self, table: str | None = None, data: Sequence[Any] | None = None, column_names: str | Sequence[str] = "*",
+        *, sharding_key: str, database: str | None = None, column_type_names: Sequence[str] | None = None,
+        column_oriented: bool = False, settings: dict[str, Any] | None = None, context: Any = None,
     ) -> ShardedInsertSummary:
         """Insert ``data`` into each shard's ``table`` (the shards' local table), every row on
         the shard a ``Distributed`` table with this ``sharding_key`` would put it on
@@ -45,22 +46,31 @@ class ShardedPool(ShardedBase[ReplicaPool]):
         ``settings`` has one), so a retried part is never doubled. A part that fails does not
         stop the others: :class:`~clickhouse_lb.errors.ShardedInsertError` then names what was
         written and what failed. The column names and types are read once, from one shard,
-        unless ``column_names`` and ``column_type_names`` are given."""
+        unless ``column_names`` and ``column_type_names`` are given. Row data is handed to
+        each part's insert as columns (``column_oriented=True``: the same values, without
+        clickhouse-connect transposing them again).
+
+        ``context``: a prepared ``InsertContext`` (any shard pool's ``create_insert_context``),
+        which then gives the table, the columns and the server settings, as in clickhouse-connect;
+        ``data`` or the rows the context holds are routed, each part written with a copy of the
+        context, and the context is empty afterwards (ready for the next batch)."""
         return self._route(self._plan_insert(
             table, data, column_names, sharding_key=sharding_key, database=database,
             column_type_names=column_type_names, column_oriented=column_oriented, settings=settings,
+            context=context,
         ))
 
     def insert_df(
-        self, table: str, df: Any, *, sharding_key: str, database: str | None = None,
+        self, table: str | None = None, df: Any = None, *, sharding_key: str, database: str | None = None,
         settings: dict[str, Any] | None = None, column_names: Sequence[str] | None = None,
-        column_type_names: Sequence[str] | None = None,
+        column_type_names: Sequence[str] | None = None, context: Any = None,
     ) -> ShardedInsertSummary:
         """:meth:`insert` of a pandas DataFrame: split by the key column (``DataFrame.take``),
         each part written with its shard pool's ``insert_df``."""
         return self._route(self._plan_insert_df(
             table, df, sharding_key=sharding_key, database=database, settings=settings,
             column_names=column_names, column_type_names=column_type_names,
+            context=context,
         ))
 
     def insert_arrow(
@@ -71,6 +81,26 @@ class ShardedPool(ShardedBase[ReplicaPool]):
         written with its shard pool's ``insert_arrow``."""
         return self._route(self._plan_insert_arrow(
             table, arrow_table, sharding_key=sharding_key, database=database, settings=settings,
+        ))
+
+    def insert_df_arrow(
+        self, table: str, df: Any, *, sharding_key: str, database: str | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> ShardedInsertSummary:
+        """:meth:`insert` of a pandas DataFrame of Arrow dtypes or a polars DataFrame: split by
+        the key column (``DataFrame.take`` / ``DataFrame.gather``), each part written with its
+        shard pool's ``insert_df_arrow``."""
+        return self._route(self._plan_insert_df_arrow(
+            table, df, sharding_key=sharding_key, database=database, settings=settings,
+        ))
+
+    def data_insert(self, context: Any, *, sharding_key: str) -> ShardedInsertSummary:
+        """``insert(context=context, sharding_key=...)``: the rows the prepared ``InsertContext``
+        holds (from any shard pool's ``create_insert_context``), routed; each part is written
+        with a copy of the context, which is empty afterwards, as after clickhouse-connect's."""
+        return self._route(self._plan_insert(
+            None, None, "*", sharding_key=sharding_key, database=None, column_type_names=None,
+            column_oriented=False, settings=None, context=context,
         ))
 
     def _route(self, plan: RoutedInsert[ReplicaPool]) -> ShardedInsertSummary:
@@ -84,7 +114,9 @@ class ShardedPool(ShardedBase[ReplicaPool]):
         self._stop = threading.Event()
         threading.Thread(target=_refresh_loop, args=(weakref.ref(self), self._stop, interval),
                          name="clickhouse-lb-shards", daemon=True).start()
-        weakref.finalize(self, self._stop.set)  # a pool dropped without close() stops it too
+        # A pool dropped without close(): the thread ends at its next wake, when its weak
+        # reference is dead. No finalizer sets the event: set() takes the event's lock, and a
+        # finalizer runs wherever the garbage collector does, inside that very lock included.
 
     def _refresh(self) -> None:
         """Re-read the shard set and replace the view when it changed (on the refresh thread)."""

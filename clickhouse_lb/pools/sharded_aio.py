@@ -9,7 +9,8 @@ from collections.abc import Generator, Sequence
 from typing import Any
 
 from clickhouse_lb.core.events import logger
-from clickhouse_lb.pools._sharded_base import RoutedInsert, ShardedBase, ShardedInsertSummary
+from clickhouse_lb.pools._sharded_base import ShardedBase
+from clickhouse_lb.pools._sharded_insert import RoutedInsert, ShardedInsertSummary
 from clickhouse_lb.pools.aio import AsyncReplicaPool, get_async_pool
 from clickhouse_lb.pools.sharded import HostList, _seeds, shard_layout, shard_pool_arguments
 
@@ -27,25 +28,27 @@ class AsyncShardedPool(ShardedBase[AsyncReplicaPool]):
         self._closing: set[asyncio.Task[None]] = set()
 
     async def insert(
-        self, table: str, data: Sequence[Any], column_names: str | Sequence[str] = "*", *, sharding_key: str,
-        database: str | None = None, column_type_names: Sequence[str] | None = None,
-        column_oriented: bool = False, settings: dict[str, Any] | None = None,
+        self, table: str | None = None, data: Sequence[Any] | None = None, column_names: str | Sequence[str] = "*",
+        *, sharding_key: str, database: str | None = None, column_type_names: Sequence[str] | None = None,
+        column_oriented: bool = False, settings: dict[str, Any] | None = None, context: Any = None,
     ) -> ShardedInsertSummary:
         """As :meth:`ShardedPool.insert <clickhouse_lb.pools.sharded.ShardedPool.insert>`."""
         return await self._route(self._plan_insert(
             table, data, column_names, sharding_key=sharding_key, database=database,
             column_type_names=column_type_names, column_oriented=column_oriented, settings=settings,
+            context=context,
         ))
 
     async def insert_df(
-        self, table: str, df: Any, *, sharding_key: str, database: str | None = None,
+        self, table: str | None = None, df: Any = None, *, sharding_key: str, database: str | None = None,
         settings: dict[str, Any] | None = None, column_names: Sequence[str] | None = None,
-        column_type_names: Sequence[str] | None = None,
+        column_type_names: Sequence[str] | None = None, context: Any = None,
     ) -> ShardedInsertSummary:
         """As :meth:`ShardedPool.insert_df <clickhouse_lb.pools.sharded.ShardedPool.insert_df>`."""
         return await self._route(self._plan_insert_df(
             table, df, sharding_key=sharding_key, database=database, settings=settings,
             column_names=column_names, column_type_names=column_type_names,
+            context=context,
         ))
 
     async def insert_arrow(
@@ -55,6 +58,22 @@ class AsyncShardedPool(ShardedBase[AsyncReplicaPool]):
         """As :meth:`ShardedPool.insert_arrow <clickhouse_lb.pools.sharded.ShardedPool.insert_arrow>`."""
         return await self._route(self._plan_insert_arrow(
             table, arrow_table, sharding_key=sharding_key, database=database, settings=settings,
+        ))
+
+    async def insert_df_arrow(
+        self, table: str, df: Any, *, sharding_key: str, database: str | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> ShardedInsertSummary:
+        """As :meth:`ShardedPool.insert_df_arrow <clickhouse_lb.pools.sharded.ShardedPool.insert_df_arrow>`."""
+        return await self._route(self._plan_insert_df_arrow(
+            table, df, sharding_key=sharding_key, database=database, settings=settings,
+        ))
+
+    async def data_insert(self, context: Any, *, sharding_key: str) -> ShardedInsertSummary:
+        """As :meth:`ShardedPool.data_insert <clickhouse_lb.pools.sharded.ShardedPool.data_insert>`."""
+        return await self._route(self._plan_insert(
+            None, None, "*", sharding_key=sharding_key, database=None, column_type_names=None,
+            column_oriented=False, settings=None, context=context,
         ))
 
     async def _route(self, plan: RoutedInsert[AsyncReplicaPool]) -> ShardedInsertSummary:

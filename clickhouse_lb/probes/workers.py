@@ -207,7 +207,7 @@ class ProbeWorker(_Worker):
     def _run(self) -> None:
         stop, helpers = self._stop, self._helpers
         assert helpers is not None
-        while not stop.is_set():
+        while not (stop.is_set() or self._closed):
             target = self._target
             try:
                 for index in target.monitor.due():
@@ -254,12 +254,13 @@ class ProbeWorker(_Worker):
     def stop(self) -> None:
         """Ask the worker to stop, without waiting (the pool was garbage-collected unclosed).
 
-        Only flags: this runs as a finalizer, that is wherever the garbage collector happens to
-        run, for example inside this worker's own ``helpers.submit`` while it holds the
+        Only a flag: this runs as a finalizer, that is wherever the garbage collector happens
+        to run, for example inside this worker's own ``helpers.submit`` while it holds the
         executor's locks; shutting the executor down here deadlocked every thread that submits
-        (seen in CI). The worker shuts its helpers down itself when its loop ends."""
+        (seen in CI). Not even the stop event's ``set()``, which takes the event's lock (the GC
+        can run inside that event's own ``set()`` on the same thread). The worker sees the flag
+        when it next wakes, within one probe interval, and shuts its helpers down itself."""
         self._closed = True
-        self._stop.set()
 
     def close(self) -> None:
         """Stop the worker (waits for it briefly; it never runs statements)."""

@@ -19,7 +19,7 @@ import json
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from chdb.state import sqlitelike
@@ -178,16 +178,38 @@ class _Inserter(Protocol):
 
 
 @dataclass
-class Result:
-    """What one executed statement produced."""
+class Summary:
+    """What the server reports of one statement in its ``X-ClickHouse-Summary`` header."""
 
-    body: bytes
     read_rows: int = 0
     read_bytes: int = 0
     written_rows: int = 0
     written_bytes: int = 0
+    #: Seconds.
     elapsed: float = 0.0
-    #: Set instead of ``body`` when the output is streamed (see :class:`EngineStream`).
+
+    def header(self) -> str:
+        """The header's value, as the server writes it: every number a string, the time in ns."""
+        return json.dumps(
+            {
+                "read_rows": str(self.read_rows),
+                "read_bytes": str(self.read_bytes),
+                "written_rows": str(self.written_rows),
+                "written_bytes": str(self.written_bytes),
+                "elapsed_ns": str(int(self.elapsed * 1e9)),
+            },
+            separators=(",", ":"),
+        )
+
+
+@dataclass
+class Result:
+    """What one executed statement produced."""
+
+    body: bytes
+    summary: Summary = field(default_factory=Summary)
+    #: Set instead of ``body`` when the output is streamed (see :class:`EngineStream`), which
+    #: then counts the summary.
     stream: EngineStream | None = None
 
 
@@ -204,9 +226,8 @@ class EngineStream:
         self._handle = handle
         self._started = time.perf_counter()
         self.done = False
-        self.read_rows = 0
-        self.read_bytes = 0
-        self.elapsed = 0.0
+        #: Rows and bytes read so far; the time once done.
+        self.summary = Summary()
 
     def fetch(self) -> bytes | None:
         if self.done:
@@ -224,8 +245,8 @@ class EngineStream:
             raise ClickHouseError.from_engine(RuntimeError(res.error_message()))
         rows = int(res.rows_read())
         data = res.bytes() or b""
-        self.read_rows += rows
-        self.read_bytes += int(res.bytes_read())
+        self.summary.read_rows += rows
+        self.summary.read_bytes += int(res.bytes_read())
         if rows == 0:  # the end; the piece may still carry a format's suffix (JSON's closing part)
             self._finish(failed=False)
             return data or None
@@ -241,7 +262,7 @@ class EngineStream:
 
     def _finish(self, failed: bool) -> None:
         self.done = True
-        self.elapsed = time.perf_counter() - self._started
+        self.summary.elapsed = time.perf_counter() - self._started
         if failed:
             # A query that died part way may leave the context in a state nobody should inherit.
             self.conn.broken = True
@@ -277,14 +298,11 @@ class EngineConn:
         if res.has_error():
             self.discard_leftovers()
             raise ClickHouseError.from_engine(RuntimeError(res.error_message()))
-        return Result(
-            res.bytes() or b"",
-            int(res.rows_read()),
-            int(res.bytes_read()),
-            int(res.rows_written()),
-            int(res.bytes_written()),
+        summary = Summary(
+            int(res.rows_read()), int(res.bytes_read()), int(res.rows_written()), int(res.bytes_written()),
             float(res.elapsed()),
         )
+        return Result(res.bytes() or b"", summary)
 
     def discard_leftovers(self) -> None:
         """After a failed query: run one throwaway query.
@@ -317,12 +335,10 @@ class EngineConn:
             with contextlib.suppress(Exception):
                 inserter.cancel()
             raise ClickHouseError.from_engine(exc) from None
-        return Result(
-            b"",
-            written_rows=int(res.rows_written),
-            written_bytes=int(res.bytes_written),
-            elapsed=float(res.elapsed),
+        written = Summary(
+            written_rows=int(res.rows_written), written_bytes=int(res.bytes_written), elapsed=float(res.elapsed)
         )
+        return Result(b"", written)
 
     def scalar(self, sql: str) -> str:
         """Run a one-value query and return the value as text."""

@@ -166,13 +166,7 @@ class LocalCluster(ClusterBase):
         for label, value in (("replicas", replicas), ("shards", shards)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{label} must be an integer of at least 1, not {value!r}")
-        if shard_weights is None:
-            shard_weights = [1] * shards
-        if len(shard_weights) != shards:
-            raise ValueError(f"shard_weights must have one weight per shard ({shards}), not {len(shard_weights)}")
-        for n, weight in enumerate(shard_weights, start=1):
-            if isinstance(weight, bool) or not isinstance(weight, int) or weight < 0:
-                raise ValueError(f"shard_weights: the weight of shard {n} must be an integer >= 0, not {weight!r}")
+        shard_weights = _checked_weights([1] * shards if shard_weights is None else shard_weights, shards)
         total = shards * replicas
         if names is not None and len(names) != total:
             raise ValueError(f"names must have one entry per replica ({total}), not {len(names)}")
@@ -530,6 +524,16 @@ class LocalCluster(ClusterBase):
                 self._described = chosen
             self._write_cluster_file()
 
+    def set_shard_weights(self, weights: list[int]) -> None:
+        """Give the shards these ``shard_weight``s (one per shard, integers >= 0) in every
+        replica's ``system.clusters`` from now on, as when ``remote_servers`` is edited and
+        reloaded; the data stays where it is. For discovery tests of weight changes."""
+        checked = _checked_weights(weights, self.shards)
+        with self._lock:
+            self._require_started()
+            self.shard_weights = checked
+            self._write_cluster_file()
+
     @property
     def described(self) -> list[int]:
         """The indices of the replicas ``system.clusters`` lists (see :meth:`describe`)."""
@@ -771,3 +775,12 @@ def _close_all() -> None:
     for cluster in list(_LIVE):
         with contextlib.suppress(Exception):
             cluster.close()
+
+
+def _checked_weights(weights: list[int], shards: int) -> list[int]:
+    if len(weights) != shards:
+        raise ValueError(f"shard_weights must have one weight per shard ({shards}), not {len(weights)}")
+    for n, weight in enumerate(weights, start=1):
+        if isinstance(weight, bool) or not isinstance(weight, int) or weight < 0:
+            raise ValueError(f"shard_weights: the weight of shard {n} must be an integer >= 0, not {weight!r}")
+    return list(weights)

@@ -788,7 +788,7 @@ class ReplicaServer:
                 return self._streamed(progressive, headers)
             shape = self._native_shaper(revision, blocks[0] if blocks else b"", plan, stream.conn)
             result.body = b"".join(shape(b) for b in blocks)
-            result.read_rows, result.read_bytes, result.elapsed = stream.read_rows, stream.read_bytes, stream.elapsed
+            result.summary = stream.summary
         elif revision and result.body:
             whole = _native.split_blocks(result.body) or [result.body]
             result.body = b"".join(_native.for_revision(b, revision) for b in whole)
@@ -796,21 +796,8 @@ class ReplicaServer:
         if method and payload:
             payload = _encoding.compress(payload, method, level)
             headers.append(("Content-Encoding", method))
-        headers.append(("X-ClickHouse-Summary", self._summary(result)))
+        headers.append(("X-ClickHouse-Summary", result.summary.header()))
         return Response(200, headers, payload)
-
-    @staticmethod
-    def _summary(result: Result | EngineStream) -> str:
-        written_rows = result.written_rows if isinstance(result, Result) else 0
-        written_bytes = result.written_bytes if isinstance(result, Result) else 0
-        summary = {
-            "read_rows": str(result.read_rows),
-            "read_bytes": str(result.read_bytes),
-            "written_rows": str(written_rows),
-            "written_bytes": str(written_bytes),
-            "elapsed_ns": str(int(result.elapsed * 1e9)),
-        }
-        return json.dumps(summary, separators=(",", ":"))
 
     @staticmethod
     def _native_revision(params: dict[str, str], fmt: str) -> int:
@@ -873,7 +860,7 @@ class ReplicaServer:
         compressor = _encoding.StreamCompressor(p.method, p.level) if p.method else None
         if p.method:
             headers.append(("Content-Encoding", p.method))
-        headers.append(("X-ClickHouse-Summary", self._summary(p.stream)))
+        headers.append(("X-ClickHouse-Summary", p.stream.summary.header()))
 
         def encode(data: bytes) -> bytes:
             return compressor.chunk(data) if compressor is not None and data else data

@@ -1,0 +1,231 @@
+"""A routed insert as a plan without I/O: which parts go to which shard, each with its token,
+in which form, and what the outcome is. The sync and async sharded pools only drive it."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from clickhouse_lb.core.discovery import InFlight
+from clickhouse_lb.core.shard_split import Form
+from clickhouse_lb.errors import ConfigurationError, ShardedInsertError
+
+if TYPE_CHECKING:
+    from clickhouse_lb.pools._base import PoolBase
+    from clickhouse_lb.pools._sharded_view import ShardView
+
+P = TypeVar("P", bound="PoolBase")
+
+_TOKEN = "insert_deduplication_token"
+
+#: The routed methods whose parts are told the column names and types (read once for the
+#: whole insert), so that each part's insert does not ask its shard for them again.
+_DESCRIBED_PARTS = ("insert", "insert_df")
+
+
+@dataclass(frozen=True)
+class InsertPart:
+    """The rows of one insert that go to one shard, ready for that shard's pool."""
+
+    shard_num: int
+    position: int
+    rows: int
+    data: Any
+    settings: dict[str, Any] | None
+    method: str = "insert"
+    table: str | None = ""
+    options: Mapping[str, Any] | None = None
+
+    def send(self, pool: Any) -> Any:
+        """Write this part through ``pool`` (a coroutine to await for an async pool)."""
+        options = self.options or {}
+        if "context" in options:  # the part's own copy of the insert's context; data apart,
+            # so that a retry on another replica starts the part over (clickhouse-connect
+            # empties a context after each attempt)
+            return getattr(pool, self.method)(data=self.data, **options)
+        return getattr(pool, self.method)(self.table, self.data, settings=self.settings, **options)
+
+
+@dataclass(frozen=True)
+class ShardedInsertSummary:
+    """What a routed insert wrote: ``summaries`` by shard number (clickhouse-connect's
+    QuerySummary of each part), ``rows`` by shard number."""
+
+    summaries: dict[int, Any]
+    rows: dict[int, int]
+
+    @property
+    def written_rows(self) -> int:
+        return sum(self.rows.values())
+
+
+def _column_index(column_names: Sequence[str], column: str, table: str) -> int:
+    try:
+        return list(column_names).index(column)
+    except ValueError:
+        raise ConfigurationError(
+            f"The sharding key's column {column!r} is not among the columns inserted into {table}: "
+            f"{', '.join(column_names)}"
+        ) from None
+
+
+class _NotSent(Exception):
+    """The outcome of a part the driver never reached (cannot happen when it drives every part)."""
+
+
+_NOT_SENT = _NotSent("the part was not sent")
+
+
+class RoutedInsert(Generic[P]):
+    """One routed insert over one view. The driver, inside ``with plan:``, asks the first shard
+    for the insert context when :attr:`describe` is set and passes it to :meth:`parts`, writes
+    each part through :meth:`pool` inside ``with plan.writing(part):`` (:meth:`done` with the
+    result; an exception becomes the part's outcome), and returns :meth:`outcome`.
+
+    ``context``: the caller's prepared clickhouse-connect ``InsertContext`` (table, columns,
+    settings, formats); each part then gets a copy of it with the part's own settings, and the
+    caller's context is emptied at the end, as clickhouse-connect empties it after an insert."""
+
+    def __init__(
+        self, in_flight: InFlight[ShardView[P]], view: ShardView[P], method: str, table: str | None, data: Any, *,
+        form: Form, sharding_key: str, column_names: Sequence[str] | None, column_type_names: Sequence[str] | None,
+        settings: Mapping[str, Any] | None, options: dict[str, Any], describe: bool, context: Any = None,
+    ) -> None:
+        from clickhouse_lb.core.sharding import parse_sharding_key
+
+        self.key = parse_sharding_key(sharding_key)
+        if settings is not None and not isinstance(settings, Mapping):
+            raise ConfigurationError(f"Bad settings {settings!r}: expected a mapping of setting names to values")
+        self._in_flight = in_flight
+        self.view, self.method, self.form = view, method, form
+        self.table: str = table if table is not None else str(getattr(context, "table", ""))
+        self.data = data
+        self.context = context
+        self.settings = dict(settings or {})
+        self.options = options
+        self.names = list(column_names) if column_names is not None else None
+        self.types = list(column_type_names) if column_type_names is not None else None
+        #: ``(table, column_names, database)`` to ask the first shard for, or None.
+        self.describe: tuple[str, Any, Any] | None = (
+            (self.table, column_names if column_names is not None else "*", options.get("database"))
+            if describe else None
+        )
+        self._parts: list[InsertPart] = []
+        #: Each part's outcome by shard position: its summary, or the exception it raised.
+        self._results: dict[int, Any] = {}
+
+    def __enter__(self) -> None:
+        """While the insert runs, its view counts it in flight (see :meth:`ShardedBase._install`)."""
+        self._in_flight.acquire(self.view)
+
+    def __exit__(self, *exc: object) -> None:
+        self._in_flight.release(self.view)
+        if self.context is not None:  # reusable for the next batch, as after clickhouse-connect's insert
+            self.context.data = None
+
+    @property
+    def describer(self) -> P:
+        return self.view.pools[0]
+
+    def pool(self, part: InsertPart) -> P:
+        return self.view.pools[part.position]
+
+    @contextmanager
+    def writing(self, part: InsertPart) -> Iterator[None]:
+        """A part that fails does not stop the others: its exception is its outcome."""
+        try:
+            yield
+        except Exception as exc:
+            self.done(part, exc)
+
+    def parts(self, described: Any = None) -> list[InsertPart]:
+        """The parts to write, in shard order; ``described``: the insert context of
+        :attr:`describe` when it was set (the columns as clickhouse-connect has them)."""
+        from clickhouse_lb.core.shard_split import key_column, row_count, take, take_columns, transposable
+        from clickhouse_lb.core.sharding import part_token, route, value_type
+
+        if described:
+            self.names = list(described.column_names)
+            self.types = [t.name for t in described.column_types]
+        view, key, rows = self.view, self.key, row_count(self.data, self.form)
+        values, kind = None, None
+        if key.column is not None:
+            if self.names is None or self.types is None:
+                raise ConfigurationError(f"The columns of {self.table} are needed to route by {key.text}")
+            index = _column_index(self.names, key.column, self.table)
+            kind = value_type(self.types[index])
+            values = key_column(self.data, self.form, index, kind)
+        groups = route(key, values, kind, rows, slots=view.slots, shards=len(view.pools))
+        settings = self._context_settings() if self.context is not None else self.settings
+        token = settings.get(_TOKEN)
+        # Rows are handed on as columns (column_oriented=True): clickhouse-connect then writes
+        # them without transposing each block itself, most of a row insert's cost.
+        width = len(self.names) if self.names is not None else 0
+        transpose = self.form == "rows" and self.method == "insert" and width > 0 and transposable(self.data, width)
+        for position, indices in enumerate(groups):
+            if not len(indices):
+                continue
+            number = view.shard_nums[position]
+            own = dict(settings)
+            if token is not None:
+                own[_TOKEN] = part_token(token, number)
+            elif self.context is not None and self.pool_adds_tokens(position):
+                own[_TOKEN] = _fresh_token()  # the pool gives a context insert none of its own
+            data = take_columns(self.data, indices, width) if transpose else None
+            oriented = data is not None
+            if data is None:
+                data = take(self.data, self.form, indices)
+            self._parts.append(InsertPart(
+                number, position, len(indices), data, own or None, self.method, self.table,
+                self._part_options(own, oriented),
+            ))
+        return list(self._parts)
+
+    def pool_adds_tokens(self, position: int) -> bool:
+        pool = self.view.pools[position]
+        return bool(pool.config.settings.auto_insert_deduplication_token)
+
+    def _context_settings(self) -> dict[str, Any]:
+        own = dict(getattr(self.context, "settings", None) or {})
+        if self.settings:  # given with the call too: the call's win, as for a plain insert
+            own.update(self.settings)
+        return own
+
+    def _part_options(self, settings: dict[str, Any], oriented: bool) -> dict[str, Any]:
+        if self.context is not None:
+            part = copy.copy(self.context)  # the caller's context stays as it was given
+            part.data = None
+            part.settings = settings
+            if oriented:
+                part.column_oriented = True
+            return {"context": part}
+        options = dict(self.options)
+        if self.method in _DESCRIBED_PARTS:  # the parts need not describe the table again
+            options["column_names"], options["column_type_names"] = self.names, self.types
+        if oriented:
+            options["column_oriented"] = True
+        return options
+
+    def done(self, part: InsertPart, result: Any) -> None:
+        self._results[part.position] = result
+
+    def outcome(self) -> ShardedInsertSummary:
+        """The summary when every part was written, else ShardedInsertError naming each part."""
+        parts = self._parts
+        results = [self._results.get(p.position, _NOT_SENT) for p in parts]
+        failed = {p.shard_num: r for p, r in zip(parts, results) if isinstance(r, Exception)}
+        rows = {p.shard_num: p.rows for p in parts}
+        written = {p.shard_num: p.rows for p, r in zip(parts, results) if not isinstance(r, Exception)}
+        if failed:
+            error = ShardedInsertError(self.table, written, failed, rows)
+            raise error from next(iter(failed.values()))
+        return ShardedInsertSummary({p.shard_num: r for p, r in zip(parts, results)}, rows)
+
+
+def _fresh_token() -> str:
+    from clickhouse_lb.core._statements import new_insert_token
+
+    return new_insert_token()

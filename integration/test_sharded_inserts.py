@@ -1,0 +1,178 @@
+"""The insert variants of a sharded pool beyond ``insert``/``insert_df``/``insert_arrow``, against
+``LocalCluster(shards=2, replicas=2)``: ``insert_df_arrow`` (pandas Arrow dtypes, polars) and
+inserts with a prepared ``InsertContext`` are routed (each row on both replicas of the shard the
+engine's expression picks, exactly once), ``raw_insert`` is refused with the alternatives."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import clickhouse_lb
+from clickhouse_lb.errors import ConfigurationError
+from clickhouse_lb.testing import LocalCluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+TABLE = "variants_local"
+WEIGHTS = [1, 2]
+NAMES = ["id", "name", "v"]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(shards=2, replicas=2, shard_weights=WEIGHTS) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def sharded(cluster: LocalCluster) -> Iterator[clickhouse_lb.ShardedPool]:
+    cluster.query(0, f"CREATE TABLE {TABLE} ON CLUSTER lb_cluster (id Int64, name String, v UInt32) "
+                     "ENGINE = ReplicatedMergeTree ORDER BY id")
+    try:
+        with clickhouse_lb.get_sharded_pool(hosts=[cluster.hosts[0]], cluster="lb_cluster") as pool:
+            yield pool
+    finally:
+        cluster.query(0, f"DROP TABLE IF EXISTS {TABLE} ON CLUSTER lb_cluster SYNC")
+
+
+def ids_on(cluster: LocalCluster, i: int) -> list[int]:
+    cluster.query(i, f"SYSTEM SYNC REPLICA {TABLE}")
+    return [int(x) for x in cluster.query(i, f"SELECT id FROM {TABLE} ORDER BY id").split()]
+
+
+def assert_on_engine_shards(cluster: LocalCluster, expression: str, ids: list[int]) -> None:
+    """Every id on both replicas of the shard the engine's ``expression`` and the slot rule
+    pick, once, and on no other shard."""
+    slots = [shard for shard, weight in enumerate(WEIGHTS) for _ in range(weight)]
+    listed = ",".join(map(str, ids))
+    body = cluster.query(
+        0, f"SELECT x, {expression} % {len(slots)} FROM (SELECT arrayJoin([{listed}]::Array(Int64)) AS x)"
+    )
+    expected = {int(x): slots[int(slot)] for x, slot in (line.split("\t") for line in body.splitlines())}
+    for position in range(2):
+        want = sorted(i for i in ids if expected[i] == position)
+        assert want, "both shards get rows"
+        for replica in cluster.shard_indices(position + 1):
+            assert ids_on(cluster, replica) == want, (position, replica)
+
+
+def arrow_frame(ids: list[int]) -> Any:
+    pd = pytest.importorskip("pandas")
+    pa = pytest.importorskip("pyarrow")
+    return pd.DataFrame({"id": pd.array(ids, dtype="int64[pyarrow]"),
+                         "name": pd.array([f"n{i}" for i in ids], dtype=pd.ArrowDtype(pa.string())),
+                         "v": pd.array([i % 5 for i in ids], dtype="uint32[pyarrow]")})
+
+
+def polars_frame(ids: list[int]) -> Any:
+    pl = pytest.importorskip("polars")
+    return pl.DataFrame({"id": pl.Series(ids, dtype=pl.Int64), "name": [f"n{i}" for i in ids],
+                         "v": pl.Series([i % 5 for i in ids], dtype=pl.UInt32)})
+
+
+@pytest.mark.parametrize("kind", ["pandas-arrow", "polars"])
+def test_insert_df_arrow_routes_as_the_engine_would_and_a_repeat_with_its_token_doubles_nothing(
+    cluster: LocalCluster, sharded: clickhouse_lb.ShardedPool, kind: str
+) -> None:
+    ids = list(range(-120, 180))
+    frame = arrow_frame(ids) if kind == "pandas-arrow" else polars_frame(ids)
+    token = {"insert_deduplication_token": f"{kind}-batch"}
+    summary = sharded.insert_df_arrow(TABLE, frame, sharding_key="cityHash64(id)", settings=token)
+    again = sharded.insert_df_arrow(TABLE, frame, sharding_key="cityHash64(id)", settings=token)
+    assert summary.written_rows == len(ids)
+    assert again.rows == summary.rows
+    assert_on_engine_shards(cluster, "cityHash64(x)", ids)
+    names = cluster.query(cluster.shard_indices(2)[0], f"SELECT DISTINCT name FROM {TABLE} WHERE id = 7")
+    assert names.strip() == "n7"  # the other columns travel with their row
+
+
+def test_insert_df_arrow_refuses_a_frame_without_arrow_dtypes_before_writing_anything(
+    cluster: LocalCluster, sharded: clickhouse_lb.ShardedPool
+) -> None:
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame({"id": np.arange(10, dtype=np.int64), "name": ["x"] * 10, "v": np.zeros(10, np.uint32)})
+    with pytest.raises(ConfigurationError, match=r"PyArrow dtypes.*id, name, v.*insert_df"):
+        sharded.insert_df_arrow(TABLE, frame, sharding_key="id")
+    assert all(ids_on(cluster, i) == [] for i in range(len(cluster)))
+
+
+@pytest.mark.parametrize("how", ["insert", "data_insert", "column_oriented", "insert_df"])
+def test_a_prepared_insert_context_is_routed_and_left_empty_for_the_next_batch(
+    cluster: LocalCluster, sharded: clickhouse_lb.ShardedPool, how: str
+) -> None:
+    context = sharded.shards[0].create_insert_context(TABLE, NAMES, column_oriented=how == "column_oriented")
+    batches = [list(range(0, 150)), list(range(150, 300))]
+    for ids in batches:
+        rows = [[i, f"n{i}", 0] for i in ids]
+        if how == "insert":
+            summary = sharded.insert(data=rows, context=context, sharding_key="sipHash64(id)")
+        elif how == "data_insert":
+            context.data = rows
+            summary = sharded.data_insert(context, sharding_key="sipHash64(id)")
+        elif how == "insert_df":
+            pd = pytest.importorskip("pandas")
+            frame = pd.DataFrame({"id": np.array(ids, dtype=np.int64), "name": [f"n{i}" for i in ids],
+                                  "v": np.zeros(len(ids), dtype=np.uint32)})
+            summary = sharded.insert_df(df=frame, context=context, sharding_key="sipHash64(id)")
+        else:
+            columns = [ids, [f"n{i}" for i in ids], [0] * len(ids)]
+            summary = sharded.insert(data=columns, context=context, sharding_key="sipHash64(id)")
+        assert summary.written_rows == len(ids)
+        assert context.empty  # reusable, as after clickhouse-connect's own insert
+    assert_on_engine_shards(cluster, "sipHash64(x)", batches[0] + batches[1])
+
+
+def test_a_context_with_a_token_gives_each_part_its_own_and_a_repeat_doubles_nothing(
+    cluster: LocalCluster, sharded: clickhouse_lb.ShardedPool
+) -> None:
+    context = sharded.shards[1].create_insert_context(
+        TABLE, NAMES, settings={"insert_deduplication_token": "ctx-batch"}
+    )
+    ids = list(range(200))
+    rows = [[i, "x", 0] for i in ids]
+    first = sharded.insert(data=rows, context=context, sharding_key="intHash64(id)")
+    again = sharded.insert(data=rows, context=context, sharding_key="intHash64(id)")
+    assert again.rows == first.rows
+    assert context.settings == {"insert_deduplication_token": "ctx-batch"}  # the caller's context unchanged
+    assert_on_engine_shards(cluster, "intHash64(x)", ids)
+
+
+def test_a_context_holding_data_and_given_data_too_is_refused(sharded: clickhouse_lb.ShardedPool) -> None:
+    context = sharded.shards[0].create_insert_context(TABLE, NAMES, data=[[1, "x", 0]])
+    with pytest.raises(ConfigurationError, match="non-empty insert context"):
+        sharded.insert(data=[[2, "y", 0]], context=context, sharding_key="id")
+
+
+async def test_the_async_sharded_pool_routes_df_arrow_and_contexts(cluster: LocalCluster) -> None:
+    cluster.query(0, f"CREATE TABLE {TABLE} ON CLUSTER lb_cluster (id Int64, name String, v UInt32) "
+                     "ENGINE = ReplicatedMergeTree ORDER BY id")
+    try:
+        async with await clickhouse_lb.get_async_sharded_pool(hosts=[cluster.hosts[0]], cluster="lb_cluster") as pool:
+            await pool.insert_df_arrow(TABLE, polars_frame(list(range(100))), sharding_key="cityHash64(id)")
+            context = await pool.shards[0].create_insert_context(TABLE, NAMES)
+            await pool.insert(data=[[i, "x", 0] for i in range(100, 200)], context=context,
+                              sharding_key="cityHash64(id)")
+            with pytest.raises(ConfigurationError, match=r"raw_insert cannot be routed.*shard\(n\)\.raw_insert"):
+                await pool.raw_insert(TABLE, NAMES, b"1\tx\t0\n", fmt="TabSeparated")
+        assert_on_engine_shards(cluster, "cityHash64(x)", list(range(200)))
+    finally:
+        cluster.query(0, f"DROP TABLE IF EXISTS {TABLE} ON CLUSTER lb_cluster SYNC")
+
+
+def test_raw_insert_is_refused_naming_the_alternatives_and_writes_nothing(
+    cluster: LocalCluster, sharded: clickhouse_lb.ShardedPool
+) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        sharded.raw_insert(TABLE, NAMES, b"1\tx\t0\n", fmt="TabSeparated")
+    message = str(raised.value)
+    assert "parsed" in message
+    assert "sharded.shard(n).raw_insert" in message
+    assert "insert_arrow()" in message
+    assert all(ids_on(cluster, i) == [] for i in range(len(cluster)))
+    # The alternative it names works: one shard's pool writes the bytes as they are.
+    sharded.shard(2).raw_insert(TABLE, NAMES, b"1\tx\t0\n", fmt="TabSeparated")
+    assert all(ids_on(cluster, i) == [1] for i in cluster.shard_indices(2))
