@@ -38,7 +38,14 @@ from typing import Protocol
 
 from clickhouse_lb.config.liveness import LIVENESS_DEFAULTS, LivenessPolicy
 
-__all__ = ["AttemptWatch", "LivenessPolicy", "Wake", "first_wake"]
+__all__ = ["WRITE_PING_GROWTH", "AttemptWatch", "LivenessPolicy", "Wake", "first_wake"]
+
+
+#: How much longer each further check of an unsafe write waits (see :meth:`AttemptWatch.ping_timeout`).
+#: Doubling (0.15 + 0.3 + 0.6 s) was too little: a healthy LocalCluster replica running
+#: clickhouse-connect's own suite (``test_temporary_tables``) left ``/ping`` unanswered 2.0 s, and
+#: its session's ``CREATE TEMPORARY TABLE`` was failed as an unknown outcome after 1.45 s.
+WRITE_PING_GROWTH = 4
 
 
 class _Budget(Protocol):
@@ -102,13 +109,16 @@ class AttemptWatch:
 
     def ping_timeout(self, now: float) -> float:
         """The ping's timeout: the policy's, cut so that it ends by the deadline. For a write
-        that is not safe to repeat it doubles with each failed check in a row: a replica is
-        shown gone by a silence that grows (0.15 + 0.3 + 0.6 s by default), not by three
-        short ones that a replica busy for half a second (a long GC, its own work holding the
-        GIL, as a local test replica decoding an insert does) can leave unanswered."""
+        that is not safe to repeat it grows ``WRITE_PING_GROWTH`` times with each failed check
+        in a row: a replica is shown gone by a silence that grows (0.15 + 0.6 + 2.4 s by
+        default, the verdict about 3.5 s after the write was sent), not by three short ones that
+        a replica busy for a second or two (a long GC, its own work holding the GIL) can leave
+        unanswered. A write cannot fail over, so waiting longer costs only how soon a hung
+        replica's write reports its unknown outcome, while a false verdict fails a write that
+        succeeded."""
         limit = self.liveness.ping_timeout
         if not self.retry_safe:
-            limit *= 2 ** self._failed_checks
+            limit *= WRITE_PING_GROWTH ** self._failed_checks
         for at in (self.deadline_at, self.receive_at):
             if at is not None:
                 limit = min(limit, max(0.001, at - now))
