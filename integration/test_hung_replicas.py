@@ -74,9 +74,10 @@ PAUSE_LIMIT = 240.0
 def test_a_paused_replica_costs_readers_well_under_a_second_with_default_settings(cluster: ClusterBase) -> None:
     """Default settings, 4 threads of reads, one replica paused.
 
-    The bound is sized from what this machine gives the same readers with nothing paused: CPU
-    hogs, or a thread of the test process holding the GIL for seconds (tools/busy_machine_tests.py
-    under load: 5 s holds), stretch every statement, healthy replica or not. The pause is then at
+    The bound (4x the worst gap the same readers see with nothing paused, at least 2.5 s) is
+    sized from what this machine gives them: CPU hogs, or a thread of the test process holding
+    the GIL for seconds (tools/busy_machine_tests.py under load: 5 s holds), stretch every
+    statement, healthy replica or not. The pause is then at
     least three times the bound, so a reader left waiting on the paused replica (it waits the
     whole pause) fails it by 3x or more; on a quiet machine the bound is 2.5 s and the pause 10 s
     (measured gap: about 0.4 s, see BENCHMARKS.md)."""
@@ -110,7 +111,11 @@ def test_a_paused_replica_costs_readers_well_under_a_second_with_default_setting
                 time.sleep(0.05)
             baseline_end = time.monotonic()
             baseline = max(worst_gap(a, baseline_start, baseline_end) for a in answers)
-            bound = max(2.5, 2 * baseline)
+            # Routing around the paused replica takes more GIL hand-offs than a healthy statement
+            # (a check, its ping, the watchdog's verdict, the next replica): under
+            # tools/busy_machine_tests.py (holds back to back + 2 hogs) the worst gap was 10.95 s
+            # against 3.95 s with nothing paused, 2.8x; the bound gives it 4x.
+            bound = max(2.5, 4 * baseline)
             pause = max(10.0, 3 * bound)
             if pause <= PAUSE_LIMIT:
                 paused_at = time.monotonic()
