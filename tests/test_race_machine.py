@@ -16,6 +16,7 @@ import pytest
 
 from clickhouse_lb.config.liveness import LivenessPolicy
 from clickhouse_lb.core.race import Abandon, AttemptMachine, AttemptSpec, Launch, Ping, RaceFailure, Wait
+from clickhouse_lb.core.stalls import PingReading
 from clickhouse_lb.core.watch import AttemptWatch
 from clickhouse_lb.pools._drive_sync import kill_quietly
 from clickhouse_lb.pools._watchdog import Watchdog, _Watched
@@ -122,6 +123,24 @@ def test_a_machine_started_on_a_running_call_begins_at_its_first_wake_up(clock: 
     assert not abandon.kill
     assert abandon.error is not None
     assert abandon.error.kind == "hung"
+
+
+def test_a_hung_verdict_names_the_timeout_the_ping_was_given(clock: FakeClock) -> None:
+    """The pinger adapts the check's timeout to the replica's history (a busy replica is given
+    its tail): the verdict says how long the replica was really given, not the configured floor."""
+    started = clock.now
+    clock.advance(0.1)
+    machine = AttemptMachine(spec_of(clock), running=(Pending(), started, None))
+    ping = machine.send()
+    assert isinstance(ping, Ping)
+    assert ping.timeout == pytest.approx(0.15)
+    clock.advance(0.45)
+    failed = cf.Future[Any]()
+    failed.set_result(PingReading(False, 0.45, 0.45, error="no answer to /ping within 0.45s"))
+    abandon = machine.send(failed)
+    assert isinstance(abandon, Abandon)
+    assert abandon.error is not None
+    assert "no answer to /ping within 0.45s after waiting 0.100s" in str(abandon.error)
 
 
 # -- the watchdog and a thread driver on the same timeline -----------------------------------------
@@ -253,8 +272,8 @@ def test_the_scenarios_end_as_their_names_say() -> None:
     assert [when for when, _ in verdicts["a live replica, then a hung one"].pings] == [0.1, 1.101, 2.102]
     assert len(verdicts["an unsafe write on a hung replica"].pings) == 5
     assert "may have been applied" in str(verdicts["an unsafe write on a hung replica"].verdict)
-    # The verdict names the ping it rests on: the third failed check in a row, its timeout doubled twice.
-    assert "no answer to /ping within 0.6s" in str(verdicts["an unsafe write on a hung replica"].verdict)
+    # The verdict names the ping it rests on: the third failed check in a row, its timeout grown twice.
+    assert "no answer to /ping within 2.4s" in str(verdicts["an unsafe write on a hung replica"].verdict)
     assert len(verdicts["a stalled check is asked again"].pings) == 2
     assert "failover_timeout ran out after 0.350s" in str(verdicts["the deadline"].verdict)
     assert verdicts["the deadline"].killed == ["q0"]

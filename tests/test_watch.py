@@ -48,6 +48,26 @@ def test_an_unsafe_write_needs_consecutive_failed_checks() -> None:
     assert watch.checked(False, 2.2) is True
 
 
+def test_a_read_whose_checks_all_go_unanswered_while_this_process_stalls_is_given_up_after_a_second() -> None:
+    """Another thread holding the GIL back to back makes every check late: each failed one is
+    inconclusive, and a read on a stopped replica would wait for it as long as the stalls last
+    (measured: a reader stuck through a whole pause). Unanswered for STALLED_SILENCE, it moves on;
+    an answer starts the count again, and a write never counts a stalled check."""
+    read = AttemptWatch(0.0)
+    assert read.checked(False, 0.25, stalled=True) is False
+    assert read.checked(False, 0.9, stalled=True) is False
+    assert read.checked(False, 1.2, stalled=True) is False
+    assert read.checked(False, 1.26, stalled=True) is True  # silent 1.01 s since the first
+    answered = AttemptWatch(0.0)
+    assert answered.checked(False, 0.25, stalled=True) is False
+    assert answered.checked(True, 0.9) is False  # alive: the silence ends
+    assert answered.checked(False, 1.9, stalled=True) is False
+    assert answered.checked(False, 2.5, stalled=True) is False
+    write = AttemptWatch(0.0, retry_safe=False)
+    for now in (0.25, 1.0, 2.0, 4.0, 8.0):
+        assert write.checked(False, now, stalled=True) is False
+
+
 def test_deadline_and_receive_timeout_come_before_checks_and_cut_the_ping() -> None:
     watch = AttemptWatch(0.0, receive_timeout=0.5, deadline_at=0.3)
     assert watch.next_wake(0.0) == (Wake.CHECK, pytest.approx(0.1))

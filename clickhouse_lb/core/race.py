@@ -43,7 +43,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
-from clickhouse_lb.core.stalls import read_check
+from clickhouse_lb.core.stalls import PingReading, read_check
 from clickhouse_lb.core.watch import AttemptWatch, Wake
 from clickhouse_lb.errors import AttemptAbandonedError
 
@@ -215,6 +215,10 @@ def run_attempt(
                 continue
             run.ping = None
             answer = ping.result() if ping.exception() is None else False
+            if isinstance(answer, PingReading):
+                # The timeout the ping was given (adapted to the replica's history: at least the
+                # check's), which a hung verdict names.
+                run.check_timeout = max(run.check_timeout, answer.timeout)
             pinged = clock()
             # Woke up late, or the ping's wait did: this process stalled, not the replica.
             check = read_check(answer, woke_late=run.check_late, elapsed=pinged - run.check_at,

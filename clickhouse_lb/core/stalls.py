@@ -22,6 +22,11 @@ spirit of the phi-accrual failure detector of Hayashibara et al.: the timeout is
 the replica's recent pings exceed with probability ``10**-phi``), floored at the configured ping
 timeout (``liveness_check_ping_timeout_ms``, 150 ms by default): a replica behind a long network
 path gets the time it always needs, a local one is still caught after the configured timeout.
+The model is exponential above the median (as Cassandra's phi detector models intervals), its
+scale read from the upper quartile: a saturated replica answers ``/ping`` late but answers (p50
+13 ms, p90 73 ms, p99 0.3 s measured on a LocalCluster replica under 12 CPU-heavy reads), and a
+normal model of those answers stays at the floor, calling that replica hung about once in 40
+pings; a stopped replica does not answer at all, however long it is given.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from enum import Enum
-from statistics import NormalDist, median
+from statistics import median
 from typing import NamedTuple
 
 __all__ = ["Check", "Evidence", "LatencyHistory", "PingReading", "ReplicaDetector", "StallLog", "detector", "judge",
@@ -141,16 +146,30 @@ class LatencyHistory:
 
     def timeout(self, floor: float, *, phi: float = 8.0, cap: float | None = None) -> float:
         """The ping timeout for this replica: the latency its pings exceed with probability
-        ``10**-phi`` (normal model of the recent readings), never under ``floor`` nor (when
-        given) over ``cap``."""
-        samples = list(self._samples)
+        ``10**-phi``, never under ``floor`` nor (when given) over ``cap``.
+
+        Ping latencies are skewed right with a long tail (a replica busy with CPU-heavy queries
+        answers most pings in milliseconds and some in tenths of a second), so above the median
+        they are modelled as exponential, P(latency > median + x) = exp(-x / scale) / 2, with
+        the scale read from the upper quartile (``(p75 - median) / ln 2``): quantiles, not the
+        mean or the largest reading, so that up to a quarter of readings inflated by this
+        process's own stalls cannot stretch the timeout."""
+        samples = sorted(self._samples)
         if len(samples) < self.WARMUP:
             return floor
         middle = median(samples)
-        spread = 1.4826 * median(abs(s - middle) for s in samples)  # MAD, scaled to a deviation
-        limit = NormalDist(middle, max(self.MIN_DEVIATION, spread)).inv_cdf(1.0 - 10.0**-phi)
-        limit = max(floor, limit)
+        scale = max(self.MIN_DEVIATION, (_quantile(samples, 0.75) - middle) / math.log(2))
+        limit = max(floor, middle + scale * math.log(0.5 * 10.0**phi))
         return limit if cap is None else min(cap, limit)
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    """The ``q`` quantile of sorted ``ordered`` (linear between neighbours)."""
+    position = (len(ordered) - 1) * q
+    low = int(position)
+    if low + 1 >= len(ordered):
+        return ordered[-1]
+    return ordered[low] + (ordered[low + 1] - ordered[low]) * (position - low)
 
 
 class ReplicaDetector:
@@ -178,9 +197,11 @@ class ReplicaDetector:
         return self.history(address).timeout(floor, cap=floor * self._cap_factor)
 
     def observe(self, address: str, reading: PingReading, tolerance: float) -> Evidence:
-        """Judge a ping of ``address`` (see :func:`judge`); an answered one joins its history."""
+        """Judge a ping of ``address`` (see :func:`judge`); an answered one joins its history,
+        unless its waiter woke up late (its latency is this process's stall as much as the
+        replica's)."""
         evidence = judge(reading, tolerance)
-        if evidence is Evidence.ALIVE:
+        if evidence is Evidence.ALIVE and reading.late <= tolerance:
             self.history(address).record(reading.elapsed, reading.timeout)
         return evidence
 

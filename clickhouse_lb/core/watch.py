@@ -19,7 +19,9 @@ An attempt's request is out; the caller waits for the answer. It wakes up for th
   not just a retry). A failed ping during which this process itself ran late (the check woke
   up, or the ping's timeout fired, more than ``stall_tolerance`` after planned: a loaded machine,
   a busy event loop) is inconclusive and repeated: a false alarm would take a healthy replica
-  out of rotation until its error decays. For a write that is not safe to repeat, stalled checks
+  out of rotation until its error decays; but a read whose checks all went unanswered for
+  ``STALLED_SILENCE`` (1 s), stalls or not, is given up (a process stalled back to back would
+  otherwise never leave a stopped replica). For a write that is not safe to repeat, stalled checks
   never count: it is given up only when its replica is shown gone (a ping refused or reset, or
   ``liveness_failed_checks_for_writes`` pings in a row, each on a fresh connection, failing
   while this process ran on time). What counts as a stall is judged in
@@ -38,7 +40,21 @@ from typing import Protocol
 
 from clickhouse_lb.config.liveness import LIVENESS_DEFAULTS, LivenessPolicy
 
-__all__ = ["AttemptWatch", "LivenessPolicy", "Wake", "first_wake"]
+__all__ = ["STALLED_SILENCE", "WRITE_PING_GROWTH", "AttemptWatch", "LivenessPolicy", "Wake", "first_wake"]
+
+
+#: How much longer each further check of an unsafe write waits (see :meth:`AttemptWatch.ping_timeout`).
+#: Doubling (0.15 + 0.3 + 0.6 s) was too little: a healthy LocalCluster replica running
+#: clickhouse-connect's own suite (``test_temporary_tables``) left ``/ping`` unanswered 2.0 s, and
+#: its session's ``CREATE TEMPORARY TABLE`` was failed as an unknown outcome after 1.45 s.
+WRITE_PING_GROWTH = 4
+
+
+#: How long a read's checks may go unanswered, stalled or not, before the replica counts as hung
+#: (seconds, from the first unanswered check): about four capped ping timeouts. A saturated but
+#: live replica answered every ping within 0.38 s (BENCHMARKS.md); a write never counts stalled
+#: checks (it cannot fail over).
+STALLED_SILENCE = 1.0
 
 
 class _Budget(Protocol):
@@ -56,7 +72,7 @@ class AttemptWatch:
     """The waits of one attempt. Times are the driver's clock readings (monotonic seconds)."""
 
     __slots__ = ("_budget", "_checking", "_failed_checks", "_hedge_deferred", "_inconclusive", "_next_check",
-                 "deadline_at", "hedge_at", "liveness", "receive_at", "retry_safe", "started")
+                 "_silent_since", "deadline_at", "hedge_at", "liveness", "receive_at", "retry_safe", "started")
 
     def __init__(
         self,
@@ -80,6 +96,8 @@ class AttemptWatch:
         self._next_check = None if liveness.check_after is None else started + liveness.check_after
         self._failed_checks = 0
         self._inconclusive = 0
+        #: When the current run of unanswered checks began (None: the last check was answered).
+        self._silent_since: float | None = None
         self._budget = budget
         self._hedge_deferred = False
         self._checking = False
@@ -102,13 +120,16 @@ class AttemptWatch:
 
     def ping_timeout(self, now: float) -> float:
         """The ping's timeout: the policy's, cut so that it ends by the deadline. For a write
-        that is not safe to repeat it doubles with each failed check in a row: a replica is
-        shown gone by a silence that grows (0.15 + 0.3 + 0.6 s by default), not by three
-        short ones that a replica busy for half a second (a long GC, its own work holding the
-        GIL, as a local test replica decoding an insert does) can leave unanswered."""
+        that is not safe to repeat it grows ``WRITE_PING_GROWTH`` times with each failed check
+        in a row: a replica is shown gone by a silence that grows (0.15 + 0.6 + 2.4 s by
+        default, the verdict about 3.5 s after the write was sent), not by three short ones that
+        a replica busy for a second or two (a long GC, its own work holding the GIL) can leave
+        unanswered. A write cannot fail over, so waiting longer costs only how soon a hung
+        replica's write reports its unknown outcome, while a false verdict fails a write that
+        succeeded."""
         limit = self.liveness.ping_timeout
         if not self.retry_safe:
-            limit *= 2 ** self._failed_checks
+            limit *= WRITE_PING_GROWTH ** self._failed_checks
         for at in (self.deadline_at, self.receive_at):
             if at is not None:
                 limit = min(limit, max(0.001, at - now))
@@ -141,11 +162,21 @@ class AttemptWatch:
         self._checking = False
         if alive:
             self._failed_checks = 0
+            self._silent_since = None
             self._next_check = now + self.liveness.interval
             return False
         if hard:
             self._next_check = None
             return True
+        if self._silent_since is None:
+            self._silent_since = now
+        if stalled and self.retry_safe and now - self._silent_since >= STALLED_SILENCE:
+            # A read whose replica left every check unanswered for this long, stalls or not:
+            # the pinger looks at the socket again after a late wake-up, so a live replica's
+            # answer (milliseconds on a LAN) would have been found. Without this, a process
+            # stalled back to back (another thread holding the GIL) never abandons a read on a
+            # stopped replica (measured: a reader stuck through a whole pause).
+            stalled = False
         if stalled:
             # A check that failed while this process itself ran late proves nothing about the
             # replica: it never counts, for a read or a write (the receive timeout and the

@@ -139,7 +139,9 @@ class StallAwarePinger:
                 connection.close()
             else:
                 self._keep(key, connection)
-            return PingReading(True, elapsed, timeout)
+            # ``late``: an answer found after a late wake-up reads as slow as this process's
+            # stall (the detector does not learn a latency from it).
+            return PingReading(True, elapsed, timeout, late)
         connection.close()
         return PingReading(False, elapsed, timeout, 0.0, False, f"/ping answered HTTP {response.status}: {body[:80]!r}")
 
