@@ -61,15 +61,16 @@ def assert_on_engine_shards(cluster: LocalCluster, expression: str, ids: list[in
 
 
 def arrow_frame(ids: list[int]) -> Any:
-    pd = pytest.importorskip("pandas")
-    pa = pytest.importorskip("pyarrow")
+    import pandas as pd
+    import pyarrow as pa
+
     return pd.DataFrame({"id": pd.array(ids, dtype="int64[pyarrow]"),
                          "name": pd.array([f"n{i}" for i in ids], dtype=pd.ArrowDtype(pa.string())),
                          "v": pd.array([i % 5 for i in ids], dtype="uint32[pyarrow]")})
 
 
 def polars_frame(ids: list[int]) -> Any:
-    pl = pytest.importorskip("polars")
+    import polars as pl  # (the test extra has it: a missing polars fails, it does not skip)
     return pl.DataFrame({"id": pl.Series(ids, dtype=pl.Int64), "name": [f"n{i}" for i in ids],
                          "v": pl.Series([i % 5 for i in ids], dtype=pl.UInt32)})
 
@@ -93,7 +94,7 @@ def test_insert_df_arrow_routes_as_the_engine_would_and_a_repeat_with_its_token_
 def test_insert_df_arrow_refuses_a_frame_without_arrow_dtypes_before_writing_anything(
     cluster: LocalCluster, sharded: clickhouse_lb.ShardedPool
 ) -> None:
-    pd = pytest.importorskip("pandas")
+    import pandas as pd
     frame = pd.DataFrame({"id": np.arange(10, dtype=np.int64), "name": ["x"] * 10, "v": np.zeros(10, np.uint32)})
     with pytest.raises(ConfigurationError, match=r"PyArrow dtypes.*id, name, v.*insert_df"):
         sharded.insert_df_arrow(TABLE, frame, sharding_key="id")
@@ -114,7 +115,7 @@ def test_a_prepared_insert_context_is_routed_and_left_empty_for_the_next_batch(
             context.data = rows
             summary = sharded.data_insert(context, sharding_key="sipHash64(id)")
         elif how == "insert_df":
-            pd = pytest.importorskip("pandas")
+            import pandas as pd
             frame = pd.DataFrame({"id": np.array(ids, dtype=np.int64), "name": [f"n{i}" for i in ids],
                                   "v": np.zeros(len(ids), dtype=np.uint32)})
             summary = sharded.insert_df(df=frame, context=context, sharding_key="sipHash64(id)")
