@@ -199,12 +199,14 @@ def test_a_paused_replica_is_still_routed_around_in_a_busy_process(cluster: Clus
             running.wait()
             # A statement on a healthy replica can straddle two holds (two GIL hand-backs), and a
             # loaded machine stretches a hold sized for 0.8 s to seconds (measured 4.2 s at load
-            # 30): the pause is long against the holds this machine gives, so that a reader stuck
-            # on the paused replica (it waits the whole pause) and one routed around stay apart.
+            # 30, and from 0.8 to 2.1 s within one run at load 5): the pause lasts until it is
+            # long against every hold seen so far, so that a reader stuck on the paused replica
+            # (it waits the whole pause) and one routed around stay apart.
             holds.first.wait()
-            pause = max(9.0, 4.5 * (2 * holds[0] + GAP_PAUSE))
             cluster.pause(0)
-            time.sleep(pause)
+            paused = time.monotonic()
+            while (pause := time.monotonic() - paused) < max(9.0, 4.5 * (2 * max(holds) + GAP_PAUSE)):
+                stop.wait(0.05)  # (a duration, re-sized as holds end: nothing to synchronise with)
             cluster.resume(0)
             stop.set()
             for future in futures:
