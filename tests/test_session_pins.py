@@ -148,3 +148,14 @@ async def test_async_pool_pins_follows_and_loses_the_same_way() -> None:
     assert lost.value.address == "a:8123"
     assert await pool.command("CREATE TEMPORARY TABLE t (x UInt8)", settings=S1) == "command@b"
     await pool.close()
+
+
+def test_an_insert_context_of_a_session_reads_its_columns_on_the_sessions_replica(abc: FakeCluster) -> None:
+    pool = make_pool(abc, load_balancing="in_order")
+    pool.command("CREATE TEMPORARY TABLE t (x UInt8)", settings=S1)
+    pool.balancer.record_error(0, "a probe failed once")
+    assert pool.create_insert_context("t", settings=S1) == "create_insert_context@a"
+    assert pool.create_insert_context("events") == "create_insert_context@b"
+    abc["a"].outcomes = [refused]
+    with pytest.raises(SessionLostError):
+        pool.create_insert_context("t", settings=S1)

@@ -190,7 +190,13 @@ class PoolSteps(PoolBase):
         if self._in_session is not None:
             return (yield partial(self._in_session.call, method, args, kwargs))
         self._check_open()
-        attempts = self._attempts(method, (yield partial(self._plan)), write=False)
+        settings = kwargs.get("settings")
+        if settings and "session_id" in settings:  # the columns of a session's temporary table
+            order = yield partial(self._plan)
+            self._started()
+            attempts = self._session_pins.read_attempts(self._view.balancer, order, method, settings, self._budget)
+        else:
+            attempts = self._attempts(method, (yield partial(self._plan)), write=False)
 
         def attempt(index: int) -> Any:
             return self._drive(self._on_replica_steps(index, method, args, kwargs))

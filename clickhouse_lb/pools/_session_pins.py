@@ -30,7 +30,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import Token
-from typing import Any, TypeVar, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 from clickhouse_lb.core._statements import PreparedCall
 from clickhouse_lb.core.balancer import Balancer
@@ -109,21 +109,50 @@ class SessionPins:
         """The attempts of a statement whose settings may name a session: on the session's
         replica only when it is pinned, else balanced over ``order`` (pinning where it answers)."""
         assert call.settings is not None
-        session_id, timeout = statement_session(call.settings)
-        if session_id is None:  # session_id given empty: no session, balanced as any statement
+        route = self._route(call.settings, balancer, order)
+        if route is None:  # session_id given empty: no session, balanced as any statement
             return StatementAttempts.of_statement(balancer, order, method, call, budget)
+        return route.arm(SessionAttempts.of_statement(balancer, route.order, method, call, budget))
+
+    def read_attempts(
+        self, balancer: Balancer, order: Sequence[int], method: str, settings: Mapping[str, Any],
+        budget: RetryBudget | None,
+    ) -> StatementAttempts:
+        """:meth:`attempts` for a client method that only reads (``create_insert_context``:
+        the columns of a session's temporary table are known in that session only)."""
+        route = self._route(settings, balancer, order)
+        if route is None:
+            return StatementAttempts(balancer, order, operation=method, write=False, budget=budget)
+        return route.arm(SessionAttempts(balancer, route.order, operation=method, write=False, budget=budget))
+
+    def _route(self, settings: Mapping[str, Any], balancer: Balancer, order: Sequence[int]) -> _Route | None:
+        session_id, timeout = statement_session(settings)
+        if session_id is None:
+            return None
         address = self.replica(session_id)
-        pinned = False
-        if address is not None:
-            try:
-                index = balancer.index_of(address)
-            except ConfigurationError:  # discovery took the replica out of the set: its session is gone
-                self.drop(session_id, address)
-                raise SessionLostError(address, "the replica left the replica set", session_id=session_id) from None
-            order, pinned = (index,), True
-        attempts = cast(SessionAttempts, SessionAttempts.of_statement(balancer, order, method, call, budget))
-        attempts._pins, attempts._session_id, attempts._timeout, attempts._pinned = self, session_id, timeout, pinned
-        return attempts
+        if address is None:  # the session's first statement (or the first since it was lost)
+            return _Route(self, session_id, timeout, order, False)
+        try:
+            index = balancer.index_of(address)
+        except ConfigurationError:  # discovery took the replica out of the set: its session is gone
+            self.drop(session_id, address)
+            raise SessionLostError(address, "the replica left the replica set", session_id=session_id) from None
+        return _Route(self, session_id, timeout, (index,), True)
+
+
+class _Route(NamedTuple):
+    """Where a session's statement runs: ``order`` (the session's replica alone once pinned)."""
+
+    pins: SessionPins
+    session_id: str
+    timeout: float
+    order: Sequence[int]
+    pinned: bool
+
+    def arm(self, attempts: Any) -> StatementAttempts:
+        attempts._pins, attempts._session_id, attempts._timeout, attempts._pinned = (
+            self.pins, self.session_id, self.timeout, self.pinned)
+        return cast(StatementAttempts, attempts)
 
 
 class SessionAttempts(StatementAttempts):
