@@ -260,16 +260,24 @@ class SessionLostError(OperationalError):
     ``reason`` is the failure, already redacted; the original exception is ``__cause__``.
     """
 
-    def __init__(self, address: str, reason: str, *, may_have_been_applied: bool = False) -> None:
+    def __init__(
+        self, address: str, reason: str, *, may_have_been_applied: bool = False, session_id: str | None = None,
+    ) -> None:
         self.address = address
         self.reason = reason
         #: True when the failed statement was a write whose request reached the replica.
         self.may_have_been_applied = may_have_been_applied
-        super().__init__(
-            f"Session lost: replica {address} failed during a pinned session ({reason}); "
-            "its temporary tables and SET settings are gone. Open a new pool.session() to continue."
-            + (" " + _MAY_HAVE_BEEN_APPLIED if may_have_been_applied else "")
-        )
+        #: The session named by the statement's ``settings={"session_id": ...}`` (None: a
+        #: pinned session, ``pool.session()`` or a pool given ``session_id=``).
+        self.session_id = session_id
+        if session_id is None:
+            told = (f"Session lost: replica {address} failed during a pinned session ({reason}); "
+                    "its temporary tables and SET settings are gone. Open a new pool.session() to continue.")
+        else:
+            told = (f"Session lost: replica {address}, where session_id {session_id!r} lives, failed ({reason}); "
+                    "its temporary tables and SET settings are gone. The next statement with that session_id "
+                    "starts the session afresh, on the replica the strategy picks.")
+        super().__init__(told + (" " + _MAY_HAVE_BEEN_APPLIED if may_have_been_applied else ""))
 
 
 class ReplicaConnectError(OperationalError):

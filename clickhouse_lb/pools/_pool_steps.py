@@ -40,6 +40,7 @@ from clickhouse_lb.core.failover import StatementAttempts
 from clickhouse_lb.errors import CREATION_CHECK
 from clickhouse_lb.pools._base import PoolBase, ReplicaSetView, pin_options
 from clickhouse_lb.pools._read_your_writes import PoolReadYourWrites
+from clickhouse_lb.pools._session_pins import SessionPins
 from clickhouse_lb.pools._session_route import SessionRoute
 from clickhouse_lb.pools._steps import Steps, close_quietly
 
@@ -112,6 +113,8 @@ class PoolSteps(PoolBase):
         self._view = self._view._replace(slots=tuple(self._new_slot() for _ in self.config.replicas))
         self._set_up(client_factory)
         self._in_session = SessionRoute(self, self._lock_class) if self._session_id else None
+        #: Statements naming a session in their settings: the replica each session lives on.
+        self._session_pins = SessionPins()
         self._sealed = True
 
     def _set_up(self, client_factory: Any) -> None:
@@ -159,7 +162,10 @@ class PoolSteps(PoolBase):
         if self._prober is not None:
             self._prober.ensure_started()
         balancer = view.balancer
-        attempts = StatementAttempts.of_statement(balancer, order, method, call, self._budget)
+        if call.settings is not None and "session_id" in call.settings:  # (None on the common path)
+            attempts = self._session_pins.attempts(balancer, order, method, call, self._budget)
+        else:
+            attempts = StatementAttempts.of_statement(balancer, order, method, call, self._budget)
         context = self._plan_context
         if context is None or self._plan_context_of is not balancer:
             context = self._plan_context = PlanContext(
@@ -184,7 +190,13 @@ class PoolSteps(PoolBase):
         if self._in_session is not None:
             return (yield partial(self._in_session.call, method, args, kwargs))
         self._check_open()
-        attempts = self._attempts(method, (yield partial(self._plan)), write=False)
+        settings = kwargs.get("settings")
+        if settings and "session_id" in settings:  # the columns of a session's temporary table
+            order = yield partial(self._plan)
+            self._started()
+            attempts = self._session_pins.read_attempts(self._view.balancer, order, method, settings, self._budget)
+        else:
+            attempts = self._attempts(method, (yield partial(self._plan)), write=False)
 
         def attempt(index: int) -> Any:
             return self._drive(self._on_replica_steps(index, method, args, kwargs))
