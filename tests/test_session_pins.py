@@ -11,7 +11,6 @@ from clickhouse_connect.driver.exceptions import DatabaseError
 from clickhouse_lb.errors import SessionLostError
 from clickhouse_lb.pools._session_pins import SessionPins, statement_session
 
-from . import test_aio
 from .conftest import FakeClock
 from .fakes import FakeCluster, make_pool, refused, server_error
 
@@ -135,6 +134,8 @@ def test_a_session_s_timeout_comes_from_its_settings() -> None:
 
 
 async def test_async_pool_pins_follows_and_loses_the_same_way() -> None:
+    from . import test_aio  # (here, not at the top: .ci/compat runs this file without aiohttp)
+
     cluster = test_aio.AsyncFakeCluster("a", "b", "c")
     pool = test_aio.make_pool(cluster, load_balancing="in_order")
     assert await pool.command("CREATE TEMPORARY TABLE t (x UInt8)", settings=S1) == "command@a"
