@@ -106,6 +106,19 @@ def test_each_connection_is_pinned_by_the_strategy_with_its_own_session(stubs: S
     assert first.client.create_query_context() == "context"  # the replica client's own, no I/O
 
 
+def test_repin_moves_the_connection_to_the_new_session_and_closes_the_old(stubs: StubCluster) -> None:
+    engine = create_engine(URL)
+    moved, other = connect(engine), connect(engine)
+    old = moved.pinned
+    other.pinned.address = "b:8123"  # stands for a session pinned elsewhere (Alembic's migration replica)
+    moved.repin(other.pinned)
+    assert moved.pinned is other.pinned
+    assert (moved.address, moved.session_id) == ("b:8123", other.session_id)
+    assert moved.client.command("SELECT 2") == "SELECT 2@a"  # through the new session's client
+    assert other.pinned.client.tags == ["sqlalchemy", "sqlalchemy"]  # tagged again, as a new connection is
+    assert old.client.closed
+
+
 def test_one_balancing_state_per_engine(stubs: StubCluster) -> None:
     engine = create_engine(URL)
     connect(engine)

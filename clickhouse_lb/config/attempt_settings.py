@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Protocol
 
+from clickhouse_lb.config._values import as_bool
 from clickhouse_lb.config.hedging import HedgePolicy, parse_receive_data_timeout
 from clickhouse_lb.config.liveness import LivenessPolicy
 from clickhouse_lb.config.timeouts import (
@@ -77,13 +78,12 @@ _UNSET = _Unset.UNSET
 
 
 def _flag(name: str, value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in ("0", "1", "true", "false", "yes", "no", "on", "off"):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    raise ConfigurationError(f"Bad {name} {value!r}: expected 0 or 1 (true or false)")
+    """``use_hedged_requests``: what every boolean setting takes (:func:`as_bool`), refused in
+    ClickHouse's words for this setting (0 or 1)."""
+    try:
+        return as_bool(name, value)
+    except ConfigurationError:
+        raise ConfigurationError(f"Bad {name} {value!r}: expected 0 or 1 (true or false)") from None
 
 
 def _milliseconds(name: str, value: object, *, zero_is_off: bool = False) -> float | None:

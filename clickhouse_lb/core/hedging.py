@@ -99,25 +99,27 @@ class LatencyWindow:
         """A read on ``address`` answered after ``seconds``."""
         now = self._clock()
         with self._lock:
-            figure = self._figures.get(address)
-            if figure is None:
-                self._figures[address] = _Figure(seconds, now)
-                return
+            figure = self._figure(address, now)
+            # A new figure (no latency yet, nothing elapsed) takes the answer as it is.
             figure.latency = peak_ewma(figure.latency, seconds, now - figure.stamp, self._decay_time)
             figure.stamp = now
 
     def unanswered(self, address: str, seconds: float) -> None:
         """A run on ``address`` lost a race after ``seconds`` without an answer: its latency is at
-        least that (a lower bound only raises the figure)."""
+        least that (a lower bound only raises the figure; a replica with no answer yet keeps none)."""
         now = self._clock()
         with self._lock:
-            figure = self._figures.get(address)
-            if figure is None:
-                self._figures[address] = _Figure(None, now)
-                return
+            figure = self._figure(address, now)
             if figure.latency is not None and seconds > figure.latency:
                 figure.latency = seconds
             figure.stamp = now
+
+    def _figure(self, address: str, now: float) -> _Figure:
+        """``address``'s figure, a new one (no latency) if it has none; the lock is held."""
+        figure = self._figures.get(address)
+        if figure is None:
+            figure = self._figures[address] = _Figure(None, now)
+        return figure
 
     def latencies(self) -> dict[str, float | None]:
         """Each recently known replica's figure (None: it only lost races)."""

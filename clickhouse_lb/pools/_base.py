@@ -171,7 +171,8 @@ class PoolBase(PrivateMembers, ClientMembers, DiscoveryMembers):
 
     @property
     def balancer(self) -> Balancer:
-        return self._balancer
+        """The balancer of the pool's current replica set (discovery may replace it)."""
+        return self._view.balancer
 
     @property
     def addresses(self) -> list[str]:

@@ -105,27 +105,24 @@ class PinnedConnection(Connection):
     def __init__(self, pinned: PinnedSession) -> None:
         # Connection.__init__ would create its own client from connection arguments: the pinned
         # session's client takes its place, with the same integration tag.
-        self.pinned = pinned
-        self.client = cast(Client, _CursorClient(pinned))
-        self.client._add_integration_tag("sqlalchemy")
-        self.timezone = pinned.client.server_tz
-
-    @property
-    def address(self) -> str:
-        return self.pinned.address
-
-    @property
-    def session_id(self) -> str | None:
-        return self.pinned.session_id
+        self._pin(pinned)
 
     def repin(self, pinned: PinnedSession) -> None:
         """Move this connection to another pinned session (closing the one it had): Alembic's
         connection is moved to the migration replica (:mod:`clickhouse_lb.sqlalchemy._alembic`)."""
-        old, self.pinned = self.pinned, pinned
+        old = self.pinned
+        self._pin(pinned)
+        old.close()
+
+    def _pin(self, pinned: PinnedSession) -> None:
+        """Everything this connection takes from its pinned session, set together (a session's
+        replica and ClickHouse session never change: a new one comes with :meth:`repin`)."""
+        self.pinned = pinned
         self.client = cast(Client, _CursorClient(pinned))
         self.client._add_integration_tag("sqlalchemy")
         self.timezone = pinned.client.server_tz
-        old.close()
+        self.address: str = pinned.address
+        self.session_id: str | None = pinned.session_id
 
     def close(self) -> None:
         self.pinned.close()
