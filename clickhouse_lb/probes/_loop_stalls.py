@@ -66,6 +66,14 @@ class LoopStallMeter:
             total += now - max(self._planned, since)
         return total
 
+    def first_stall(self, since: float) -> float:
+        """When the loop first stalled at or after ``since`` (inf: not yet), a stall still going
+        on included."""
+        first = self.log.first_stall(since)
+        if self._clock() - self._planned > self.log.minimum:
+            first = min(first, max(self._planned, since))
+        return first
+
     def _schedule(self, now: float) -> None:
         loop = self._loop()
         if loop is None or loop.is_closed():
