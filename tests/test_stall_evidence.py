@@ -95,6 +95,33 @@ def test_a_sync_ping_of_a_silent_replica_stalled_in_every_wait_is_evidence(
     # (An answer that came in such a stall is found: tests/test_stalls.py, "answered while its waiter stalled".)
 
 
+def test_a_silence_through_a_stall_spent_waiting_for_a_cpu_proves_nothing(
+    slow_ping_server: tuple[str, list[float]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same stalled waits, but the thread spent them runnable, waiting for a CPU (as behind
+    CPU hogs): the machine was short of CPU, a replica on it may have been starved alike."""
+    url, delay = slow_ping_server
+    delay[0] = 5.0
+    real = _stall_ping._readable
+    runnable = [0.0]
+
+    def starved_after_each_wait(sock: socket.socket, timeout: float) -> bool:
+        ready = real(sock, timeout)
+        if timeout > 0:
+            time.sleep(0.3)
+            runnable[0] += 0.3 + timeout  # (every second of it on a run queue)
+        return ready
+
+    monkeypatch.setattr(_stall_ping, "_readable", starved_after_each_wait)
+    monkeypatch.setattr(_stall_ping, "run_delay", lambda: runnable[0])
+    pinger = StallAwarePinger(tolerance=TOLERANCE)
+    reading = pinger.ping(url, 0.15)
+    pinger.close()
+    assert not reading.ok
+    assert not reading.silent
+    assert judge(reading, TOLERANCE) is Evidence.INCONCLUSIVE
+
+
 @on_time_process
 def test_an_async_ping_of_a_silent_replica_is_evidence_after_the_loop_had_one_look() -> None:
     """The loop is blocked 0.4 s inside the ping's wait, and again 0.2 s after it woke: the

@@ -108,13 +108,15 @@ class StallLog:
         if woke - planned > self.minimum:
             self._stalls.append((planned, woke))
 
-    def first_stall(self, start: float) -> float:
-        """When the loop first stalled at or after ``start`` (inf: it has not, as far as logged)."""
+    def first_stall(self, start: float, longer_than: float = 0.0) -> float:
+        """When the loop first stalled at or after ``start`` for more than ``longer_than``
+        seconds (inf: it has not, as far as logged)."""
         first = math.inf
         for planned, woke in reversed(self._stalls):
             if woke <= start:
                 break
-            first = max(planned, start)
+            if woke - max(planned, start) > longer_than:
+                first = max(planned, start)
         return first
 
     def stalled(self, start: float, end: float) -> float:
