@@ -16,24 +16,104 @@ replicas, with a thread holding the GIL 0.8 s at a time back to back and two CPU
   time with 0.2 s between holds (back to back, a statement on a healthy replica takes seconds
   too); the worst per-thread gap between two answers, beside the same readers for 5 s with
   nothing paused (what the holds alone cost).
+
+The GIL holder is this file's own (:class:`GilHolder`): it sizes its ``sorted()`` to take 0.8 s
+at the machine's current load, measuring every hold and adjusting the next (a size measured
+once on a quiet machine held the GIL 1.2-2.4 s on a loaded one, and a gap then said more about
+the holds than about the pool). The holds it achieved are reported beside the gaps: a reader
+on the paused replica cannot get past a hold, so the worst gap is at least about one hold, and
+"worst gap - longest hold" is what the pool adds beyond it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
+import random
+import statistics
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent.parent
 LOAD = HERE / "clickhouse_lb" / "testing" / "load.py"
+#: The GIL hold aimed at (seconds), as the issue's figure has it.
+HOLD = 0.8
+
+
+class GilHolder:
+    """A thread holding the GIL ``target`` seconds at a time, ``pause`` seconds apart (0: back
+    to back), sized at the current load: each ``sorted()`` is timed and the next one's length
+    scaled by ``target / measured`` (damped: a hold stretched by a passing burst of load must
+    not halve the next). ``holds``: every hold's measured duration; :meth:`mark` starts a
+    phase, :meth:`since` its holds."""
+
+    #: The most floats a hold may sort (about 1.6 s of sorting on a quiet machine).
+    MOST = 4_000_000
+
+    def __init__(self, target: float = HOLD, pause: float = 0.0) -> None:
+        self.target = target
+        self.pause = pause
+        self.holds: list[float] = []
+        self._marks: list[int] = []
+        self._stop = threading.Event()
+        self._data = [random.random() for _ in range(self.MOST)]
+        self._size = self._first_size()
+        self._thread = threading.Thread(target=self._hold, name="gil-holder", daemon=True)
+
+    def _first_size(self) -> int:
+        """The length whose sort takes ``target`` now (from a sort of a 10th of a second or so)."""
+        size = 200_000
+        while True:
+            started = time.perf_counter()
+            sorted(self._data[:size])
+            took = time.perf_counter() - started
+            if took >= self.target / 8 or size >= self.MOST:
+                return max(10_000, min(self.MOST, int(size * self.target / max(took, 1e-6))))
+            size *= 4
+
+    def _scaled(self, size: int, took: float) -> int:
+        factor = min(1.5, max(0.67, self.target / max(took, 1e-6)))
+        return max(10_000, min(self.MOST, int(size * factor)))
+
+    def _hold(self) -> None:
+        while not self._stop.is_set():
+            started = time.perf_counter()
+            sorted(self._data[:self._size])  # one C call (and a copy): the GIL is not released meanwhile
+            took = time.perf_counter() - started
+            self.holds.append(took)
+            self._size = self._scaled(self._size, took)
+            if self.pause:
+                self._stop.wait(self.pause)
+
+    def mark(self) -> None:
+        self._marks.append(len(self.holds))
+
+    def since(self) -> list[float]:
+        return self.holds[self._marks[-1] if self._marks else 0:]
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[GilHolder]:
+        self._thread.start()
+        try:
+            yield self
+        finally:
+            self._stop.set()
+            self._thread.join()
+
+
+def _holds(holds: list[float]) -> dict[str, float]:
+    if not holds:
+        return {"n": 0, "median": 0.0, "max": 0.0}
+    return {"n": len(holds), "median": statistics.median(holds), "max": max(holds)}
 
 
 def _busy_process() -> Any:
@@ -46,8 +126,9 @@ def _busy_process() -> Any:
 
 
 def _gaps(cluster: Any, busy_process: Any, *, pause: float, gil_pause: float, paused: bool,
-          failed: list[str]) -> float:
-    """The worst per-thread gap of 4 readers over ``pause`` seconds, replica 0 SIGSTOPped or not."""
+          failed: list[str]) -> tuple[float, dict[str, float]]:
+    """The worst per-thread gap of 4 readers over ``pause`` seconds, replica 0 SIGSTOPped or
+    not, and the GIL holds made meanwhile."""
     import clickhouse_lb
 
     worst = [0.0] * 4
@@ -70,9 +151,12 @@ def _gaps(cluster: Any, busy_process: Any, *, pause: float, gil_pause: float, pa
                 worst[n] = max(worst[n], now - last)
                 last = now
 
-        with busy_process(gil_hold=0.8, hogs=2, pause=gil_pause), ThreadPoolExecutor(4) as executor:
+        with busy_process(gil_hold=0, hogs=2), GilHolder(pause=gil_pause).running() as holder, \
+                ThreadPoolExecutor(4) as executor:
             futures = [executor.submit(reader, n) for n in range(4)]
+            time.sleep(2.0)  # the holder settles on its size at this load
             running.wait()
+            holder.mark()
             if paused:
                 cluster.pause(0)
             time.sleep(pause)
@@ -81,11 +165,12 @@ def _gaps(cluster: Any, busy_process: Any, *, pause: float, gil_pause: float, pa
             stop.set()
             for future in futures:
                 future.result()
-    return max(worst)
+            holds = _holds(holder.since())
+    return max(worst), holds
 
 
 def _false_alarms_async(cluster: Any, busy_process: Any, seconds: float, *, events: list[str], failed: list[str],
-                        done: list[int]) -> None:
+                        done: list[int], holds: dict[str, float]) -> None:
     import asyncio
 
     import clickhouse_lb
@@ -118,11 +203,12 @@ def _false_alarms_async(cluster: Any, busy_process: Any, seconds: float, *, even
                     except Exception as exc:
                         failed.append(f"async write {type(exc).__name__}: {str(exc)[:80]}")
 
-            with busy_process(gil_hold=0.8, hogs=2):
+            with busy_process(gil_hold=0, hogs=2), GilHolder().running() as holder:
                 tasks = [asyncio.ensure_future(read()) for _ in range(3)] + [asyncio.ensure_future(write())]
                 await asyncio.sleep(seconds)
                 stop.set()
                 await asyncio.gather(*tasks)
+                holds.update(_holds(holder.holds))
 
     asyncio.run(main())
 
@@ -166,21 +252,26 @@ def child(seconds: float) -> dict[str, Any]:
                     except Exception as exc:
                         failed.append(f"write {type(exc).__name__}: {str(exc)[:80]}")
 
-            with busy_process(gil_hold=0.8, hogs=2), ThreadPoolExecutor(4) as executor:
+            with busy_process(gil_hold=0, hogs=2), GilHolder().running() as holder, \
+                    ThreadPoolExecutor(4) as executor:
                 futures = [executor.submit(read) for _ in range(3)] + [executor.submit(write)]
                 time.sleep(seconds)
                 stop.set()
                 for future in futures:
                     future.result()
+                sync_holds = _holds(holder.holds)
         sync_alarms = len(events)
-        _false_alarms_async(cluster, busy_process, seconds, events=events, failed=failed, done=async_done)
+        async_holds: dict[str, float] = {}
+        _false_alarms_async(cluster, busy_process, seconds, events=events, failed=failed, done=async_done,
+                            holds=async_holds)
         # The paused replica under 0.8 s holds 0.2 s apart (back to back every statement takes
         # seconds on a healthy replica too), beside the same readers with nothing paused.
-        baseline = _gaps(cluster, busy_process, pause=5.0, gil_pause=0.2, paused=False, failed=failed)
-        paused = _gaps(cluster, busy_process, pause=5.0, gil_pause=0.2, paused=True, failed=failed)
+        baseline, baseline_holds = _gaps(cluster, busy_process, pause=5.0, gil_pause=0.2, paused=False, failed=failed)
+        paused, paused_holds = _gaps(cluster, busy_process, pause=5.0, gil_pause=0.2, paused=True, failed=failed)
     return {"false_alarms": sync_alarms, "async_false_alarms": len(events) - sync_alarms, "failed": len(failed),
             "reads": done[0], "writes": done[1], "async_reads": async_done[0], "async_writes": async_done[1],
-            "baseline_gap": baseline, "worst_gap": paused, "examples": (events + failed)[:4]}
+            "baseline_gap": baseline, "worst_gap": paused, "examples": (events + failed)[:4],
+            "holds": {"sync": sync_holds, "async": async_holds, "baseline": baseline_holds, "paused": paused_holds}}
 
 
 def main() -> None:
@@ -204,12 +295,18 @@ def main() -> None:
         rows.append((label, json.loads(lines[-1])))
     print(f"load after: {os.getloadavg()[0]:.1f}")
     print("| tree | false alarms sync / async | failed statements | reads / writes sync | reads / writes async "
-          "| worst gap, nothing paused | worst gap, replica paused |")
-    print("|---|---|---|---|---|---|---|")
+          "| holds sync / async, median (max) | worst gap, nothing paused (longest hold) "
+          "| worst gap, replica paused (longest hold) | paused gap - longest hold |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for label, row in rows:
+        holds = row["holds"]
         print(f"| {label} | {row['false_alarms']} / {row['async_false_alarms']} | {row['failed']} "
               f"| {row['reads']} / {row['writes']} | {row['async_reads']} / {row['async_writes']} "
-              f"| {row['baseline_gap']:.2f} s | {row['worst_gap']:.2f} s |")
+              f"| {holds['sync']['median']:.2f} ({holds['sync']['max']:.2f}) / "
+              f"{holds['async']['median']:.2f} ({holds['async']['max']:.2f}) s "
+              f"| {row['baseline_gap']:.2f} s ({holds['baseline']['max']:.2f} s) "
+              f"| {row['worst_gap']:.2f} s ({holds['paused']['max']:.2f} s) "
+              f"| {row['worst_gap'] - holds['paused']['max']:+.2f} s |")
         for example in row["examples"]:
             print(f"    {example}")
 

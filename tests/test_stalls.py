@@ -371,3 +371,16 @@ def test_a_write_is_shown_gone_by_a_growing_silence_not_three_short_ones() -> No
     assert busy.ping_timeout(1.9) == pytest.approx(0.15)  # answered: back to the configured timeout
     # A read still moves on after one failed check.
     assert AttemptWatch(0.0).ping_timeout(0.1) == pytest.approx(0.15)
+
+
+def test_a_replica_without_ping_history_is_judged_against_the_cap() -> None:
+    detector = ReplicaDetector(cap_factor=4)
+    assert detector.ping_timeout("cold:1", 0.15) == pytest.approx(0.6)
+    # Answered in milliseconds once: held to the floor from then on.
+    detector.observe("fast:1", PingReading(True, 0.002, 0.6), TOLERANCE)
+    assert detector.ping_timeout("fast:1", 0.15) == pytest.approx(0.15)
+    # A just-started replica's first answer took 0.25 s: it keeps the cap until the history is long enough.
+    detector.observe("slow:1", PingReading(True, 0.25, 0.6), TOLERANCE)
+    for _ in range(LatencyHistory.WARMUP - 2):
+        detector.observe("slow:1", PingReading(True, 0.01, 0.6), TOLERANCE)
+    assert detector.ping_timeout("slow:1", 0.15) == pytest.approx(0.6)

@@ -222,7 +222,8 @@ def run_attempt(
             pinged = clock()
             # Woke up late, or the ping's wait did: this process stalled, not the replica.
             check = read_check(answer, woke_late=run.check_late, elapsed=pinged - run.check_at,
-                               timeout=run.check_timeout, tolerance=run.watch.liveness.stall_tolerance)
+                               timeout=run.check_timeout, tolerance=run.watch.liveness.stall_tolerance,
+                               retry_safe=run.watch.retry_safe)
             planned = pinged
             if run.watch.checked(check.alive, pinged, stalled=check.stalled, hard=check.hard):
                 yield from give_up(run, abandoned(run, "hung", run.check_at), kill=False)

@@ -12,16 +12,27 @@ have happened:
 
 So every ping reports a :class:`PingReading`: whether it was answered, how long it took, the
 timeout it was given, how late its waiter woke up compared with when it planned to
-(``late``), and whether the failure was a hard one (connection refused or reset: the replica,
-or its host, is shown gone, whatever this process was doing). :func:`judge` turns the reading
-into :class:`Evidence`: a timeout whose waiter woke up more than ``tolerance`` late is
-``INCONCLUSIVE`` (ask again), never ``DOWN``.
+(``late``), whether the failure was a hard one (connection refused or reset: the replica,
+or its host, is shown gone, whatever this process was doing), and whether the ping's socket
+was looked at after the replica had had the whole timeout and held no byte of answer
+(``silent``). The kernel receives while this process is stalled: a waiter that woke up late
+and finds its socket still empty has real evidence, the replica was silent for the whole real
+elapsed time, not only the part this process was awake for. Only when the answer was already
+waiting (or the waiter cannot tell) is the lateness this process's own. :func:`judge` turns
+the reading into :class:`Evidence`: a timeout whose waiter woke up more than ``tolerance``
+late is ``INCONCLUSIVE`` (ask again), never ``DOWN``, unless it was ``silent``.
 
 "Slow" is judged against what that replica normally answers (:class:`LatencyHistory`, in the
 spirit of the phi-accrual failure detector of Hayashibara et al.: the timeout is the latency that
 the replica's recent pings exceed with probability ``10**-phi``), floored at the configured ping
 timeout (``liveness_check_ping_timeout_ms``, 150 ms by default): a replica behind a long network
 path gets the time it always needs, a local one is still caught after the configured timeout.
+A replica with too short a history (under ``WARMUP`` answered pings: a cold start, as
+phi-accrual needs a few samples) is given the cap (4 times the floor) until it has answered
+once, then a margin over its slowest answer: a just-started replica answering its first pings
+slowly (measured: over 150 ms, 20 statements arriving at once beside 3 CPU hogs) must not be
+called hung before the detector knows what it normally answers, and one that answered in
+milliseconds is held to the floor from its first answer.
 The model is exponential above the median (as Cassandra's phi detector models intervals), its
 scale read from the upper quartile: a saturated replica answers ``/ping`` late but answers (p50
 13 ms, p90 73 ms, p99 0.3 s measured on a LocalCluster replica under 12 CPU-heavy reads), and a
@@ -59,6 +70,9 @@ class PingReading(NamedTuple):
     #: Refused or reset: the replica is shown gone (no stall explains that away).
     hard: bool = False
     error: str | None = None
+    #: The ping's socket was looked at after the replica had had the whole timeout (real time)
+    #: and held no byte of answer: evidence, however late the waiter woke (see the module's doc).
+    silent: bool = False
 
 
 def lateness(planned: float, woke: float) -> float:
@@ -94,6 +108,17 @@ class StallLog:
         if woke - planned > self.minimum:
             self._stalls.append((planned, woke))
 
+    def first_stall(self, start: float, longer_than: float = 0.0) -> float:
+        """When the loop first stalled at or after ``start`` for more than ``longer_than``
+        seconds (inf: it has not, as far as logged)."""
+        first = math.inf
+        for planned, woke in reversed(self._stalls):
+            if woke <= start:
+                break
+            if woke - max(planned, start) > longer_than:
+                first = max(planned, start)
+        return first
+
     def stalled(self, start: float, end: float) -> float:
         """Seconds of ``[start, end]`` the loop was stalled."""
         total = 0.0
@@ -109,7 +134,7 @@ def judge(reading: PingReading, tolerance: float) -> Evidence:
     and still count as having run on time (``liveness_stall_tolerance``)."""
     if reading.ok:
         return Evidence.ALIVE
-    if reading.hard:
+    if reading.hard or reading.silent:
         return Evidence.DOWN
     if reading.late > tolerance:
         return Evidence.INCONCLUSIVE
@@ -123,12 +148,16 @@ class LatencyHistory:
     not a mean: a ping whose waiter stalled reads high, and a few of those must not teach the
     detector that the replica is slow. A latency longer than the timeout the ping had is never
     recorded (the kernel would have timed the wait out first: only a stall of this process can
-    read that long). Until ``WARMUP`` readings exist the floor alone applies."""
+    read that long). Until ``WARMUP`` readings exist a cold start applies (see the module's doc):
+    the cap without any reading, ``COLD_MARGIN`` times the slowest reading with a few (never
+    under the floor nor over the cap; the floor when no cap is given)."""
 
     __slots__ = ("_samples",)
 
     WINDOW = 32
     WARMUP = 5
+    #: Before ``WARMUP`` readings: how many times its slowest answer a replica is given.
+    COLD_MARGIN = 4.0
     #: The spread never counts as less than this (a replica that always answers in exactly
     #: 1 ms must not make 1.5 ms suspicious). Seconds.
     MIN_DEVIATION = 0.005
@@ -156,7 +185,13 @@ class LatencyHistory:
         process's own stalls cannot stretch the timeout."""
         samples = sorted(self._samples)
         if len(samples) < self.WARMUP:
-            return floor
+            if cap is None:
+                return floor
+            if not samples:
+                return max(floor, cap)
+            # Too few for the quantiles: the slowest answer seen, with a margin (a replica that
+            # answered its first pings in milliseconds is held to the floor at once).
+            return max(floor, min(cap, self.COLD_MARGIN * samples[-1]))
         middle = median(samples)
         scale = max(self.MIN_DEVIATION, (_quantile(samples, 0.75) - middle) / math.log(2))
         limit = max(floor, middle + scale * math.log(0.5 * 10.0**phi))
@@ -217,18 +252,26 @@ class Check(NamedTuple):
 
 
 def read_check(answer: bool | PingReading, *, woke_late: float, elapsed: float, timeout: float,
-               tolerance: float) -> Check:
+               tolerance: float, retry_safe: bool = True) -> Check:
     """Judge a liveness check. ``answer``: what the ping returned (a bare bool from a ping that
     cannot tell more); ``woke_late``: how late the check itself started compared with when it
-    was due; ``elapsed``: how long the ping took, seen from the check."""
+    was due; ``elapsed``: how long the ping took, seen from the check; ``retry_safe``: the
+    attempt's statement may go again elsewhere (a read), else a write."""
     if isinstance(answer, PingReading):
-        # A check that started late is discounted too, although its ping gave the replica the
-        # whole timeout: this process not running on time says the machine may be overloaded,
-        # and a replica sharing it (a local test cluster, a sidecar) may be starved alike
-        # (measured: a healthy LocalCluster replica left a ping unanswered 150 ms at load 19,
-        # the check having woken 85 ms late). The check is asked again at once, so a hung
-        # replica costs one ping timeout more, not a stall more.
-        stalled = woke_late > tolerance or judge(answer, tolerance) is Evidence.INCONCLUSIVE
+        evidence = judge(answer, tolerance)
+        if retry_safe:
+            # A read: a silent socket is evidence however late the check started or its waiter
+            # woke (the replica had the whole timeout in real time), so a GIL hold over a
+            # hung replica costs about one hold, not a hold and a check more. A check that
+            # started late without that evidence is discounted: this process not running on
+            # time says the machine may be overloaded, and a replica sharing it may be
+            # starved alike (measured: a healthy LocalCluster replica left a ping unanswered
+            # 150 ms at load 19, the check having woken 85 ms late).
+            stalled = evidence is Evidence.INCONCLUSIVE or (woke_late > tolerance and not answer.silent)
+        else:
+            # A write cannot fail over: only checks that ran on time count, silent or not
+            # (its verdict is an error the user sees; waiting costs only latency).
+            stalled = woke_late > tolerance or answer.late > tolerance or evidence is Evidence.INCONCLUSIVE
         return Check(answer.ok, stalled and not answer.hard, answer.hard and not answer.ok)
     # A bare bool: the ping's timeout firing late is the only sign of a stall it leaves.
     stalled = woke_late > tolerance or elapsed > timeout + tolerance

@@ -18,8 +18,11 @@ An attempt's request is out; the caller waits for the answer. It wakes up for th
   a write that is not (it cannot fail over, so a false alarm would cost an error the user sees,
   not just a retry). A failed ping during which this process itself ran late (the check woke
   up, or the ping's timeout fired, more than ``stall_tolerance`` after planned: a loaded machine,
-  a busy event loop) is inconclusive and repeated: a false alarm would take a healthy replica
-  out of rotation until its error decays; but a read whose checks all went unanswered for
+  a busy event loop) is inconclusive and repeated (a false alarm would take a healthy replica
+  out of rotation until its error decays), unless the ping's socket, looked at after the stall,
+  was still silent: the kernel received meanwhile, the replica had the whole timeout
+  (:mod:`clickhouse_lb.core.stalls`), and for a read that counts as a check on time does; and
+  a read whose checks all went unanswered for
   ``STALLED_SILENCE`` (1 s), stalls or not, is given up (a process stalled back to back would
   otherwise never leave a stopped replica). For a write that is not safe to repeat, stalled checks
   never count: it is given up only when its replica is shown gone (a ping refused or reset, or

@@ -66,6 +66,16 @@ class LoopStallMeter:
             total += now - max(self._planned, since)
         return total
 
+    def ran_before_stalling(self, since: float, longer_than: float) -> float:
+        """Seconds the loop ran from ``since`` until it first stalled for more than
+        ``longer_than`` (a stall still going on included; until now when it has not): the
+        time it had, stalls shorter than that (a loaded machine's CPU slices) taken off."""
+        now = self._clock()
+        first = min(now, self.log.first_stall(since, longer_than))
+        if now - max(self._planned, since) > longer_than:
+            first = min(first, max(self._planned, since))
+        return max(0.0, first - since - self.log.stalled(since, first))
+
     def _schedule(self, now: float) -> None:
         loop = self._loop()
         if loop is None or loop.is_closed():

@@ -6,9 +6,11 @@ the total spent and raises ``ReadTimeoutError (read timeout=0)`` without looking
 where the answer has been waiting all along. So the ping here sends the request on a urllib3
 connection, then waits for the socket to become readable itself: when that wait ends empty and
 its waiter woke up late, it looks once more without blocking (the answer may have arrived while
-this process was not running) and, still empty, waits ``tolerance`` more on its own running time
-(an answer on its way) before it gives up. The :class:`~clickhouse_lb.core.stalls.PingReading` it returns says how late
-the last wait woke up; :func:`~clickhouse_lb.core.stalls.judge` decides what that proves.
+this process was not running). Still empty, that is evidence, not a stall: the kernel receives
+while this process does not run, so the replica left the request unanswered for the whole real
+time since it was sent, longer than the timeout (the reading is ``silent``). The
+:class:`~clickhouse_lb.core.stalls.PingReading` it returns says how late the wait woke up and
+whether the socket was seen silent; :func:`~clickhouse_lb.core.stalls.judge` decides what that proves.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from urllib3.util import parse_url
 from clickhouse_lb.core.stalls import PingReading, lateness
 from clickhouse_lb.probes._loop_stalls import LoopStallMeter, loop_meter
 
-__all__ = ["StallAwarePinger", "stall_aware_wait"]
+__all__ = ["STARVED_SHARE", "StallAwarePinger", "run_delay", "stall_aware_wait", "starved"]
 
 #: Errors that show the replica gone, whatever this process was doing (on a fresh connection:
 #: on a kept-alive one a reset may only mean the server closed it while it was idle).
@@ -43,6 +45,30 @@ def _readable(sock: socket.socket, timeout: float) -> bool:
         return True
     readable, _, _ = select.select([sock], [], [], max(0.0, timeout))
     return bool(readable)
+
+
+def run_delay() -> float | None:
+    """Seconds this thread has spent runnable but not running, waiting for a CPU (Linux's
+    ``/proc/thread-self/schedstat``; None where there is none)."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as stats:
+            return int(stats.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+#: A late wake-up of which more than this share was spent waiting for a CPU (not for the GIL,
+#: a sleep) says the machine is short of CPU: a replica sharing it (a local cluster, a sidecar)
+#: may have been starved alike, and its silence is not evidence. Measured on 2 cores: a waiter
+#: behind another thread's GIL holds spent 25-60% of its lateness runnable (it wakes every 5 ms
+#: to ask for the GIL), one behind 4 CPU hogs 95-100%.
+STARVED_SHARE = 0.75
+
+
+def starved(before: float | None, late: float) -> bool:
+    """The lateness of a wait that began with :func:`run_delay` ``before`` was mostly a wait for a CPU."""
+    after = run_delay()
+    return before is not None and after is not None and after - before > STARVED_SHARE * late
 
 
 def _hard(exc: BaseException) -> bool:
@@ -114,11 +140,13 @@ class StallAwarePinger:
                 connection.connect()
             connection.request("GET", path, headers=self._headers)
             sent = clock()
-            answered, late = self._await(connection, timeout, sent)
+            answered, late, silent = self._await(connection, timeout, sent)
             if not answered:
                 connection.close()
-                why = f"no answer to /ping within {timeout:g}s"
-                return PingReading(False, clock() - start, timeout, late, False, why)
+                silence = clock() - sent
+                why = f"no answer to /ping within {timeout:g}s" if late <= self.tolerance else \
+                    f"no answer to /ping within {timeout:g}s (its socket still silent after {silence:.3f}s)"
+                return PingReading(False, clock() - start, timeout, late, False, why, silent=silent)
             response = connection.getresponse()
             body = response.data  # read whole (preloaded) by urllib3
             elapsed = clock() - sent
@@ -145,28 +173,27 @@ class StallAwarePinger:
         connection.close()
         return PingReading(False, elapsed, timeout, 0.0, False, f"/ping answered HTTP {response.status}: {body[:80]!r}")
 
-    def _await(self, connection: HTTPConnection, timeout: float, sent: float) -> tuple[bool, float]:
-        """Wait for the answer to start; ``(answered, how late the last wait woke up)``."""
+    def _await(self, connection: HTTPConnection, timeout: float, sent: float) -> tuple[bool, float, bool]:
+        """Wait for the answer to start; ``(answered, how late the wait woke up, silent)``.
+        Silent: the socket was seen empty after the replica had at least ``timeout`` of real
+        time, and it is evidence (see :func:`starved`)."""
         sock = connection.sock
         if sock is None:
-            return False, 0.0
-        clock = self._clock
+            return False, 0.0, False
         planned = sent + timeout
+        waiting = run_delay()
         if _readable(sock, timeout):
-            return True, 0.0
-        late = lateness(planned, clock())
+            return True, 0.0, False
+        late = lateness(planned, self._clock())
         if late <= self.tolerance:
-            return False, late
-        # Woke up late: this process did not run for a while, the replica's did. The answer may
-        # have come meanwhile (look without blocking), or be on its way (wait ``tolerance`` more,
-        # on our own running time). Still nothing after a short wait that ran on time: the
-        # replica had the whole timeout and more, that is evidence; a late one proves nothing.
+            return False, late, True
+        # Woke up late: this process did not run for a while, the replica's did, and the kernel
+        # received for us meanwhile. Look without blocking: an answer that came in the stall is
+        # there; none means the replica was silent through the whole stall as well, unless the
+        # stall was the machine's (then the replica may have been starved too).
         if _readable(sock, 0):
-            return True, late
-        planned = clock() + self.tolerance
-        if _readable(sock, self.tolerance):
-            return True, late
-        return False, lateness(planned, clock())
+            return True, late, False
+        return False, late, not starved(waiting, late)
 
     def close(self) -> None:
         with self._lock:
@@ -174,6 +201,12 @@ class StallAwarePinger:
         for connection in idle:
             with contextlib.suppress(Exception):
                 connection.close()
+
+
+#: How long an event loop must have run after a ping started for its request to be out: the
+#: loop writes it within its first turns (a kept-alive connection: the first; a fresh one to a
+#: LAN address: a few more, for the connect). Seconds.
+_SENDING = 0.02
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:
@@ -192,30 +225,50 @@ async def stall_aware_wait(
     answer is in hand and the ping still times out. So the wait here is the caller's own: when it
     ends without an answer and the loop stalled during it (it woke up late, or the loop's
     heartbeat, :mod:`~clickhouse_lb.probes._loop_stalls`, ran late inside the wait), the loop is
-    given one more ``limit`` (an answer that came meanwhile is processed first thing); the ping
-    itself is given a timeout long enough for both waits. The reading's ``late`` is the stall
-    of its last wait: how late it woke, or how long the loop was stalled in it, the larger."""
+    given ``tolerance`` more. That is the event loop's zero-timeout look at the socket: the
+    kernel received while the loop did not run, and a loop that runs reads what is there at its
+    next turn and hands the answer over within a few callbacks; no answer after such a wait
+    that ran on time means the replica was silent the whole real time since the ping was sent,
+    over ``limit`` (the reading is ``silent``: evidence). That holds only if the request was
+    out before the stall: the loop sends it in its first turns, so it must have run
+    :data:`_SENDING` after the ping started before it stalled (for more than ``tolerance``); a
+    stall that began sooner is given one more ``limit`` instead (the request may have gone only
+    when the stall ended). A failure that came in a stall (its own
+    timer may have fired late) is asked once more, with one more ``limit``. The ping itself is
+    given a timeout long enough for the waits. The reading's ``late`` is the stall of its last
+    wait: how late it woke, or how long the loop was stalled in it, the larger."""
     start = clock()
     meter = loop_meter()
+    silent = False
+    waiting = run_delay()
     with meter.watching():
+        began = meter.now()
         # The ping's own timeout only bounds a ping nobody waits for any more: the waits here decide.
         task = asyncio.ensure_future(ping(10 * limit + 1.0))
         task.add_done_callback(_retrieve)  # whatever happens to this wait, no "never retrieved" later
         try:
             done, late = await _wait(task, limit, meter, clock)
-            if late > tolerance and not (done and task.exception() is None and task.result()):
-                # Stalled without an answer (or with a failure that came late: its own timer may
-                # have fired in the stall): give the loop one more timeout.
-                if done:
-                    task = asyncio.ensure_future(ping(10 * limit + 1.0))
-                    task.add_done_callback(_retrieve)
+            if not done and late <= tolerance:
+                silent = True  # the loop ran the whole wait: nothing came
+            elif not done:
+                # Stalled without an answer: let the loop read what the kernel holds for it (a
+                # request that may have been sent only after the stall: one more timeout).
+                sent_before = meter.ran_before_stalling(began, tolerance) >= _SENDING
+                stall = late
+                done, late = await _wait(task, tolerance if sent_before else limit, meter, clock)
+                silent = not done and late <= tolerance and not starved(waiting, stall)
+            elif late > tolerance and not (task.exception() is None and task.result()):
+                # A failure that came late: its own timer may have fired in the stall. Once more.
+                task = asyncio.ensure_future(ping(10 * limit + 1.0))
+                task.add_done_callback(_retrieve)
                 done, late = await _wait(task, limit, meter, clock)
+                silent = not done and late <= tolerance
         finally:
             if not task.done():
                 task.cancel()
     elapsed = clock() - start
     if not done:
-        return PingReading(False, elapsed, limit, late, False, f"no answer to /ping within {limit:g}s")
+        return PingReading(False, elapsed, limit, late, False, f"no answer to /ping within {limit:g}s", silent)
     exc = task.exception()
     if exc is not None:
         return PingReading(False, elapsed, limit, late, _hard(exc), f"{type(exc).__name__}: {exc}")
