@@ -17,7 +17,7 @@ replicas, with a thread holding the GIL 0.8 s at a time back to back and two CPU
   too); the worst per-thread gap between two answers, beside the same readers for 5 s with
   nothing paused (what the holds alone cost).
 
-The GIL holder is this file's own (:class:`GilHolder`): it sizes its ``sorted()`` to take 0.8 s
+The GIL holder (``testing/load.py``'s :class:`GilHolder`, under ``busy_process``) sizes its ``sorted()`` to take 0.8 s
 at the machine's current load, measuring every hold and adjusting the next (a size measured
 once on a quiet machine held the GIL 1.2-2.4 s on a loaded one, and a gap then said more about
 the holds than about the pool). The holds it achieved are reported beside the gaps: a reader
@@ -28,17 +28,14 @@ on the paused replica cannot get past a hold, so the worst gap is at least about
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -47,67 +44,6 @@ HERE = Path(__file__).resolve().parent.parent
 LOAD = HERE / "clickhouse_lb" / "testing" / "load.py"
 #: The GIL hold aimed at (seconds), as the issue's figure has it.
 HOLD = 0.8
-
-
-class GilHolder:
-    """A thread holding the GIL ``target`` seconds at a time, ``pause`` seconds apart (0: back
-    to back), sized at the current load: each ``sorted()`` is timed and the next one's length
-    scaled by ``target / measured`` (damped: a hold stretched by a passing burst of load must
-    not halve the next). ``holds``: every hold's measured duration; :meth:`mark` starts a
-    phase, :meth:`since` its holds."""
-
-    #: The most floats a hold may sort (about 1.6 s of sorting on a quiet machine).
-    MOST = 4_000_000
-
-    def __init__(self, target: float = HOLD, pause: float = 0.0) -> None:
-        self.target = target
-        self.pause = pause
-        self.holds: list[float] = []
-        self._marks: list[int] = []
-        self._stop = threading.Event()
-        self._data = [random.random() for _ in range(self.MOST)]
-        self._size = self._first_size()
-        self._thread = threading.Thread(target=self._hold, name="gil-holder", daemon=True)
-
-    def _first_size(self) -> int:
-        """The length whose sort takes ``target`` now (from a sort of a 10th of a second or so)."""
-        size = 200_000
-        while True:
-            started = time.perf_counter()
-            sorted(self._data[:size])
-            took = time.perf_counter() - started
-            if took >= self.target / 8 or size >= self.MOST:
-                return max(10_000, min(self.MOST, int(size * self.target / max(took, 1e-6))))
-            size *= 4
-
-    def _scaled(self, size: int, took: float) -> int:
-        factor = min(1.5, max(0.67, self.target / max(took, 1e-6)))
-        return max(10_000, min(self.MOST, int(size * factor)))
-
-    def _hold(self) -> None:
-        while not self._stop.is_set():
-            started = time.perf_counter()
-            sorted(self._data[:self._size])  # one C call (and a copy): the GIL is not released meanwhile
-            took = time.perf_counter() - started
-            self.holds.append(took)
-            self._size = self._scaled(self._size, took)
-            if self.pause:
-                self._stop.wait(self.pause)
-
-    def mark(self) -> None:
-        self._marks.append(len(self.holds))
-
-    def since(self) -> list[float]:
-        return self.holds[self._marks[-1] if self._marks else 0:]
-
-    @contextlib.contextmanager
-    def running(self) -> Iterator[GilHolder]:
-        self._thread.start()
-        try:
-            yield self
-        finally:
-            self._stop.set()
-            self._thread.join()
 
 
 def _holds(holds: list[float]) -> dict[str, float]:
@@ -151,12 +87,12 @@ def _gaps(cluster: Any, busy_process: Any, *, pause: float, gil_pause: float, pa
                 worst[n] = max(worst[n], now - last)
                 last = now
 
-        with busy_process(gil_hold=0, hogs=2), GilHolder(pause=gil_pause).running() as holder, \
+        with busy_process(gil_hold=HOLD, hogs=2, pause=gil_pause) as all_holds, \
                 ThreadPoolExecutor(4) as executor:
             futures = [executor.submit(reader, n) for n in range(4)]
             time.sleep(2.0)  # the holder settles on its size at this load
             running.wait()
-            holder.mark()
+            first = len(all_holds)
             if paused:
                 cluster.pause(0)
             time.sleep(pause)
@@ -165,7 +101,7 @@ def _gaps(cluster: Any, busy_process: Any, *, pause: float, gil_pause: float, pa
             stop.set()
             for future in futures:
                 future.result()
-            holds = _holds(holder.since())
+            holds = _holds(all_holds[first:])
     return max(worst), holds
 
 
@@ -203,12 +139,12 @@ def _false_alarms_async(cluster: Any, busy_process: Any, seconds: float, *, even
                     except Exception as exc:
                         failed.append(f"async write {type(exc).__name__}: {str(exc)[:80]}")
 
-            with busy_process(gil_hold=0, hogs=2), GilHolder().running() as holder:
+            with busy_process(gil_hold=HOLD, hogs=2) as all_holds:
                 tasks = [asyncio.ensure_future(read()) for _ in range(3)] + [asyncio.ensure_future(write())]
                 await asyncio.sleep(seconds)
                 stop.set()
                 await asyncio.gather(*tasks)
-                holds.update(_holds(holder.holds))
+                holds.update(_holds(all_holds))
 
     asyncio.run(main())
 
@@ -252,14 +188,14 @@ def child(seconds: float) -> dict[str, Any]:
                     except Exception as exc:
                         failed.append(f"write {type(exc).__name__}: {str(exc)[:80]}")
 
-            with busy_process(gil_hold=0, hogs=2), GilHolder().running() as holder, \
+            with busy_process(gil_hold=HOLD, hogs=2) as all_holds, \
                     ThreadPoolExecutor(4) as executor:
                 futures = [executor.submit(read) for _ in range(3)] + [executor.submit(write)]
                 time.sleep(seconds)
                 stop.set()
                 for future in futures:
                     future.result()
-                sync_holds = _holds(holder.holds)
+                sync_holds = _holds(all_holds)
         sync_alarms = len(events)
         async_holds: dict[str, float] = {}
         _false_alarms_async(cluster, busy_process, seconds, events=events, failed=failed, done=async_done,

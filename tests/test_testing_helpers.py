@@ -132,3 +132,18 @@ def test_summary_header_is_what_clickhouse_connect_reads() -> None:
         "read_rows": "1", "read_bytes": "2", "written_rows": "3", "written_bytes": "4", "elapsed_ns": "250000000",
     }
     assert list(summary.as_query_result().first_row) == [1, 2, 3, 4, 250000000]
+
+
+def test_the_gil_holder_resizes_its_holds_towards_the_target() -> None:
+    """A hold that took twice the target shrinks the next sort, one that took half grows it, each
+    by a damped step (a size measured once on a quiet machine held the GIL 1.2-2.4 s for a
+    0.8 s target once the machine got busy)."""
+    from clickhouse_lb.testing.load import GilHolder
+
+    holder = GilHolder.__new__(GilHolder)
+    holder.target = 0.8
+    holder._size = 1_000_000
+    assert holder._scaled(1.6) == 670_000
+    assert holder._scaled(0.4) == 1_500_000
+    assert holder._scaled(0.8) == 1_000_000
+    assert holder._scaled(100.0) == 670_000  # damped: one burst of load does not collapse it

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-__all__ = ["Holds", "busy_process", "gil_holder_size"]
+__all__ = ["GilHolder", "Holds", "busy_process", "gil_holder_size"]
 
 
 class Holds(list[float]):
@@ -33,12 +33,67 @@ class Holds(list[float]):
 
 
 def gil_holder_size(hold: float) -> int:
-    """How many floats ``sorted()`` takes about ``hold`` seconds to sort here (measured once)."""
-    sample = [random.random() for _ in range(200_000)]
-    started = time.perf_counter()
-    sorted(sample)
-    per_item = max(1e-9, (time.perf_counter() - started) / len(sample))
-    return max(10_000, int(hold / per_item))
+    """How many floats ``sorted()`` takes about ``hold`` seconds to sort here, now (a first
+    estimate: :class:`GilHolder` corrects it hold by hold)."""
+    data = [random.random() for _ in range(GilHolder.MOST)]
+    return GilHolder.first_size(data, hold)
+
+
+class GilHolder:
+    """A thread holding the GIL ``target`` seconds at a time, ``pause`` seconds apart (0: back
+    to back), sized at the current load: each ``sorted()`` is timed and the next one's length
+    scaled by ``target / measured``, damped (a hold stretched by a passing burst of load must not
+    halve the next). A size measured once on a quiet machine held the GIL 1.2-2.4 s instead of
+    0.8 s once the machine got busy, and a test's or benchmark's figure then said more about the
+    holds than about the pool. ``holds``: every hold's measured duration."""
+
+    #: The most floats a hold may sort (about 1.6 s of sorting on a quiet machine).
+    MOST = 4_000_000
+
+    def __init__(self, target: float = 0.8, pause: float = 0.0) -> None:
+        self.target = target
+        self.pause = pause
+        self.holds = Holds()
+        self._stop = threading.Event()
+        self._data = [random.random() for _ in range(self.MOST)]
+        self._size = self.first_size(self._data, target)
+        self._thread = threading.Thread(target=self._hold, name="gil-holder", daemon=True)
+
+    @staticmethod
+    def first_size(data: list[float], target: float) -> int:
+        """The length of ``data`` whose sort takes about ``target`` now (from a sort of an eighth
+        of it or more: sorting is n log n and slower once the data outgrows the caches)."""
+        size = 200_000
+        while True:
+            started = time.perf_counter()
+            sorted(data[:size])
+            took = time.perf_counter() - started
+            if took >= target / 8 or size >= len(data):
+                return max(10_000, min(len(data), int(size * target / max(took, 1e-6))))
+            size *= 4
+
+    def _scaled(self, took: float) -> int:
+        factor = min(1.5, max(0.67, self.target / max(took, 1e-6)))
+        return max(10_000, min(self.MOST, int(self._size * factor)))
+
+    def _hold(self) -> None:
+        while not self._stop.is_set():
+            started = time.perf_counter()
+            sorted(self._data[:self._size])  # one C call (and a copy): the GIL is not released meanwhile
+            took = time.perf_counter() - started
+            self.holds.append(took)
+            self._size = self._scaled(took)
+            if self.pause:
+                self._stop.wait(self.pause)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[GilHolder]:
+        self._thread.start()
+        try:
+            yield self
+        finally:
+            self._stop.set()
+            self._thread.join()
 
 
 @contextlib.contextmanager
@@ -46,29 +101,14 @@ def busy_process(*, gil_hold: float = 0.8, hogs: int = 2, pause: float = 0.0) ->
     """Hold the GIL ``gil_hold`` seconds at a time (``pause`` seconds apart; 0: back to back;
     ``gil_hold=0``: no holder) while ``hogs`` processes spin; yields the measured hold durations.
     The hogs are started and killed here, by their own process ids."""
-    holds = Holds()
-    stop = threading.Event()
     procs = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(hogs)]
-    thread = None
-    if gil_hold > 0:
-        data = [random.random() for _ in range(gil_holder_size(gil_hold))]
-
-        def hold() -> None:
-            while not stop.is_set():
-                started = time.perf_counter()
-                sorted(data)  # one C call: the GIL is not released until it returns
-                holds.append(time.perf_counter() - started)
-                if pause:
-                    stop.wait(pause)
-
-        thread = threading.Thread(target=hold, name="gil-holder", daemon=True)
-        thread.start()
     try:
-        yield holds
+        if gil_hold > 0:
+            with GilHolder(gil_hold, pause).running() as holder:
+                yield holder.holds
+        else:
+            yield Holds()
     finally:
-        stop.set()
-        if thread is not None:
-            thread.join()
         for proc in procs:
             proc.kill()
         for proc in procs:
