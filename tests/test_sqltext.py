@@ -1,0 +1,182 @@
+"""The local replica reads request SQL in linear time (clickhouse_lb.testing._sqltext).
+
+Python's ``re`` holds the GIL for a whole match: a pattern that backtracks exponentially on
+some statement freezes every thread of the replica, its ``/ping`` answers included. Before
+this module, ``INSERT ... FORMAT`` detection took 5.6 s on a CREATE statement indented by 24
+spaces (the way clickhouse-connect's suite writes them) and the replication classifier 64 s on 26
+block comments; at the sizes below they would take far longer than any test run.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from clickhouse_lb.testing import _replication, _sqltext
+from clickhouse_lb.testing._engine import ClickHouseError
+from clickhouse_lb.testing._sqltext import (
+    FORMAT_TAIL,
+    exists_by_catalog,
+    first_keyword,
+    split_statement,
+    use_target,
+)
+
+# Inputs that made the former patterns backtrack: long whitespace runs, runs of comments, and
+# trailing whitespace after the part a pattern looks for, each followed by text that fails it.
+_ADVERSARIAL = [
+    # Exponential before: clickhouse-connect's indented statement (5.6 s), a run of comments.
+    "\n" + " " * 24 + "CREATE TEMPORARY TABLE t (a String)",
+    "/* c */ " * 21 + "SET x = 1",
+    # Polynomial before (seconds at these sizes); linear now, so the large ones are cheap too.
+    "SELECT 1 FORMAT TSV" + " " * 10000 + "x",
+    "USE db" + " " * 800 + "x",
+    "EXISTS TABLE `a*`" + " " * 800 + "x",
+    "EXISTS TABLE `a*` FORMAT TSV" + " " * 1500 + ";" + " " * 1500 + "x",
+    "\n" + " " * 5000 + "CREATE TEMPORARY TABLE t (a String)",
+    "/* c */" * 2000 + "x",
+    "-- c\n" * 2000 + "x",
+    "INSERT INTO t " + " " * 5000 + "x",
+]
+
+
+def _patterns() -> list[tuple[str, re.Pattern[str] | re.Pattern[bytes]]]:
+    found: list[tuple[str, re.Pattern[str] | re.Pattern[bytes]]] = []
+    for module in (_sqltext, _replication):
+        for name, value in vars(module).items():
+            if isinstance(value, re.Pattern):
+                found.append((f"{module.__name__}.{name}", value))
+    return found
+
+
+@pytest.mark.parametrize(("name", "pattern"), _patterns(), ids=lambda v: v if isinstance(v, str) else "")
+def test_patterns_take_linear_time_on_adversarial_text(name: str, pattern: re.Pattern[str] | re.Pattern[bytes]) -> None:
+    # A linear pattern is done with each input (at most ~10 KB) in a few ms, on a busy machine
+    # well under the bound; the former patterns took 2 s to 10 s on the first five (at a load of 17).
+    for text in _ADVERSARIAL:
+        subject: str | bytes = text.encode() if isinstance(pattern.pattern, bytes) else text
+        started = time.perf_counter()
+        pattern.match(subject)  # type: ignore[arg-type]
+        pattern.search(subject)  # type: ignore[arg-type]
+        elapsed = time.perf_counter() - started
+        assert elapsed < 0.25, f"{name} took {elapsed:.2f}s on {text[:40]!r}..."
+
+
+def test_functions_take_linear_time_on_adversarial_text() -> None:
+    started = time.perf_counter()
+    for text in _ADVERSARIAL:
+        first_keyword(text)
+        use_target(text)
+        exists_by_catalog(text)
+        split_statement(text, b"")
+        split_statement(None, text.encode())
+    assert time.perf_counter() - started < 1.0
+
+
+def test_indented_create_is_one_statement_without_data() -> None:
+    sql = "\n" + " " * 24 + "CREATE\n" + " " * 24 + "TEMPORARY TABLE t\n    (\n        a String\n    )"
+    statement = split_statement(None, sql.encode())
+    assert statement.sql == sql
+    assert statement.insert_stmt is None
+    assert first_keyword(sql) == "CREATE"
+
+
+@pytest.mark.parametrize(
+    ("query", "body", "stmt", "fmt", "data"),
+    [
+        ("INSERT INTO t (a, b) FORMAT Native", b"\x01\x02", "INSERT INTO t (a, b)", "Native", b"\x01\x02"),
+        (None, b"INSERT INTO t FORMAT CSV\n1,2\n", "INSERT INTO t", "CSV", b"1,2\n"),
+        (
+            None,
+            b"  -- note\n/* a */ /* b */ insert into t format TSV\r\n1\t2\n",
+            "-- note\n/* a */ /* b */ insert into t",
+            "TSV",
+            b"1\t2\n",
+        ),
+        ("INSERT INTO t FORMAT JSONEachRow", b'{"a": 1}', "INSERT INTO t", "JSONEachRow", b'{"a": 1}'),
+    ],
+)
+def test_insert_with_format_is_split_from_its_data(
+    query: str | None, body: bytes, stmt: str, fmt: str, data: bytes
+) -> None:
+    statement = split_statement(query, body)
+    assert (statement.insert_stmt, statement.insert_format, statement.data) == (stmt, fmt, data)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "INSERT INTO t VALUES (1, 'FORMAT x')",
+        "INSERT INTO t SELECT * FROM s FORMAT TSV",
+        "/* INSERT INTO t FORMAT CSV */ SELECT 1",
+        "SELECT 'INSERT INTO t FORMAT CSV'",
+    ],
+)
+def test_statements_that_are_not_insert_with_data_stay_whole(sql: str) -> None:
+    statement = split_statement(None, sql.encode())
+    assert statement.insert_stmt is None
+    assert statement.sql == sql
+
+
+def test_url_query_and_body_are_joined_by_a_newline() -> None:
+    assert split_statement("SELECT", b"1").sql == "SELECT\n1"
+    with pytest.raises(ClickHouseError) as caught:
+        split_statement(None, b"  \n ")
+    assert caught.value.code == 62
+
+
+@pytest.mark.parametrize(
+    ("sql", "keyword"),
+    [
+        ("select 1", "SELECT"),
+        ("  -- c\n /* x */ (SELECT 1)", "("),
+        ("/* a */ /* b */ set x = 1", "SET"),
+        ("-- only a comment", ""),
+        ("/* unterminated", ""),
+    ],
+)
+def test_first_keyword(sql: str, keyword: str) -> None:
+    assert first_keyword(sql) == keyword
+
+
+@pytest.mark.parametrize(
+    ("sql", "target"),
+    [
+        ("USE db", "db"),
+        ("  use `my db` ;  ", "my db"),
+        ('/* c */ USE "x";', "x"),
+        ("USE db;;", "db;"),
+        ("USED db", None),
+        ("SELECT 1", None),
+        ("USE", None),
+    ],
+)
+def test_use_target(sql: str, target: str | None) -> None:
+    assert use_target(sql) == target
+
+
+@pytest.mark.parametrize(
+    ("sql", "tail"),
+    [
+        ("SELECT 1 FORMAT JSON", "JSON"),
+        ("SELECT 1 format TSV ;  ", "TSV"),
+        ("SELECT 1 FORMAT TSV; x", None),
+        ("SELECT 'FORMAT'", None),
+    ],
+)
+def test_format_tail(sql: str, tail: str | None) -> None:
+    match = FORMAT_TAIL.search(sql)
+    assert (match.group(1) if match else None) == tail
+
+
+def test_exists_on_a_glob_like_name_reads_the_catalog() -> None:
+    rewritten = exists_by_catalog("EXISTS TABLE `SELECT * FROM t` FORMAT TSV ;")
+    assert rewritten is not None
+    assert "FROM system.tables WHERE database = currentDatabase()" in rewritten
+    assert "name = 'SELECT * FROM t'" in rewritten
+    assert rewritten.endswith(" FORMAT TSV ;")
+    assert "database = 'db'" in (exists_by_catalog("EXISTS db.`a?`") or "")
+    assert exists_by_catalog("EXISTS TABLE plain_name") is None
+    assert exists_by_catalog("SELECT 1") is None
