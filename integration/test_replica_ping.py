@@ -1,0 +1,161 @@
+"""A replica answers ``/ping`` within tens of ms while it runs other work, as a ClickHouse server
+does (its HTTP handlers run in their own thread pool).
+
+The pool fails a write as hung only when its checks (``/ping``) go unanswered for 0.15+0.6+2.4 s,
+which is right for a real server; a test replica that cannot answer ``/ping`` for seconds gives
+every test that uses it false "hung" verdicts. That happened: the local replica's ``INSERT ...
+FORMAT`` detection backtracked exponentially on a statement's leading whitespace, holding the GIL
+5.6 s for a ``CREATE`` indented by 24 spaces (clickhouse-connect's ``test_temporary_tables``
+writes it so), and no thread of the replica ran meanwhile. Measured before the fix: the longest
+wait for a ``/ping`` answer 12.3 s with this test's workload, 2.6-6.5 s with one thread (and the
+pool test below failed with WriteOutcomeUnknownError "hung: no answer to /ping", the issue's
+error); after: under 0.06 s, both at a load of 13-18 on 2 cores. The bound, 0.5 s, sits 8x above
+the worst seen after and 5x below the best before.
+
+An outside process does the pinging (a thread of the test process would be delayed by the test
+process's own GIL), on one keep-alive connection with a fresh connection every 10th ping (the
+accept path too).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+import clickhouse_lb
+from clickhouse_lb.core.events import ErrorRecordedEvent
+from clickhouse_lb.testing import ClusterBase
+
+pytestmark = pytest.mark.integration
+
+#: The longest a ping may wait for its answer while the workload runs.
+BOUND = 0.5
+#: How long the workload runs at least (and every thread does at least MIN_ROUNDS rounds).
+SECONDS = 3.0
+MIN_ROUNDS = 3
+THREADS = 3
+
+# clickhouse-connect's test_temporary_tables, statement for statement (its indentation included).
+CREATE = """
+                        CREATE
+                        TEMPORARY TABLE temp_test_table
+            (
+                field1 String,
+                field2 String
+            )"""
+INSERT = "INSERT INTO temp_test_table (field1, field2) VALUES ('test1', 'test2'), ('test3', 'test4')"
+
+_PINGER = r"""
+import json, socket, sys, time
+host, port = sys.argv[1], int(sys.argv[2])
+request = f"GET /ping HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+
+def connect():
+    sock = socket.create_connection((host, port), timeout=120)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+def ping(sock):
+    sock.sendall(request)
+    data = b""
+    while not data.endswith(b"Ok.\n"):
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise OSError("connection closed")
+        data += chunk
+
+sock = connect()
+ping(sock)
+print("ready", flush=True)
+longest, count = 0.0, 0
+import selectors
+sel = selectors.DefaultSelector()
+sel.register(sys.stdin, selectors.EVENT_READ)
+while not sel.select(timeout=0.01):  # stdin closed (EOF is readable): the workload is done
+    started = time.monotonic()
+    if count % 10 == 9:
+        sock.close()
+        sock = connect()
+    ping(sock)
+    longest = max(longest, time.monotonic() - started)
+    count += 1
+print(json.dumps({"longest": longest, "pings": count}), flush=True)
+"""
+
+
+def _temporary_table_rounds(client: object, deadline: float, rounds: list[int]) -> None:
+    """The suite's pattern: a session, a temporary table, inserts (SQL and a DataFrame), reads."""
+    done = 0
+    while done < MIN_ROUNDS or time.monotonic() < deadline:
+        settings = {"session_id": f"ping-{uuid.uuid4()}"}
+        client.command(CREATE, settings=settings)  # type: ignore[attr-defined]
+        client.command(INSERT, settings=settings)  # type: ignore[attr-defined]
+        frame = client.query_df("SELECT * FROM temp_test_table", settings=settings)  # type: ignore[attr-defined]
+        client.insert_df("temp_test_table", frame, settings=settings)  # type: ignore[attr-defined]
+        frame = client.query_df("SELECT * FROM temp_test_table", settings=settings)  # type: ignore[attr-defined]
+        assert len(frame["field1"]) == 4
+        client.command("DROP TABLE IF EXISTS temp_test_table", settings=settings)  # type: ignore[attr-defined]
+        done += 1
+    rounds.append(done)
+
+
+def test_ping_is_answered_while_sessions_with_temporary_tables_run(
+    healthy_clickhouse_cluster: ClusterBase,
+) -> None:
+    cluster = healthy_clickhouse_cluster
+    host, port = cluster.hosts[0].rsplit(":", 1)
+    pinger = subprocess.Popen(
+        [sys.executable, "-c", _PINGER, host, port],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert pinger.stdout is not None
+        assert pinger.stdin is not None
+        assert pinger.stdout.readline().strip() == "ready"
+        rounds: list[int] = []
+        deadline = time.monotonic() + SECONDS
+        clients = [cluster.client(0) for _ in range(THREADS)]
+        workers = [threading.Thread(target=_temporary_table_rounds, args=(c, deadline, rounds)) for c in clients]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        pinger.stdin.close()
+        figures = json.loads(pinger.stdout.readline())
+        assert pinger.wait(timeout=60) == 0
+    finally:
+        if pinger.poll() is None:
+            pinger.kill()
+            pinger.wait()
+    assert len(rounds) == THREADS, "a workload thread failed (see its exception above)"
+    assert figures["pings"] >= 20, figures  # the pinger ran alongside the workload
+    assert figures["longest"] < BOUND, f"/ping went unanswered for {figures['longest']:.2f}s ({figures})"
+
+
+def test_pool_runs_the_temporary_table_pattern_without_a_false_failover(
+    healthy_clickhouse_cluster: ClusterBase,
+) -> None:
+    """Through a pool with its defaults (``in_order``, liveness checks on), as clickhouse-connect's
+    suite runs it: before the fix every round failed (the session's replica was declared hung, and
+    the next statement went to a replica without the temporary table: UNKNOWN_TABLE)."""
+    cluster = healthy_clickhouse_cluster
+    errors: list[ErrorRecordedEvent] = []
+
+    class Listener:
+        def on_error_recorded(self, event: ErrorRecordedEvent) -> None:
+            errors.append(event)
+
+    rounds: list[int] = []
+    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", listeners=[Listener()]) as pool:
+        _temporary_table_rounds(pool, time.monotonic() + SECONDS, rounds)
+    assert rounds
+    assert rounds[0] >= MIN_ROUNDS
+    assert errors == []  # no error counted against a healthy replica (no "hung", no failed probe)
