@@ -84,7 +84,6 @@ import email.policy
 import json
 import logging
 import os
-import re
 import secrets
 import ssl
 import threading
@@ -117,12 +116,14 @@ from clickhouse_lb.testing._request import (
     late_exception,
 )
 from clickhouse_lb.testing._sqltext import (
-    FORMAT_TAIL,
     Statement,
     exists_by_catalog,
     first_keyword,
+    format_tail,
+    mentions_temporary,
     split_statement,
     use_target,
+    without_format_tail,
 )
 from clickhouse_lb.testing._users import User
 
@@ -173,7 +174,6 @@ _READ_KEYWORDS = frozenset({"SELECT", "WITH", "SHOW", "DESC", "DESCRIBE", "EXIST
 _STATE_KEYWORDS = frozenset({"SET", "USE"})
 _RESULT_KEYWORDS = frozenset({"SELECT", "WITH", "SHOW", "DESC", "DESCRIBE", "EXISTS", "EXPLAIN", "CHECK", "("})
 
-_TEMPORARY = re.compile(r"\bTEMPORARY\b", re.I)
 # Statements whose output the engine can hand over block by block (chdb streams SELECTs only).
 _STREAM_KEYWORDS = frozenset({"SELECT", "WITH", "("})
 # Output formats whose per-block outputs simply concatenate (no header, prefix or suffix):
@@ -692,9 +692,7 @@ class ReplicaServer:
         default_format = params.get("default_format") or "TabSeparated"
         fmt = default_format
         if statement.insert_stmt is None:
-            tail = FORMAT_TAIL.search(statement.sql)
-            if tail:
-                fmt = tail.group(1)
+            fmt = format_tail(statement.sql) or fmt
         plan = _Plan(
             statement, settings, query_params, readonly, params.get("database") or None, default_format, params
         )
@@ -780,7 +778,7 @@ class ReplicaServer:
         ``conn``: the query's own connection when its stream is finished (same database,
         settings, temporary tables); else a pooled one (a stream still running occupies the other).
         """
-        sql = FORMAT_TAIL.sub("", plan.statement.sql).rstrip().rstrip(";")
+        sql = without_format_tail(plan.statement.sql).rstrip().rstrip(";")
         describe = f"DESCRIBE ({sql}\n)"
         pooled = conn is None
         engine = self._pool.get() if conn is None else conn
@@ -885,7 +883,7 @@ class ReplicaServer:
         keyword = first_keyword(statement.sql)
         # Anything that changes the connection beyond settings/database: use it once, then drop it.
         discard = [
-            readonly == 1 or keyword in _STATE_KEYWORDS or bool(_TEMPORARY.search(statement.sql)) or bool(plan.external)
+            readonly == 1 or keyword in _STATE_KEYWORDS or mentions_temporary(statement.sql) or bool(plan.external)
         ]
         plan.cleanup.callback(lambda: pool.put(conn, discard=discard[0]))
         try:
