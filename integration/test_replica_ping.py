@@ -12,16 +12,12 @@ pool test below failed with WriteOutcomeUnknownError "hung: no answer to /ping",
 error); after: under 0.06 s, both at a load of 13-18 on 2 cores. The bound, 0.5 s, sits 8x above
 the worst seen after and 5x below the best before.
 
-An outside process does the pinging (a thread of the test process would be delayed by the test
-process's own GIL), on one keep-alive connection with a fresh connection every 10th ping (the
-accept path too).
+An outside process does the pinging (:mod:`clickhouse_lb.testing._pingwatch`: a thread of the test
+process would be delayed by the test process's own GIL).
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -31,6 +27,7 @@ import pytest
 import clickhouse_lb
 from clickhouse_lb.core.events import ErrorRecordedEvent
 from clickhouse_lb.testing import ClusterBase
+from clickhouse_lb.testing._pingwatch import ping_watch
 
 pytestmark = pytest.mark.integration
 
@@ -50,43 +47,6 @@ CREATE = """
                 field2 String
             )"""
 INSERT = "INSERT INTO temp_test_table (field1, field2) VALUES ('test1', 'test2'), ('test3', 'test4')"
-
-_PINGER = r"""
-import json, socket, sys, time
-host, port = sys.argv[1], int(sys.argv[2])
-request = f"GET /ping HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
-
-def connect():
-    sock = socket.create_connection((host, port), timeout=120)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
-
-def ping(sock):
-    sock.sendall(request)
-    data = b""
-    while not data.endswith(b"Ok.\n"):
-        chunk = sock.recv(4096)
-        if not chunk:
-            raise OSError("connection closed")
-        data += chunk
-
-sock = connect()
-ping(sock)
-print("ready", flush=True)
-longest, count = 0.0, 0
-import selectors
-sel = selectors.DefaultSelector()
-sel.register(sys.stdin, selectors.EVENT_READ)
-while not sel.select(timeout=0.01):  # stdin closed (EOF is readable): the workload is done
-    started = time.monotonic()
-    if count % 10 == 9:
-        sock.close()
-        sock = connect()
-    ping(sock)
-    longest = max(longest, time.monotonic() - started)
-    count += 1
-print(json.dumps({"longest": longest, "pings": count}), flush=True)
-"""
 
 
 def _temporary_table_rounds(client: object, deadline: float, rounds: list[int]) -> None:
@@ -110,17 +70,8 @@ def test_ping_is_answered_while_sessions_with_temporary_tables_run(
 ) -> None:
     cluster = healthy_clickhouse_cluster
     host, port = cluster.hosts[0].rsplit(":", 1)
-    pinger = subprocess.Popen(
-        [sys.executable, "-c", _PINGER, host, port],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert pinger.stdout is not None
-        assert pinger.stdin is not None
-        assert pinger.stdout.readline().strip() == "ready"
-        rounds: list[int] = []
+    rounds: list[int] = []
+    with ping_watch(host, int(port)) as watch:
         deadline = time.monotonic() + SECONDS
         clients = [cluster.client(0) for _ in range(THREADS)]
         workers = [threading.Thread(target=_temporary_table_rounds, args=(c, deadline, rounds)) for c in clients]
@@ -128,16 +79,9 @@ def test_ping_is_answered_while_sessions_with_temporary_tables_run(
             worker.start()
         for worker in workers:
             worker.join()
-        pinger.stdin.close()
-        figures = json.loads(pinger.stdout.readline())
-        assert pinger.wait(timeout=60) == 0
-    finally:
-        if pinger.poll() is None:
-            pinger.kill()
-            pinger.wait()
     assert len(rounds) == THREADS, "a workload thread failed (see its exception above)"
-    assert figures["pings"] >= 20, figures  # the pinger ran alongside the workload
-    assert figures["longest"] < BOUND, f"/ping went unanswered for {figures['longest']:.2f}s ({figures})"
+    assert watch.pings >= 20, watch  # the watcher ran alongside the workload
+    assert watch.longest < BOUND, f"/ping went unanswered for {watch.longest:.2f}s ({watch})"
 
 
 def test_pool_runs_the_temporary_table_pattern_without_a_false_failover(
