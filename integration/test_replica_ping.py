@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 
 import pytest
 
 import clickhouse_lb
 from clickhouse_lb.core.events import ErrorRecordedEvent
 from clickhouse_lb.testing import ClusterBase
-from clickhouse_lb.testing._pingwatch import ping_watch
+from clickhouse_lb.testing._pingwatch import ping_watch, temporary_table_round
 
 pytestmark = pytest.mark.integration
 
@@ -38,29 +37,12 @@ SECONDS = 3.0
 MIN_ROUNDS = 3
 THREADS = 3
 
-# clickhouse-connect's test_temporary_tables, statement for statement (its indentation included).
-CREATE = """
-                        CREATE
-                        TEMPORARY TABLE temp_test_table
-            (
-                field1 String,
-                field2 String
-            )"""
-INSERT = "INSERT INTO temp_test_table (field1, field2) VALUES ('test1', 'test2'), ('test3', 'test4')"
-
 
 def _temporary_table_rounds(client: object, deadline: float, rounds: list[int]) -> None:
     """The suite's pattern: a session, a temporary table, inserts (SQL and a DataFrame), reads."""
     done = 0
     while done < MIN_ROUNDS or time.monotonic() < deadline:
-        settings = {"session_id": f"ping-{uuid.uuid4()}"}
-        client.command(CREATE, settings=settings)  # type: ignore[attr-defined]
-        client.command(INSERT, settings=settings)  # type: ignore[attr-defined]
-        frame = client.query_df("SELECT * FROM temp_test_table", settings=settings)  # type: ignore[attr-defined]
-        client.insert_df("temp_test_table", frame, settings=settings)  # type: ignore[attr-defined]
-        frame = client.query_df("SELECT * FROM temp_test_table", settings=settings)  # type: ignore[attr-defined]
-        assert len(frame["field1"]) == 4
-        client.command("DROP TABLE IF EXISTS temp_test_table", settings=settings)  # type: ignore[attr-defined]
+        temporary_table_round(client)
         done += 1
     rounds.append(done)
 

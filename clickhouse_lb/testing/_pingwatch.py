@@ -7,8 +7,11 @@ keep-alive connection, opening a fresh connection every 10th ping (the accept pa
 reports the longest wait for an answer.
 
     with ping_watch(host, port) as watch:
-        ...  # the workload
+        ...  # the workload, e.g. temporary_table_round(client) in a loop
     watch.longest, watch.pings
+
+:func:`temporary_table_round` is the workload that once froze the local replica's ``/ping`` for
+seconds (see :mod:`clickhouse_lb.testing._sqltext`): clickhouse-connect's ``test_temporary_tables``.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 _WATCHER = r"""
 import json, selectors, socket, sys, time
@@ -89,3 +94,28 @@ def ping_watch(host: str, port: int) -> Iterator[PingWatch]:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+# clickhouse-connect's test_temporary_tables, statement for statement (its indentation included).
+_CREATE = """
+                        CREATE
+                        TEMPORARY TABLE temp_test_table
+            (
+                field1 String,
+                field2 String
+            )"""
+_INSERT = "INSERT INTO temp_test_table (field1, field2) VALUES ('test1', 'test2'), ('test3', 'test4')"
+
+
+def temporary_table_round(client: Any) -> None:
+    """One round of clickhouse-connect's ``test_temporary_tables`` through ``client`` (a
+    clickhouse-connect client or a pool): a new session, a temporary table, inserts (SQL and a
+    DataFrame), reads, the drop. Raises AssertionError if the table does not hold the 4 rows."""
+    settings = {"session_id": f"pingwatch-{uuid.uuid4()}"}
+    client.command(_CREATE, settings=settings)
+    client.command(_INSERT, settings=settings)
+    frame = client.query_df("SELECT * FROM temp_test_table", settings=settings)
+    client.insert_df("temp_test_table", frame, settings=settings)
+    frame = client.query_df("SELECT * FROM temp_test_table", settings=settings)
+    assert len(frame["field1"]) == 4, f"expected 4 rows, got {len(frame['field1'])}"
+    client.command("DROP TABLE IF EXISTS temp_test_table", settings=settings)
