@@ -6,14 +6,13 @@ Why it matters: Python's ``re`` holds the GIL for a whole match, so one pattern 
 exponentially, or merely crawls through a big statement, stops every thread of the replica, its
 ``/ping`` answers too. The former ``(?:\\s+|...)*INSERT`` took 5.6 s on a ``CREATE`` indented
 by 24 spaces (as clickhouse-connect's own test suite writes them) and made healthy replicas look
-hung; over an 11 MB ``INSERT ... VALUES`` the former ``INSERT ... FORMAT``, ``FORMAT``-tail
-and ``TEMPORARY`` searches took 0.4, 0.8 and 0.9 s (at a load of 30 on 2 cores), now 16 ms, 0
-and 28 ms. Here, no repetition holds a sub-pattern that can split
-the same text two ways (whitespace is taken one character per turn, a block comment ends at its
-first ``*/``), nothing scans a statement's whole text with a regex: a tail is read from the end,
-``TEMPORARY`` is found with ``str.find``, and ``INSERT ... FORMAT`` is looked for in the
-statement's first :data:`INSERT_HEAD_LIMIT` bytes only. ``tests/test_sqltext.py`` times each on
-inputs that made the former patterns explode.
+hung; over an 11 MB ``INSERT ... VALUES`` the former ``INSERT ... FORMAT``, ``FORMAT``-tail and
+``TEMPORARY`` searches took 0.4, 0.8 and 0.9 s (at a load of 30 on 2 cores), now 16 ms, 0 and
+28 ms. Here, no repetition holds a sub-pattern that can split the same text two ways (whitespace
+is taken one character per turn, a block comment ends at its first ``*/``), and no regex scans a
+statement's whole text: a tail is read from the end, ``TEMPORARY`` is found with ``str.find``,
+and ``INSERT ... FORMAT`` is looked for in the first :data:`INSERT_HEAD_LIMIT` bytes only.
+``tests/test_sqltext.py`` times each on inputs that made the former patterns explode.
 """
 
 from __future__ import annotations
