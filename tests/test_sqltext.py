@@ -4,7 +4,7 @@ Python's ``re`` holds the GIL for a whole match: a pattern that backtracks expon
 some statement freezes every thread of the replica, its ``/ping`` answers included. Before
 this module, ``INSERT ... FORMAT`` detection took 5.6 s on a CREATE statement indented by 24
 spaces (the way clickhouse-connect's suite writes them) and the replication classifier 64 s on 26
-block comments; at the sizes below they would take far longer than any test run.
+block comments; on the first five inputs below the former patterns take 1.5 to 12 s each.
 """
 
 from __future__ import annotations
