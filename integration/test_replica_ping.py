@@ -69,9 +69,10 @@ def test_ping_is_answered_while_sessions_with_temporary_tables_run(
 def test_pool_runs_the_temporary_table_pattern_without_a_false_failover(
     healthy_clickhouse_cluster: ClusterBase,
 ) -> None:
-    """Through a pool with its defaults (``in_order``, liveness checks on), as clickhouse-connect's
-    suite runs it: before the fix every round failed (the session's replica was declared hung, and
-    the next statement went to a replica without the temporary table: UNKNOWN_TABLE)."""
+    """Through a pool as clickhouse-connect's suite runner makes it (``in_order``, every other
+    setting its default, liveness checks on): before the fix the first round failed, with
+    WriteOutcomeUnknownError (the session's replica taken for hung) or, once the replica was
+    marked down, UNKNOWN_TABLE from the next replica, which has no such temporary table."""
     cluster = healthy_clickhouse_cluster
     errors: list[ErrorRecordedEvent] = []
 
