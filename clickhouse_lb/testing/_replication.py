@@ -89,7 +89,9 @@ ACTIVE_WITHIN = 3.0
 _HEARTBEAT = 0.5
 _POLL = 0.02
 _INTERESTING = re.compile(
-    r"^\s*(?:(?:--[^\n]*\n|/\*.*?\*/)\s*)*(INSERT|CREATE|ATTACH|REPLACE|DROP|DETACH|ALTER|TRUNCATE|OPTIMIZE|"
+    # A block comment ends at its first "*/" (a lazy ".*?" there backtracks exponentially on many).
+    r"^\s*(?:(?:--[^\n]*\n|/\*(?:[^*]|\*(?!/))*\*/)\s*)*"
+    r"(INSERT|CREATE|ATTACH|REPLACE|DROP|DETACH|ALTER|TRUNCATE|OPTIMIZE|"
     r"DELETE|RENAME|EXCHANGE|SYSTEM|SELECT|WITH|SHOW|DESC|DESCRIBE|EXPLAIN|\()",
     re.I | re.S,
 )

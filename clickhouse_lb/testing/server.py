@@ -84,7 +84,6 @@ import email.policy
 import json
 import logging
 import os
-import re
 import secrets
 import ssl
 import threading
@@ -107,16 +106,24 @@ from clickhouse_lb.testing._engine import (
     EngineStream,
     Result,
     sql_identifier,
-    sql_string,
 )
 from clickhouse_lb.testing._http import HttpServer, Request, Response
 from clickhouse_lb.testing._replication import Replication, RunStatement
 from clickhouse_lb.testing._request import (
     ExternalTable,
-    decode_sql,
     escape_undecodable,
     external_table,
     late_exception,
+)
+from clickhouse_lb.testing._sqltext import (
+    Statement,
+    exists_by_catalog,
+    first_keyword,
+    format_tail,
+    mentions_temporary,
+    split_statement,
+    use_target,
+    without_format_tail,
 )
 from clickhouse_lb.testing._users import User
 
@@ -167,16 +174,6 @@ _READ_KEYWORDS = frozenset({"SELECT", "WITH", "SHOW", "DESC", "DESCRIBE", "EXIST
 _STATE_KEYWORDS = frozenset({"SET", "USE"})
 _RESULT_KEYWORDS = frozenset({"SELECT", "WITH", "SHOW", "DESC", "DESCRIBE", "EXISTS", "EXPLAIN", "CHECK", "("})
 
-_LEADING_NOISE = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.S)
-_FIRST_WORD = re.compile(r"\(|[A-Za-z_]+")
-_FORMAT_TAIL = re.compile(r"\bFORMAT\s+([A-Za-z0-9_]+)\s*;?\s*$", re.I)
-_INSERT_DATA = re.compile(
-    rb"^(?P<stmt>(?:\s+|--[^\n]*\n|/\*.*?\*/)*INSERT\s+INTO\s.*?)\bFORMAT\s+(?P<fmt>[A-Za-z0-9_]+)[ \t]*(?:\r?\n|;|$)",
-    re.I | re.S,
-)
-_VALUES_OR_SELECT = re.compile(rb"\b(?:VALUES|SELECT|WITH)\b", re.I)
-_USE_TARGET = re.compile(r"^USE\s+(.+?)\s*;?\s*$", re.I | re.S)
-_TEMPORARY = re.compile(r"\bTEMPORARY\b", re.I)
 # Statements whose output the engine can hand over block by block (chdb streams SELECTs only).
 _STREAM_KEYWORDS = frozenset({"SELECT", "WITH", "("})
 # Output formats whose per-block outputs simply concatenate (no header, prefix or suffix):
@@ -201,12 +198,6 @@ _BLOCKWISE_FORMATS = frozenset(
         "LineAsString",
     )
 )
-_IDENT = r"(?:`(?:[^`\\]|\\.)*`|\"(?:[^\"\\]|\\.)*\"|[A-Za-z_][A-Za-z0-9_]*)"
-_EXISTS = re.compile(
-    rf"^EXISTS\s+(?:TEMPORARY\s+)?(?:TABLE\s+|VIEW\s+|DICTIONARY\s+)?(?:(?P<db>{_IDENT})\s*\.\s*)?(?P<name>{_IDENT})"
-    r"(?P<rest>\s*(?:FORMAT\s+[A-Za-z0-9_]+)?\s*;?\s*)$",
-    re.I | re.S,
-)
 
 
 def _drop_quietly(conn: EngineConn, name: str) -> None:
@@ -215,37 +206,6 @@ def _drop_quietly(conn: EngineConn, name: str) -> None:
             conn.execute(f"DROP TEMPORARY TABLE IF EXISTS {name}")
         except ClickHouseError:
             conn.broken = True  # let the pool forget a connection in a doubtful state
-
-
-def _unquote(ident: str) -> str:
-    if ident[:1] in '`"' and ident[-1:] == ident[:1]:
-        return re.sub(r"\\(.)", r"\1", ident[1:-1])
-    return ident
-
-
-def _exists_by_catalog(sql: str) -> str | None:
-    """``EXISTS [TABLE] name`` for a name with glob characters, answered from system.tables.
-
-    chdb answers 1 for names with ``*`` or ``?`` (it treats them as file globs); pandas'
-    ``read_sql`` asks ``EXISTS TABLE `SELECT * ...``` to tell a query from a table name.
-    """
-    match = _EXISTS.match(_LEADING_NOISE.sub("", sql, count=1))
-    if match is None:
-        return None
-    name = _unquote(match.group("name"))
-    if not any(ch in name for ch in "*?{"):
-        return None
-    db = sql_string(_unquote(match.group("db"))) if match.group("db") else "currentDatabase()"
-    return (
-        f"SELECT toUInt8(count() > 0) AS result FROM system.tables WHERE database = {db} "
-        f"AND name = {sql_string(name)}{match.group('rest')}"
-    )
-
-
-def _first_keyword(sql: str) -> str:
-    rest = _LEADING_NOISE.sub("", sql, count=1)
-    match = _FIRST_WORD.match(rest)
-    return match.group(0).upper() if match else ""
 
 
 def content_type(fmt: str) -> str:
@@ -320,7 +280,7 @@ class _Faults:
 class _Plan:
     """Everything one query request asks for, once the HTTP layer is peeled off."""
 
-    statement: _Statement
+    statement: Statement
     settings: dict[str, str]
     query_params: dict[str, str]
     readonly: int
@@ -374,16 +334,6 @@ class _Progressive:
     method: str | None
     level: int | None
     cleanup: ExitStack
-
-
-@dataclass
-class _Statement:
-    """A request's SQL, split like ClickHouse does: the statement, and insert data if any."""
-
-    sql: str
-    insert_stmt: str | None = None
-    insert_format: str | None = None
-    data: bytes = b""
 
 
 class ReplicaServer:
@@ -720,11 +670,11 @@ class ReplicaServer:
                 raise ClickHouseError.make(48, f"Unsupported Content-Encoding: {exc}") from None
             except Exception as exc:
                 raise ClickHouseError.make(432, f"Cannot decompress request body: {exc}") from None
-        statement = self._split(params.get("query"), body if request.method == "POST" else b"")
+        statement = split_statement(params.get("query"), body if request.method == "POST" else b"")
         if statement.insert_stmt is None:
-            exists = _exists_by_catalog(statement.sql)
+            exists = exists_by_catalog(statement.sql)
             if exists is not None:
-                statement = _Statement(exists)
+                statement = Statement(exists)
         settings: dict[str, str] = {}
         query_params: dict[str, str] = {}
         for key, value in params.items():
@@ -742,9 +692,7 @@ class ReplicaServer:
         default_format = params.get("default_format") or "TabSeparated"
         fmt = default_format
         if statement.insert_stmt is None:
-            tail = _FORMAT_TAIL.search(statement.sql)
-            if tail:
-                fmt = tail.group(1)
+            fmt = format_tail(statement.sql) or fmt
         plan = _Plan(
             statement, settings, query_params, readonly, params.get("database") or None, default_format, params
         )
@@ -756,7 +704,7 @@ class ReplicaServer:
         session_id = params.get("session_id") or None
         result = self._run_in_session(session_id, plan) if session_id else self._run_sessionless(plan)
         headers = list(base_headers)
-        if statement.insert_stmt is None and _first_keyword(statement.sql) in _RESULT_KEYWORDS:
+        if statement.insert_stmt is None and first_keyword(statement.sql) in _RESULT_KEYWORDS:
             # Like ClickHouse: only statements with an output format announce it.
             headers += [
                 ("X-ClickHouse-Format", fmt),
@@ -830,7 +778,7 @@ class ReplicaServer:
         ``conn``: the query's own connection when its stream is finished (same database,
         settings, temporary tables); else a pooled one (a stream still running occupies the other).
         """
-        sql = _FORMAT_TAIL.sub("", plan.statement.sql).rstrip().rstrip(";")
+        sql = without_format_tail(plan.statement.sql).rstrip().rstrip(";")
         describe = f"DESCRIBE ({sql}\n)"
         pooled = conn is None
         engine = self._pool.get() if conn is None else conn
@@ -890,22 +838,6 @@ class ReplicaServer:
 
         return Response(200, headers, chunks=_Chunks(blocks(), finish))
 
-    @staticmethod
-    def _split(url_query: str | None, body: bytes) -> _Statement:
-        if url_query and body:
-            full = url_query.encode("utf-8", "surrogateescape") + b"\n" + body
-        elif url_query:
-            full = url_query.encode("utf-8", "surrogateescape")
-        else:
-            full = body
-        if not full.strip():
-            raise ClickHouseError.make(62, "Empty query")
-        match = _INSERT_DATA.match(full)
-        if match and not _VALUES_OR_SELECT.search(match.group("stmt")):
-            stmt = decode_sql(match.group("stmt")).strip()
-            return _Statement(stmt, stmt, match.group("fmt").decode(), full[match.end() :])
-        return _Statement(decode_sql(full))
-
     def _execute(self, conn: EngineConn, plan: _Plan) -> Result:
         statement = plan.statement
         if statement.insert_stmt is not None and statement.insert_format is not None:
@@ -919,7 +851,7 @@ class ReplicaServer:
         blockwise = plan.output_format.lower() in _BLOCKWISE_FORMATS
 
         def run(sql: str) -> Result:
-            if blockwise and _first_keyword(sql) in _STREAM_KEYWORDS:
+            if blockwise and first_keyword(sql) in _STREAM_KEYWORDS:
                 try:
                     return Result(b"", stream=conn.stream(sql, plan.default_format, plan.query_params))
                 except ClickHouseError as exc:
@@ -948,10 +880,10 @@ class ReplicaServer:
         # parameter) forbids even the SETs that restore a connection, so it gets a fresh one.
         pool = self._get_pool if readonly == 2 else self._pool
         conn = pool.get()
-        keyword = _first_keyword(statement.sql)
+        keyword = first_keyword(statement.sql)
         # Anything that changes the connection beyond settings/database: use it once, then drop it.
         discard = [
-            readonly == 1 or keyword in _STATE_KEYWORDS or bool(_TEMPORARY.search(statement.sql)) or bool(plan.external)
+            readonly == 1 or keyword in _STATE_KEYWORDS or mentions_temporary(statement.sql) or bool(plan.external)
         ]
         plan.cleanup.callback(lambda: pool.put(conn, discard=discard[0]))
         try:
@@ -994,7 +926,7 @@ class ReplicaServer:
 
     def _run_in_session(self, session_id: str, plan: _Plan) -> Result:
         statement, database = plan.statement, plan.database
-        keyword = _first_keyword(statement.sql)
+        keyword = first_keyword(statement.sql)
         if plan.readonly and (statement.insert_stmt is not None or keyword not in _READ_KEYWORDS):
             raise ClickHouseError.make(164, f"{plan.user}: Cannot execute query in readonly mode")
         # The session stays locked until the answer is complete (a streamed one: its last block).
@@ -1006,9 +938,9 @@ class ReplicaServer:
             conn.set_by_client = conn.set_by_client or keyword == "SET"
             result = self._execute(conn, plan)
             if keyword == "USE":
-                target = _USE_TARGET.match(_LEADING_NOISE.sub("", statement.sql, count=1))
+                target = use_target(statement.sql)
                 if target:
-                    conn.database = target.group(1).strip('`"')
+                    conn.database = target
             return result
         previous_db = conn.database
         if database:
