@@ -57,7 +57,7 @@ def pytest_configure(config: Any) -> None:
 
         holder = GilHolder(hold, float(os.environ.get(PAUSE_ENV, "0")))
         _holds.append(holder.holds)
-        holder.running().__enter__()  # a daemon thread for the rest of the run
+        holder.start()  # a daemon thread, for the rest of the run
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -86,14 +86,21 @@ class GilHolder:
             if self.pause:
                 self._stop.wait(self.pause)
 
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop after the hold under way (if any) and wait for it."""
+        self._stop.set()
+        self._thread.join()
+
     @contextlib.contextmanager
     def running(self) -> Iterator[GilHolder]:
-        self._thread.start()
+        self.start()
         try:
             yield self
         finally:
-            self._stop.set()
-            self._thread.join()
+            self.stop()
 
 
 @contextlib.contextmanager
