@@ -209,6 +209,15 @@ class StallAwarePinger:
 _SENDING = 0.02
 
 
+def _ping_task(ping: Awaitable[Any]) -> asyncio.Future[Any]:
+    """The ping as a task named as the pool's own tasks are (``clickhouse-lb-...``): a probe's
+    ping in flight is not a statement's attempt left running."""
+    task = asyncio.ensure_future(ping)
+    if isinstance(task, asyncio.Task):
+        task.set_name("clickhouse-lb-ping")
+    return task
+
+
 def _retrieve(task: asyncio.Future[Any]) -> None:
     if not task.cancelled():
         task.exception()
@@ -244,7 +253,7 @@ async def stall_aware_wait(
     with meter.watching():
         began = meter.now()
         # The ping's own timeout only bounds a ping nobody waits for any more: the waits here decide.
-        task = asyncio.get_running_loop().create_task(ping(10 * limit + 1.0), name="clickhouse-lb-ping")
+        task = _ping_task(ping(10 * limit + 1.0))
         task.add_done_callback(_retrieve)  # whatever happens to this wait, no "never retrieved" later
         try:
             done, late = await _wait(task, limit, meter, clock)
@@ -259,7 +268,7 @@ async def stall_aware_wait(
                 silent = not done and late <= tolerance and not starved(waiting, stall)
             elif late > tolerance and not (task.exception() is None and task.result()):
                 # A failure that came late: its own timer may have fired in the stall. Once more.
-                task = asyncio.get_running_loop().create_task(ping(10 * limit + 1.0), name="clickhouse-lb-ping")
+                task = _ping_task(ping(10 * limit + 1.0))
                 task.add_done_callback(_retrieve)
                 done, late = await _wait(task, limit, meter, clock)
                 silent = not done and late <= tolerance
