@@ -34,13 +34,15 @@ from typing import Any, TypeVar, cast
 from tenacity import AsyncRetrying, RetryCallState, Retrying
 
 from clickhouse_lb.core._driver_logs import enter_pool, leave_pool
+from clickhouse_lb.config.attempt_settings import AttemptSettings
 from clickhouse_lb.core._statements import StatementKind
+from clickhouse_lb.core.attempt_specs import PlanContext, StatementPlan
 from clickhouse_lb.core._steps import Steps, drive, drive_async
 from clickhouse_lb.core.balancer import Balancer
 from clickhouse_lb.core.deadline import Deadline
 from clickhouse_lb.core.events import FailoverEvent, logger
 from clickhouse_lb.core.policy import NO_DEADLINE, STOPS, FailoverPolicy, Verdict
-from clickhouse_lb.core.race import RaceFailure
+from clickhouse_lb.core.race import AttemptSpec, RaceFailure
 from clickhouse_lb.core.retry_budget import RetryBudget
 from clickhouse_lb.errors import (
     AllReplicasUnavailableError,
@@ -77,6 +79,14 @@ class StatementAttempts:
     _budget: RetryBudget | None = None
     _replayed: BaseException | None = None
     _attempt_started = 0.0
+    #: The attempt settings in force (the pool's, or the statement's own applied to them) and
+    #: what the plans of the pool's statements share: set by the pool for its statements, from
+    #: which :attr:`plan` is built when first asked.
+    settings: AttemptSettings
+    plan_context: PlanContext
+    #: The query id the statement gave in its settings (None: the pool's runs pick their own).
+    query_id: str | None = None
+    _plan: StatementPlan | None = None
 
     def __init__(
         self,
@@ -129,6 +139,21 @@ class StatementAttempts:
             policy = self._policy = FailoverPolicy(self._order, settings.connections_with_failover_max_tries,
                                                    settings.failover_backoff_ms, self.deadline)
         return policy
+
+    @property
+    def plan(self) -> StatementPlan:
+        """How the statement's attempts wait (built on first use: an attempt answered before its
+        first wake-up, not hedged, never asks)."""
+        plan = self._plan
+        if plan is None:
+            statement = self._statement
+            assert statement is not None, "a pool's statement: prepared, with its settings"
+            plan = self._plan = StatementPlan.of(self.plan_context, self, statement, self.settings, self.deadline)
+        return plan
+
+    def spec(self, first: int) -> AttemptSpec:
+        """The spec of an attempt starting on replica ``first`` (the plan's)."""
+        return self.plan.spec(first)
 
     @property
     def write(self) -> bool:
