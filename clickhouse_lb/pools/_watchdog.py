@@ -51,23 +51,23 @@ class _Watched(AttemptConnections):
     #: A ping it waits for came back: resume it now.
     woken = False
 
-    def __init__(
-        self, source: AttemptSpec | Planned, index: int, query_id: str | None, started: float, *,
-        first: float, connect_timeout: float | None,
-    ) -> None:
-        self._source = source
-        self.index = index
-        self.query_id = query_id
-        self.started = started
-        #: When the watchdog next resumes its machine (at first: its first wake-up; inf: never).
-        self.due = first
-        AttemptConnections.__init__(self, connect_timeout)  # (no super() object: one per attempt)
+    # Set by whoever builds the entry (by hand, no __init__: one per statement, see run_at).
+    _source: AttemptSpec | Planned  # what its machine is built from, if it outlives its first wake-up
+    index: int
+    query_id: str | None
+    started: float
+    #: When the watchdog next resumes its machine (at first: its first wake-up; inf: never).
+    due: float
 
     @classmethod
     def of_spec(cls, spec: AttemptSpec, query_id: str | None, started: float) -> _Watched:
         """The entry of an attempt run from its spec, starting at ``started``."""
-        first = spec.watch(spec.first, started).next_wake(started)[1] + started
-        return cls(spec, spec.first, query_id, started, first=first, connect_timeout=spec.connect_timeout)
+        entry = _new_entry(cls)
+        entry._source, entry.index, entry.query_id, entry.started, entry.connections = \
+            spec, spec.first, query_id, started, []
+        entry.connect_timeout = spec.connect_timeout
+        entry.due = spec.watch(spec.first, started).next_wake(started)[1] + started
+        return entry
 
     @property
     def planned(self) -> float:
