@@ -79,6 +79,8 @@ class StatementAttempts:
     _budget: RetryBudget | None = None
     _replayed: BaseException | None = None
     _attempt_started = 0.0
+    #: The statement's deadline (its policy's, for the attempts' waits).
+    deadline: Deadline = NO_DEADLINE
     #: The attempt settings in force (the pool's, or the statement's own applied to them) and
     #: what the plans of the pool's statements share: set by the pool for its statements, from
     #: which :attr:`plan` is built when first asked.
@@ -128,6 +130,37 @@ class StatementAttempts:
             budget.record_statement()
         deadline = balancer.settings.failover_timeout
         attempts.deadline = NO_DEADLINE if deadline is None else Deadline(deadline)
+        return attempts
+
+    #: The pool's ``failover_timeout`` (None: none), for :meth:`of` (a class of :meth:`of_pool`).
+    _failover_timeout: float | None = None
+
+    @classmethod
+    def of_pool(
+        cls, balancer: Balancer, budget: RetryBudget | None, settings: AttemptSettings, context: PlanContext,
+    ) -> type[StatementAttempts]:
+        """The class of one pool's statements' attempts over ``balancer``: what all of them share
+        (the balancer, the retry budget, the attempt settings, the plans' context, the failover
+        timeout) set once as its class attributes, not stored per statement (:meth:`of`). The pool
+        makes a new one when discovery changes its replica set."""
+        shared = {
+            "_balancer": balancer, "_budget": budget, "settings": settings, "plan_context": context,
+            "_failover_timeout": balancer.settings.failover_timeout, "__doc__": cls.__doc__,
+        }
+        return type(cls.__name__, (cls,), shared)
+
+    @classmethod
+    def of(cls, order: Sequence[int], operation: str, statement: StatementKind) -> StatementAttempts:
+        """The attempts of one statement of the pool (``cls``: a class of :meth:`of_pool`),
+        counted as started by the retry budget."""
+        attempts = _new_attempts(cls)
+        attempts._order, attempts.operation, attempts._statement = order, operation, statement
+        budget = cls._budget
+        if budget is not None:
+            budget.record_statement()
+        timeout = cls._failover_timeout
+        if timeout is not None:
+            attempts.deadline = Deadline(timeout)
         return attempts
 
     @property

@@ -60,10 +60,9 @@ class PoolSteps(PoolBase):
     #: The worker is the shared replica set's (the sync pool's; see the module): close() leaves it running.
     _prober_shared = False
     _detach_forwarder: Callable[[], object] | None = None
-    #: What every statement's plan shares (built on the first statement, again after discovery
-    #: changed the replica set, whose balancer it was built for).
-    _plan_context: PlanContext | None = None
-    _plan_context_of: Balancer | None = None
+    #: The class of the statements' attempts, holding what they all share (built on the first
+    #: statement, again after discovery changed the replica set, whose balancer it was built for).
+    _attempts_class: type[StatementAttempts] | None = None
 
     # -- the I/O, given by each pool ---------------------------------------------------------
 
@@ -164,26 +163,29 @@ class PoolSteps(PoolBase):
         if self._prober is not None:
             self._prober.ensure_started()
         balancer = view.balancer
+        kind = self._attempts_class
+        if kind is None or kind._balancer is not balancer:  # the first statement, or discovery changed the set
+            kind = self._attempts_class = StatementAttempts.of_pool(balancer, self._budget, self.config.attempts,
+                                                                    self._plan_context(balancer))
         settings = call.settings
-        if settings is None:  # the common statement
-            attempts = StatementAttempts.of_statement(balancer, order, method, call, self._budget)
+        if settings is None:  # the common statement: what it shares with the others is its class's
+            return call, kind.of(order, method, call), ryw
+        if "session_id" in settings:
+            attempts = self._session_pins.attempts(balancer, order, method, call, self._budget)
+            attempts.plan_context, attempts.settings = kind.plan_context, kind.settings
         else:
-            if "session_id" in settings:
-                attempts = self._session_pins.attempts(balancer, order, method, call, self._budget)
-            else:
-                attempts = StatementAttempts.of_statement(balancer, order, method, call, self._budget)
-            if call.query_id is not None:
-                attempts.query_id = call.query_id
-        context = self._plan_context
-        if context is None or self._plan_context_of is not balancer:
-            context = self._plan_context = PlanContext(
-                balancer.addresses, self._latencies, balancer.record_slowdown, self._count_hedge, self._budget,
-            )
-            self._plan_context_of = balancer
+            attempts = kind.of(order, method, call)
+        if call.query_id is not None:
+            attempts.query_id = call.query_id
         own = call.attempt_settings
-        attempts.plan_context = context
-        attempts.settings = self.config.attempts if own is NO_STATEMENT_SETTINGS else own.apply(self.config.attempts)
+        if own is not NO_STATEMENT_SETTINGS:
+            attempts.settings = own.apply(self.config.attempts)
         return call, attempts, ryw
+
+    def _plan_context(self, balancer: Balancer) -> PlanContext:
+        """What the plans of the statements over ``balancer`` share."""
+        return PlanContext(balancer.addresses, self._latencies, balancer.record_slowdown, self._count_hedge,
+                           self._budget)
 
     @staticmethod
     def _raced(view: ReplicaSetView, index: int, outcome: tuple[int, Any]) -> Any:
