@@ -33,11 +33,11 @@ from typing import Any, TypeVar, cast
 
 from tenacity import AsyncRetrying, RetryCallState, Retrying
 
-from clickhouse_lb.core._driver_logs import enter_pool, leave_pool
 from clickhouse_lb.config.attempt_settings import AttemptSettings
+from clickhouse_lb.core._driver_logs import enter_pool, leave_pool
 from clickhouse_lb.core._statements import StatementKind
-from clickhouse_lb.core.attempt_specs import PlanContext, StatementPlan
 from clickhouse_lb.core._steps import Steps, drive, drive_async
+from clickhouse_lb.core.attempt_specs import PlanContext, StatementPlan
 from clickhouse_lb.core.balancer import Balancer
 from clickhouse_lb.core.deadline import Deadline
 from clickhouse_lb.core.events import FailoverEvent, logger
@@ -132,6 +132,7 @@ class StatementAttempts:
         attempts.deadline = NO_DEADLINE if deadline is None else Deadline(deadline)
         return attempts
 
+    _balancer: Balancer
     #: The pool's ``failover_timeout`` (None: none), for :meth:`of` (a class of :meth:`of_pool`).
     _failover_timeout: float | None = None
 
