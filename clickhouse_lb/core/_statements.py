@@ -183,20 +183,36 @@ def prepare_call(
     auto_token: bool,
     new_token: Callable[[], str] = new_insert_token,
 ) -> PreparedCall:
-    if (
-        not kwargs and args and type(args[0]) is str and method not in INSERT_METHODS
-        and (settings_position is None or len(args) <= settings_position)
-    ):  # the most common statement: plain SQL, no keyword, no settings (a shortcut of the case below)
-        call = _new_call(PreparedCall)  # (four stores: the rest are the class's defaults)
-        call.args, call.kwargs, call._text, call.settings_position = args, kwargs, args[0], settings_position
-        return call
+    insert = method in INSERT_METHODS
+    if not insert:
+        if (
+            not kwargs and args and type(args[0]) is str
+            and (settings_position is None or len(args) <= settings_position)
+        ):  # the most common statement: plain SQL, no keyword, no settings (a shortcut of the case below)
+            call = _new_call(PreparedCall)  # (four stores: the rest are the class's defaults)
+            call.args, call.kwargs, call._text, call.settings_position = args, kwargs, args[0], settings_position
+            return call
+    elif auto_token and kwargs.get("settings") is None and (
+        "settings" in kwargs or settings_position is None or len(args) <= settings_position
+    ):
+        # The common insert: no settings (none positional), no insert context; only the automatic
+        # token to add (what the general case below does then, without its steps for settings it
+        # has not got).
+        context = kwargs.get("context") or (args[0] if method == "data_insert" and args else None)
+        if context is None or isinstance(context, (str, bytes)):
+            token: dict[str, Any] = {_TOKEN: new_token()}
+            call = _new_call(PreparedCall)
+            call.args, call.kwargs, call.settings, call.settings_position = (
+                args, {**kwargs, "settings": token}, token, settings_position)
+            call._write = call._safe = True
+            return call
     in_kwargs = "settings" in kwargs
     # Where ``settings`` was given positionally (None: by keyword, or not at all).
     at = settings_position
     if at is None or len(args) <= at or in_kwargs:
         at = None
     settings = kwargs["settings"] if in_kwargs else args[at] if at is not None else None
-    if settings is None and method not in INSERT_METHODS:
+    if settings is None and not insert:
         # The common case: a statement without settings; nothing to take out or add.
         if args and type(args[0]) is str:  # plain SQL: read or write, decided when it matters
             call = _new_call(PreparedCall)  # (four stores: the rest are the class's defaults)
@@ -207,17 +223,6 @@ def prepare_call(
         call.args, call.kwargs, call._text, call.settings_position = args, kwargs, text, settings_position
         call._write = _write_now(text)
         return call
-    if settings is None and at is None and auto_token and method in INSERT_METHODS:
-        # The common insert: no settings, no insert context; only the automatic token to add
-        # (what the general case below does then, without its steps for settings it has not got).
-        context = kwargs.get("context") or (args[0] if method == "data_insert" and args else None)
-        if context is None or isinstance(context, (str, bytes)):
-            token: dict[str, Any] = {_TOKEN: new_token()}
-            call = _new_call(PreparedCall)
-            call.args, call.kwargs, call.settings, call.settings_position = (
-                args, {**kwargs, "settings": token}, token, settings_position)
-            call._write = call._safe = True
-            return call
     if settings is not None and type(settings) is not dict and not isinstance(settings, Mapping):  # dict: no ABC check
         raise ConfigurationError(
             f"Bad settings {shown(settings)} for {method}(): expected a mapping of server setting names to "
@@ -235,7 +240,7 @@ def prepare_call(
         rest = {k: v for k, v in rest.items() if k != READ_YOUR_WRITES}
     write: bool | None = None
     text = None
-    if method in INSERT_METHODS:
+    if insert:
         context = kwargs.get("context") or (args[0] if method == "data_insert" and args else None)
         if context is not None and not isinstance(context, (str, bytes)):
             context_settings = getattr(context, "settings", None) or {}
