@@ -207,8 +207,12 @@ class Watchdog:
                 self._cond.notify()
 
     def _mine(self) -> list[_Watched]:
-        """A snapshot of this watchdog's running attempts (every thread's attempt, read at once)."""
-        return [entry for entry in list(running.values()) if entry.watcher is self]  # type: ignore[misc]
+        """A snapshot of this watchdog's running attempts (every thread's attempt, read at once),
+        but those it will never act on (due never, no machine: nothing to wait for), which must
+        not keep it from ending when idle."""
+        return [entry for entry in list(running.values())
+                if isinstance(entry, _Watched) and entry.watcher is self
+                and (entry.due != math.inf or entry.machine is not None)]
 
     # -- the watchdog thread -----------------------------------------------------------------
 
