@@ -15,6 +15,7 @@ from clickhouse_lb.config.settings import LoadBalancing, parse_balancing_setting
 from clickhouse_lb.core._statements import new_insert_token, prepare_call
 from clickhouse_lb.core.balancer import Balancer
 from clickhouse_lb.core.ordering import plan_order, tie_free_order
+from clickhouse_lb.core.state import ReplicaSetState
 from clickhouse_lb.core.stats import PoolStats
 
 
@@ -77,6 +78,49 @@ def test_the_shortcut_keeps_the_decay_clock_as_a_snapshot_would() -> None:
     clock.now += 35.0  # 50 s after the restart (110 s after the first look): the error still holds
     assert b.plan_indices() == [1, 2, 3, 0]
     assert b.error_counts()[0] == 1
+
+
+def test_a_clear_set_is_remembered_until_an_error_or_a_half_life(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found clear once, the set is not read again per statement; an error counted at any
+    moment, even between the look that found it clear and the remembering, is planned around
+    from the next statement on."""
+    clock = Clock()
+    b = balancer("in_order", clock)
+    looks: list[bool] = []
+    original = ReplicaSetState._clear_now
+
+    def counted(state: ReplicaSetState) -> bool:
+        looks.append(original(state))
+        return looks[-1]
+
+    monkeypatch.setattr(ReplicaSetState, "_clear_now", counted)
+    b.plan_indices()  # starts the decay clock
+    for _ in range(5):
+        clock.now += 10.0
+        assert b.plan_indices() == [0, 1, 2, 3]
+    assert looks.count(True) == 2  # found clear once (looked at twice), then remembered
+    b.record_error(2, "down")
+    assert b.plan_indices() == [0, 1, 3, 2]
+
+    # Another thread counts an error between the look that finds the set clear and the remembering.
+    monkeypatch.undo()
+    b, looks[:] = balancer("in_order", clock), []
+    b.plan_indices()  # starts the decay clock (not clear before it has a stamp)
+
+    def raced(state: ReplicaSetState) -> bool:
+        clear = original(state)
+        if not looks:
+            b.record_error(0, "down")  # just after the first look found the set clear
+        looks.append(clear)
+        return clear
+
+    monkeypatch.setattr(ReplicaSetState, "_clear_now", raced)
+    assert b.plan_indices() == [1, 2, 3, 0]
+    assert looks == [True, False]
+    monkeypatch.undo()
+    for _ in range(3):
+        clock.now += 1.0
+        assert b.plan_indices() == [1, 2, 3, 0]
 
 
 def test_the_statement_count_is_exact_across_threads_and_reads() -> None:

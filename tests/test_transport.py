@@ -315,6 +315,40 @@ def test_an_idle_watchdog_ends_its_thread() -> None:
     watchdog.close()
 
 
+def test_an_attempt_with_nothing_to_wait_for_does_not_keep_the_watchdog_awake() -> None:
+    """The watchdog sees every running attempt of its own (the threads' running attempts); one it
+    will never act on (no check, no timeout, no deadline) must not keep its thread from ending."""
+    from clickhouse_lb.pools._watchdog import Watchdog
+
+    watchdog = Watchdog(lambda index, timeout: True, lambda index, query_id: None, idle_exit=0.05)
+    never = AttemptSpec(first=0, clock=time.monotonic,
+                        watch=lambda index, started: AttemptWatch(started, liveness=LivenessPolicy(check_after=None)))
+    checked = AttemptSpec(first=0, clock=time.monotonic, watch=lambda index, started: AttemptWatch(started))
+    running, release = threading.Event(), threading.Event()
+
+    def waits(index: int, query_id: str | None) -> str:
+        running.set()
+        release.wait(30)
+        return "rows"
+
+    outcome: list[Any] = []
+    caller = threading.Thread(target=lambda: outcome.append(watchdog.run(never, waits)))
+    caller.start()
+    try:
+        assert running.wait(10)
+        assert watchdog._thread is None  # nothing to wait for: the watchdog is not even started
+        assert watchdog.run(checked, lambda index, query_id: "checked") == (0, "checked")
+        thread = watchdog._thread
+        assert thread is not None
+        thread.join(timeout=5)
+        assert not thread.is_alive()  # ended while the attempt with nothing to wait for still runs
+    finally:
+        release.set()
+        caller.join(timeout=10)
+        watchdog.close()
+    assert outcome == [(0, "rows")]
+
+
 def test_a_connect_that_timed_out_is_not_waited_for_twice_in_one_attempt(silent_listener: str) -> None:
     """urllib3 retries a connect once; the pool fails over instead of waiting the timeout again."""
     from urllib3.exceptions import ConnectTimeoutError

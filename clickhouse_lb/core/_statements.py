@@ -92,38 +92,18 @@ class PreparedCall:
     _text: Any = None
     _safe = False
 
-    def __init__(
-        self,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        overrides: StatementOverrides,
-        *,
-        settings: Mapping[str, Any] | None = None,
-        write: bool | None = None,
-        text: Any = None,
-        safe: bool = False,
-        attempt_settings: StatementAttemptSettings = NO_STATEMENT_SETTINGS,
-        query_id: str | None = None,
-        settings_position: int | None = None,
-        read_your_writes: bool | None = None,
-    ) -> None:
-        self.args = args
-        self.kwargs = kwargs
-        self.overrides = overrides
-        #: The statement's settings as they go to the server (balancing ones taken out).
-        self.settings = settings
-        #: Its own timeouts / hedging, from its ``settings=``.
-        self.attempt_settings = attempt_settings
-        #: The ``query_id`` it gave in its settings, if any.
-        self.query_id = query_id
-        self.settings_position = settings_position
-        #: Its own ``read_your_writes`` setting (None: not given; the pool's or a block's applies).
-        self.read_your_writes = read_your_writes
-        # ``write`` None: decided from ``text`` (the statement's SQL) when first asked.
-        self._write = write
-        self._text = text
-        # Repeatable after its request was sent whatever it is (a deduplication token, idempotent).
-        self._safe = safe
+    # Made only by :func:`prepare_call`, by hand (no ``__init__``: one per statement).
+    #: The call's arguments as they go to the client.
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    #: Where ``settings`` stands among the method's positional parameters (None: keyword only).
+    settings_position: int | None
+    # ``overrides``: its balancing settings; ``settings``: its settings as they go to the server
+    # (balancing ones taken out); ``attempt_settings``: its own timeouts / hedging;
+    # ``query_id``: the one it gave in its settings; ``read_your_writes``: its own setting (None:
+    # not given, the pool's or a block's applies). ``_write`` None: decided from ``_text`` (the
+    # statement's SQL) when first asked. ``_safe``: repeatable after its request was sent
+    # whatever it is (a deduplication token, ``idempotent``).
 
     @property
     def write(self) -> bool:
@@ -203,32 +183,21 @@ def prepare_call(
     auto_token: bool,
     new_token: Callable[[], str] = new_insert_token,
 ) -> PreparedCall:
-    if (
-        not kwargs and args and type(args[0]) is str and method not in INSERT_METHODS
-        and (settings_position is None or len(args) <= settings_position)
-    ):  # the most common statement: plain SQL, no keyword, no settings (a shortcut of the case below)
-        call = _new_call(PreparedCall)  # (four stores: the rest are the class's defaults)
-        call.args, call.kwargs, call._text, call.settings_position = args, kwargs, args[0], settings_position
-        return call
-    in_kwargs = "settings" in kwargs
-    # Where ``settings`` was given positionally (None: by keyword, or not at all).
-    at = settings_position
-    if at is None or len(args) <= at or in_kwargs:
-        at = None
-    settings = kwargs["settings"] if in_kwargs else args[at] if at is not None else None
-    if settings is None and method not in INSERT_METHODS:
-        # The common case: a statement without settings; nothing to take out or add.
-        if args and type(args[0]) is str:  # plain SQL: read or write, decided when it matters
+    insert = method in INSERT_METHODS
+    if not insert:
+        if (
+            not kwargs and args and type(args[0]) is str
+            and (settings_position is None or len(args) <= settings_position)
+        ):  # the most common statement: plain SQL, no keyword, no settings (a shortcut of the case below)
             call = _new_call(PreparedCall)  # (four stores: the rest are the class's defaults)
             call.args, call.kwargs, call._text, call.settings_position = args, kwargs, args[0], settings_position
             return call
-        text = _statement_text(args, kwargs)
-        return PreparedCall(
-            args, kwargs, NO_OVERRIDES, write=_write_now(text), text=text, settings_position=settings_position
-        )
-    if settings is None and at is None and auto_token and method in INSERT_METHODS:
-        # The common insert: no settings, no insert context; only the automatic token to add
-        # (what the general case below does then, without its steps for settings it has not got).
+    elif auto_token and kwargs.get("settings") is None and (
+        "settings" in kwargs or settings_position is None or len(args) <= settings_position
+    ):
+        # The common insert: no settings (none positional), no insert context; only the automatic
+        # token to add (what the general case below does then, without its steps for settings it
+        # has not got).
         context = kwargs.get("context") or (args[0] if method == "data_insert" and args else None)
         if context is None or isinstance(context, (str, bytes)):
             token: dict[str, Any] = {_TOKEN: new_token()}
@@ -237,6 +206,23 @@ def prepare_call(
                 args, {**kwargs, "settings": token}, token, settings_position)
             call._write = call._safe = True
             return call
+    in_kwargs = "settings" in kwargs
+    # Where ``settings`` was given positionally (None: by keyword, or not at all).
+    at = settings_position
+    if at is None or len(args) <= at or in_kwargs:
+        at = None
+    settings = kwargs["settings"] if in_kwargs else args[at] if at is not None else None
+    if settings is None and not insert:
+        # The common case: a statement without settings; nothing to take out or add.
+        if args and type(args[0]) is str:  # plain SQL: read or write, decided when it matters
+            call = _new_call(PreparedCall)  # (four stores: the rest are the class's defaults)
+            call.args, call.kwargs, call._text, call.settings_position = args, kwargs, args[0], settings_position
+            return call
+        text = _statement_text(args, kwargs)
+        call = _new_call(PreparedCall)
+        call.args, call.kwargs, call._text, call.settings_position = args, kwargs, text, settings_position
+        call._write = _write_now(text)
+        return call
     if settings is not None and type(settings) is not dict and not isinstance(settings, Mapping):  # dict: no ABC check
         raise ConfigurationError(
             f"Bad settings {shown(settings)} for {method}(): expected a mapping of server setting names to "
@@ -254,7 +240,7 @@ def prepare_call(
         rest = {k: v for k, v in rest.items() if k != READ_YOUR_WRITES}
     write: bool | None = None
     text = None
-    if method in INSERT_METHODS:
+    if insert:
         context = kwargs.get("context") or (args[0] if method == "data_insert" and args else None)
         if context is not None and not isinstance(context, (str, bytes)):
             context_settings = getattr(context, "settings", None) or {}
@@ -274,9 +260,9 @@ def prepare_call(
         else:
             kwargs = {**kwargs, "settings": rest}
     query_id = rest.get("query_id") if rest else None
-    return PreparedCall(
-        args, kwargs, overrides, settings=rest, write=write, text=text, safe=safe or idempotent,
-        attempt_settings=attempt_settings,
-        query_id=str(query_id) if query_id is not None else None, settings_position=settings_position,
-        read_your_writes=read_your_writes,
-    )
+    call = _new_call(PreparedCall)
+    call.args, call.kwargs, call._text, call.settings_position = args, kwargs, text, settings_position
+    call.overrides, call.settings, call.attempt_settings = overrides, rest, attempt_settings
+    call.query_id, call.read_your_writes = (str(query_id) if query_id is not None else None), read_your_writes
+    call._write, call._safe = write, safe or idempotent
+    return call

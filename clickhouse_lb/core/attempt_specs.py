@@ -50,13 +50,15 @@ class StatementPlan:
     """How the attempts of one statement wait. ``hedge_candidate(running)``: the next replica
     of the statement's plan not already running (None: none left).
 
-    Whether the statement writes (``write``, ``retry_safe``) is read from ``statement`` only
-    when a wait depends on it (hedging, a deadline, an abandoned attempt): deciding it parses
-    the SQL, which the common statement, answered at once, never needs. One per statement:
-    :meth:`of` stores five values and two references (the pool's :class:`PlanContext`, the
-    statement's attempts), the rest is read through them when asked."""
+    Whether the statement writes (``statement.write``, ``statement.retry_after_send``) is asked
+    only when a wait depends on it (hedging, a deadline, an abandoned attempt): deciding it
+    parses the SQL, which the common statement, answered at once, never needs. A pool's
+    statement builds its plan only when an attempt asks for it
+    (:attr:`~clickhouse_lb.core.failover.StatementAttempts.plan`: a hedged read, a wake-up that
+    came due); :meth:`of` stores six values and two references (the pool's :class:`PlanContext`,
+    the statement's attempts), the rest is read through them when asked."""
 
-    __slots__ = ("_context", "_failures", "deadline", "hedgeable", "query_id", "settings", "statement")
+    __slots__ = ("_context", "_failures", "clock", "deadline", "hedgeable", "query_id", "settings", "statement")
 
     def __init__(
         self,
@@ -75,6 +77,7 @@ class StatementPlan:
         budget: RetryBudget | None = None,
     ) -> None:
         self._context = PlanContext(addresses, window, count_slowdown, count_hedge, budget, clock)
+        self.clock = clock
         self._failures: Any = _Failures(count_failure, hedge_candidate)
         self.settings = settings
         self.deadline = deadline
@@ -94,6 +97,7 @@ class StatementPlan:
         failed run and give a hedge's replica: the per-statement path, no keyword arguments."""
         plan = cls.__new__(cls)
         plan._context = context
+        plan.clock = context.clock
         plan._failures = attempts
         plan.settings = settings
         plan.deadline = deadline
@@ -101,19 +105,6 @@ class StatementPlan:
         plan.hedgeable = settings.hedging.enabled and not statement.write
         plan.query_id = statement.query_id
         return plan
-
-    @property
-    def clock(self) -> Callable[[], float]:
-        return self._context.clock
-
-    @property
-    def write(self) -> bool:
-        """A write's request that was sent may have been applied, repeatable or not."""
-        return self.statement.write
-
-    @property
-    def retry_safe(self) -> bool:
-        return self.statement.retry_after_send
 
     def hedge_after(self) -> float | None:
         if not self.hedgeable:
@@ -135,7 +126,9 @@ class StatementPlan:
         fixed = self.query_id
         if fixed is not None:
             return lambda: fixed
-        killable = (hedge_after is not None or self.deadline.at is not None) and self.retry_safe and not self.write
+        statement = self.statement  # (whether it writes: decided here, when first asked)
+        killable = (hedge_after is not None or self.deadline.at is not None) and statement.retry_after_send \
+            and not statement.write
         return _new_query_id if killable else _no_query_id
 
     def connect_timeout(self) -> float | None:
@@ -150,7 +143,7 @@ class StatementPlan:
         hedge_after = self.hedge_after()
         deadline_at = self.deadline.at
         receive = settings.timeouts.receive
-        retry_safe = self.retry_safe
+        retry_safe = self.statement.retry_after_send
         context = self._context
         budget = context.budget
 
@@ -172,7 +165,7 @@ class StatementPlan:
             hedge_index=self._hedge_index if hedge_after is not None else _no_hedge,
             query_id=self.run_query_id(hedge_after),
             address=context.addresses.__getitem__,
-            write=self.write,
+            write=self.statement.write,
             connect_timeout=self.connect_timeout(),
             on_failure=self._failures.run_failed,
             on_slower=context.count_slowdown,

@@ -33,22 +33,20 @@ from typing import Any, TypeVar, cast
 
 from tenacity import AsyncRetrying, RetryCallState, Retrying
 
+from clickhouse_lb.config.attempt_settings import AttemptSettings
 from clickhouse_lb.core._driver_logs import enter_pool, leave_pool
+from clickhouse_lb.core._statement_end import announce_failover, stopped_error, unconfirmed_write
 from clickhouse_lb.core._statements import StatementKind
 from clickhouse_lb.core._steps import Steps, drive, drive_async
+from clickhouse_lb.core.attempt_specs import PlanContext, StatementPlan
 from clickhouse_lb.core.balancer import Balancer
 from clickhouse_lb.core.deadline import Deadline
-from clickhouse_lb.core.events import FailoverEvent, logger
+from clickhouse_lb.core.events import logger
+from clickhouse_lb.core.load import ReplicaLoad
 from clickhouse_lb.core.policy import NO_DEADLINE, STOPS, FailoverPolicy, Verdict
-from clickhouse_lb.core.race import RaceFailure
+from clickhouse_lb.core.race import AttemptSpec, RaceFailure
 from clickhouse_lb.core.retry_budget import RetryBudget
-from clickhouse_lb.errors import (
-    AllReplicasUnavailableError,
-    AttemptFailure,
-    RetryBudgetExhaustedError,
-    StatementTimeoutError,
-    WriteOutcomeUnknownError,
-)
+from clickhouse_lb.errors import AllReplicasUnavailableError
 
 __all__ = ["DIRECT_FIRST_ATTEMPT", "StatementAttempts", "async_policy", "run_async", "run_sync", "sync_policy"]
 
@@ -77,6 +75,16 @@ class StatementAttempts:
     _budget: RetryBudget | None = None
     _replayed: BaseException | None = None
     _attempt_started = 0.0
+    #: The statement's deadline (its policy's, for the attempts' waits).
+    deadline: Deadline = NO_DEADLINE
+    #: The attempt settings in force (the pool's, or the statement's own applied to them) and
+    #: what the plans of the pool's statements share: set by the pool for its statements, from
+    #: which :attr:`plan` is built when first asked.
+    settings: AttemptSettings
+    plan_context: PlanContext
+    #: The query id the statement gave in its settings (None: the pool's runs pick their own).
+    query_id: str | None = None
+    _plan: StatementPlan | None = None
 
     def __init__(
         self,
@@ -93,6 +101,7 @@ class StatementAttempts:
         :class:`~clickhouse_lb.core._statements.PreparedCall`: decided only when a failure asks).
         ``budget``: the pool's retry budget, which counts the statement (None: re-sends unlimited)."""
         self._balancer, self._order, self.operation = balancer, order, operation
+        self._load = balancer.state.replica_load
         if budget is not None:
             self._budget = budget
             budget.record_statement()
@@ -104,20 +113,39 @@ class StatementAttempts:
         else:
             self._retry_after_send, self._write = retry_after_send, write
 
+    _balancer: Balancer
+    #: The balancer's in-flight counts and latencies (``_balancer.state.replica_load``).
+    _load: ReplicaLoad
+    #: The pool's ``failover_timeout`` (None: none), for :meth:`of` (a class of :meth:`of_pool`).
+    _failover_timeout: float | None = None
+
     @classmethod
-    def of_statement(
-        cls, balancer: Balancer, order: Sequence[int], operation: str, statement: StatementKind,
-        budget: RetryBudget | None,
-    ) -> StatementAttempts:
-        """The attempts of a pool's statement, as ``__init__`` makes them, without keyword arguments."""
+    def of_pool(
+        cls, balancer: Balancer, budget: RetryBudget | None, settings: AttemptSettings, context: PlanContext,
+    ) -> type[StatementAttempts]:
+        """The class of one pool's statements' attempts over ``balancer``: what all of them share
+        (the balancer, the retry budget, the attempt settings, the plans' context, the failover
+        timeout) set once as its class attributes, not stored per statement (:meth:`of`). The pool
+        makes a new one when discovery changes its replica set."""
+        shared = {
+            "_balancer": balancer, "_load": balancer.state.replica_load, "_budget": budget, "settings": settings,
+            "plan_context": context,
+            "_failover_timeout": balancer.settings.failover_timeout, "__doc__": cls.__doc__,
+        }
+        return type(cls.__name__, (cls,), shared)
+
+    @classmethod
+    def of(cls, order: Sequence[int], operation: str, statement: StatementKind) -> StatementAttempts:
+        """The attempts of one statement of the pool (``cls``: a class of :meth:`of_pool`),
+        counted as started by the retry budget."""
         attempts = _new_attempts(cls)
-        attempts._balancer, attempts._order, attempts.operation, attempts._statement = balancer, order, operation, \
-            statement
+        attempts._order, attempts.operation, attempts._statement = order, operation, statement
+        budget = cls._budget
         if budget is not None:
-            attempts._budget = budget
             budget.record_statement()
-        deadline = balancer.settings.failover_timeout
-        attempts.deadline = NO_DEADLINE if deadline is None else Deadline(deadline)
+        timeout = cls._failover_timeout
+        if timeout is not None:
+            attempts.deadline = Deadline(timeout)
         return attempts
 
     @property
@@ -129,6 +157,21 @@ class StatementAttempts:
             policy = self._policy = FailoverPolicy(self._order, settings.connections_with_failover_max_tries,
                                                    settings.failover_backoff_ms, self.deadline)
         return policy
+
+    @property
+    def plan(self) -> StatementPlan:
+        """How the statement's attempts wait (built on first use: an attempt answered before its
+        first wake-up, not hedged, never asks)."""
+        plan = self._plan
+        if plan is None:
+            statement = self._statement
+            assert statement is not None, "a pool's statement: prepared, with its settings"
+            plan = self._plan = StatementPlan.of(self.plan_context, self, statement, self.settings, self.deadline)
+        return plan
+
+    def spec(self, first: int) -> AttemptSpec:
+        """The spec of an attempt starting on replica ``first`` (the plan's)."""
+        return self.plan.spec(first)
 
     @property
     def write(self) -> bool:
@@ -152,11 +195,11 @@ class StatementAttempts:
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("%s: attempt %d on %s", self.operation, done + 1, self._balancer.addresses[index])
         # The attempt is in flight from here until succeeded()/failed() (one at a time).
-        self._attempt_started = self._balancer.state.replica_load.start(index)
+        self._attempt_started = self._load.start(index)
         return index
 
     def succeeded(self, index: int) -> None:
-        self._balancer.state.replica_load.finish(index, self._attempt_started)
+        self._load.finish(index, self._attempt_started)
         self._balancer.record_success(index)
 
     def enter(self) -> tuple[Token[bool], int]:
@@ -169,14 +212,13 @@ class StatementAttempts:
         index = self._order[0]
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("%s: attempt 1 on %s", self.operation, self._balancer.addresses[index])
-        self._attempt_started = self._balancer.state.replica_load.start(index)
+        self._attempt_started = self._load.start(index)
         return token, index
 
     def left(self, token: Token[bool], index: int, result: T) -> T:
         """The first attempt (:meth:`enter`) succeeded with ``result``: the statement's end."""
-        balancer = self._balancer
-        balancer.state.replica_load.finish(index, self._attempt_started)
-        balancer.record_success(index)
+        self._load.finish(index, self._attempt_started)
+        self._balancer.record_success(index)
         leave_pool(token)
         return result
 
@@ -186,7 +228,7 @@ class StatementAttempts:
         the in-flight count. ``ran_on``: the replica the attempt's last run failed on, when a hedge
         took it elsewhere (an attempt run through :mod:`clickhouse_lb.core.race` ends with a
         :class:`RaceFailure` that names it and carries the error)."""
-        self._balancer.state.replica_load.finish(index, self._attempt_started)
+        self._load.finish(index, self._attempt_started)
         if isinstance(exc, RaceFailure):
             ran_on, exc = exc.index, exc.error
         if not isinstance(exc, Exception):
@@ -255,21 +297,8 @@ class StatementAttempts:
         return self.policy.backoff()
 
     def announce(self, retry_state: RetryCallState) -> None:
-        """tenacity's ``before_sleep``: the statement fails over (one WARNING per outage, this
-        or the probes' "is down"; the rest of it at INFO) and listeners hear of it."""
-        policy = self.policy
-        last = policy.last
-        assert last is not None
-        balancer = self._balancer
-        address = balancer.addresses[last.replica]
-        attempt = len(policy.history)
-        next_address = balancer.addresses[policy.next_index()]
-        log = logger.warning if balancer.announce_outage(last.replica) else logger.info
-        log("%s failed on replica %s (attempt %d/%d): %s; failing over to %s",
-            self.operation, address, attempt, policy.total, last.failure.reason, next_address)
-        if balancer.listeners:
-            balancer.listeners.failover(FailoverEvent(self.operation, address, attempt, last.failure.reason,
-                                                      next_address))
+        """tenacity's ``before_sleep``: the statement fails over (logged, and listeners hear of it)."""
+        announce_failover(self.operation, self._balancer, self.policy)
 
     def give_up(self, retry_state: RetryCallState) -> Any:
         """tenacity's ``retry_error_callback``: the statement stopped with the pool's own error."""
@@ -277,50 +306,19 @@ class StatementAttempts:
         cause = outcome.exception() if outcome is not None else None
         raise self.stopped() from cause
 
-    # -- the statement's end ----------------------------------------------------------------
+    # -- the statement's end (worded by clickhouse_lb.core._statement_end) -------------------
 
     def final_error(self, exc: Exception) -> BaseException:
         """The error the statement raises for its last attempt's ``exc`` (itself, unless the
         attempt was a write that may have been applied)."""
         if self.verdict is not Verdict.UNCONFIRMED:
             return exc
-        last = self.policy.last
-        assert last is not None
-        address = self._balancer.addresses[last.replica]
-        logger.warning(
-            "%s on %s failed after the request was sent (%s); not retried: the write may have been applied "
-            "(give inserts an insert_deduplication_token, other statements settings={'idempotent': True}, "
-            "to make them retryable)", self.operation, address, last.failure.reason,
-        )
-        error = WriteOutcomeUnknownError(self.operation, address, last.failure.reason)
-        error.__cause__ = exc
-        return error
+        return unconfirmed_write(self.operation, self._balancer.addresses, self.policy, exc)
 
     def stopped(self) -> AllReplicasUnavailableError:
         """The error for a statement that stopped (:data:`~clickhouse_lb.core.policy.STOPS`)."""
-        policy = self.policy
-        addresses = self._balancer.addresses
-        last: dict[str, str | None] = dict.fromkeys(addresses)
-        attempts = []
-        for number, (index, failure) in enumerate(policy.history, 1):
-            last[addresses[index]] = failure.reason
-            attempts.append(AttemptFailure(addresses[index], number, failure.reason))
-        shown = "; ".join(map(str, attempts[-len(policy.order):]))
-        may_have_been_applied = self.write and policy.sent_any()
-        if self.verdict is Verdict.TIMEOUT and policy.deadline.seconds is not None:
-            logger.error("%s failed on every replica: %s", self.operation, shown)
-            return StatementTimeoutError(attempts, last, timeout=policy.deadline.seconds,
-                                         may_have_been_applied=may_have_been_applied, write=self.write,
-                                         operation=self.operation)
-        if self.verdict is Verdict.BUDGET:
-            budget = repr(self._budget)
-            logger.error("%s not sent again, the retry budget is spent (%s): %s", self.operation, budget, shown)
-            return RetryBudgetExhaustedError(attempts, last, budget=budget,
-                                             may_have_been_applied=may_have_been_applied, write=self.write,
-                                             operation=self.operation)
-        logger.error("%s failed on every replica: %s", self.operation, shown)
-        return AllReplicasUnavailableError(attempts, last, may_have_been_applied=may_have_been_applied,
-                                           write=self.write, operation=self.operation)
+        return stopped_error(self.operation, self._balancer.addresses, self.policy, self.verdict, write=self.write,
+                             budget=self._budget)
 
 
 def sync_policy() -> Retrying:

@@ -82,13 +82,18 @@ class SetClock:
     """What a replica set shares across its records and across the generations discovery
     makes of it: the lock, the decay stamp, the round-robin counter, the slowdown flag."""
 
-    __slots__ = ("last_decrease", "lock", "round_robin", "slowed")
+    __slots__ = ("clear_since", "last_decrease", "lock", "round_robin", "slowed")
 
     def __init__(self, round_robin: int = 0) -> None:
         self.lock = threading.Lock()
         self.last_decrease: float | None = None  # None: the decay clock has not started
         self.round_robin = round_robin
         self.slowed = False  # some slowdown may be non-zero (cleared when decay zeroes them)
+        #: The decay stamp the set was last found clear at (no error, no slowdown), so that
+        #: until that stamp is a half-life old it is known clear without looking at the records
+        #: (ReplicaSetState.clear); None: not known clear. Whatever counts an error or a
+        #: slowdown sets it to None after counting.
+        self.clear_since: float | None = None
 
 
 class ProbeState(str, Enum):

@@ -193,8 +193,18 @@ class ReplicaSetState:
     def clear(self) -> bool:
         """Whether :meth:`select` would find every error and slowdown count at zero and decay
         nothing (the usual statement, on a healthy replica set): no snapshot is needed then.
-        Reads without the lock, as :meth:`record_success` does: a count that changes just after
-        is one that changed just after the snapshot would have been taken."""
+        Once found so, known so until the decay stamp it was found at is a half-life old (the
+        decay then moves the stamp) or something counts an error or a slowdown (which forgets
+        it), as ClickHouse's balancer keeps its order between updates: the records are not
+        read per statement. Reads without the lock, as :meth:`record_success` does: a count that
+        changes just after is one that changed just after the snapshot would have been taken."""
+        clock = self._set
+        since = clock.clear_since
+        if since is not None and self._clock() - since < self.half_life:
+            return True
+        return self._found_clear()
+
+    def _clear_now(self) -> bool:
         clock = self._set
         last = clock.last_decrease
         return (
@@ -203,6 +213,19 @@ class ReplicaSetState:
             and self._clock() - last < self.half_life
             and not any(map(_ERRORS, self.records))
         )
+
+    def _found_clear(self) -> bool:
+        """:meth:`clear` from the records, remembered when true. Remembered, then looked at
+        again: a count made between the first look and the remembering (which forgets what
+        it finds remembered only once it has counted) is seen by the second look."""
+        if not self._clear_now():
+            return False
+        clock = self._set
+        clock.clear_since = clock.last_decrease
+        if not self._clear_now():
+            clock.clear_since = None
+            return False
+        return True
 
     # -- outcomes --------------------------------------------------------------------------
 
@@ -224,6 +247,7 @@ class ReplicaSetState:
                 record.sticky = True
             record.epoch += 1
             count = record.errors = min(self.error_cap, record.errors + 1)
+            clock.clear_since = None  # (after counting: see _found_clear)
             record.failed = True
             if error is not None:
                 record.last_error = error
@@ -277,6 +301,7 @@ class ReplicaSetState:
         with clock.lock:
             record.slowdowns += 1
             clock.slowed = True
+            clock.clear_since = None
             return record.slowdowns
 
     def record_success(self, index: int) -> bool:
@@ -345,3 +370,4 @@ class ReplicaSetState:
                 record.errors = min(self.error_cap, int(errors[i]))
                 record.slowdowns = int(slowdowns[i]) if slowdowns is not None else 0
             clock.slowed = any(r.slowdowns for r in self.records)
+            clock.clear_since = None

@@ -33,7 +33,7 @@ from clickhouse_lb.config.attempt_settings import NO_STATEMENT_SETTINGS
 from clickhouse_lb.config.pool_config import PoolConfig
 from clickhouse_lb.config.settings import NO_OVERRIDES
 from clickhouse_lb.core._statements import PreparedCall, prepare_call
-from clickhouse_lb.core.attempt_specs import PlanContext, StatementPlan
+from clickhouse_lb.core.attempt_specs import PlanContext
 from clickhouse_lb.core.balancer import Balancer
 from clickhouse_lb.core.events import Listener
 from clickhouse_lb.core.failover import StatementAttempts
@@ -60,10 +60,9 @@ class PoolSteps(PoolBase):
     #: The worker is the shared replica set's (the sync pool's; see the module): close() leaves it running.
     _prober_shared = False
     _detach_forwarder: Callable[[], object] | None = None
-    #: What every statement's plan shares (built on the first statement, again after discovery
-    #: changed the replica set, whose balancer it was built for).
-    _plan_context: PlanContext | None = None
-    _plan_context_of: Balancer | None = None
+    #: The class of the statements' attempts, holding what they all share (built on the first
+    #: statement, again after discovery changed the replica set, whose balancer it was built for).
+    _attempts_class: type[StatementAttempts] | None = None
 
     # -- the I/O, given by each pool ---------------------------------------------------------
 
@@ -141,11 +140,13 @@ class PoolSteps(PoolBase):
     def _begin(
         self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], view: ReplicaSetView,
         call: PreparedCall | None = None,
-    ) -> tuple[PreparedCall, StatementAttempts, StatementPlan, Any]:
+    ) -> tuple[PreparedCall, StatementAttempts, Any]:
         """One statement up to its first attempt: the call as the pool sees it (unless given,
         prepared already), the replica order (lagging replicas last, read-your-writes' replica
-        first), its attempts (counted as started) and how they wait. One call on the hot path:
-        the preparation is inlined here rather than taken from ``_prepare``."""
+        first) and its attempts (counted as started), which carry the attempt settings in force
+        and build the statement's :class:`StatementPlan` only when an attempt asks for it
+        (``attempts.plan``: a hedge, a wake-up that came due). One call on the hot path: the
+        preparation is inlined here rather than taken from ``_prepare``."""
         if call is None:
             call = prepare_call(
                 method, args, kwargs, self._settings_position.get(method),
@@ -157,24 +158,34 @@ class PoolSteps(PoolBase):
         ryw = self._ryw.begin(call, method, view.balancer) if self._ryw.armed or call.read_your_writes else None
         if ryw is not None:
             order = ryw.order(order)
-        # self._attempts() and the plan, inlined: this runs for every statement.
+        # self._attempts() inlined: this runs for every statement.
         self._stats.count_statement()
         if self._prober is not None:
             self._prober.ensure_started()
         balancer = view.balancer
-        if call.settings is not None and "session_id" in call.settings:  # (None on the common path)
+        kind = self._attempts_class
+        if kind is None or kind._balancer is not balancer:  # the first statement, or discovery changed the set
+            kind = self._attempts_class = StatementAttempts.of_pool(balancer, self._budget, self.config.attempts,
+                                                                    self._plan_context(balancer))
+        settings = call.settings
+        if settings is None:  # the common statement: what it shares with the others is its class's
+            return call, kind.of(order, method, call), ryw
+        if "session_id" in settings:
             attempts = self._session_pins.attempts(balancer, order, method, call, self._budget)
+            attempts.plan_context, attempts.settings = kind.plan_context, kind.settings
         else:
-            attempts = StatementAttempts.of_statement(balancer, order, method, call, self._budget)
-        context = self._plan_context
-        if context is None or self._plan_context_of is not balancer:
-            context = self._plan_context = PlanContext(
-                balancer.addresses, self._latencies, balancer.record_slowdown, self._count_hedge, self._budget,
-            )
-            self._plan_context_of = balancer
+            attempts = kind.of(order, method, call)
+        if call.query_id is not None:
+            attempts.query_id = call.query_id
         own = call.attempt_settings
-        settings = self.config.attempts if own is NO_STATEMENT_SETTINGS else own.apply(self.config.attempts)
-        return call, attempts, StatementPlan.of(context, attempts, call, settings, attempts.deadline), ryw
+        if own is not NO_STATEMENT_SETTINGS:
+            attempts.settings = own.apply(self.config.attempts)
+        return call, attempts, ryw
+
+    def _plan_context(self, balancer: Balancer) -> PlanContext:
+        """What the plans of the statements over ``balancer`` share."""
+        return PlanContext(balancer.addresses, self._latencies, balancer.record_slowdown, self._count_hedge,
+                           self._budget)
 
     @staticmethod
     def _raced(view: ReplicaSetView, index: int, outcome: tuple[int, Any]) -> Any:

@@ -111,8 +111,8 @@ class SessionPins:
         assert call.settings is not None
         route = self._route(call.settings, balancer, order)
         if route is None:  # session_id given empty: no session, balanced as any statement
-            return StatementAttempts.of_statement(balancer, order, method, call, budget)
-        return route.arm(SessionAttempts.of_statement(balancer, route.order, method, call, budget))
+            return StatementAttempts(balancer, order, operation=method, statement=call, budget=budget)
+        return route.arm(SessionAttempts(balancer, route.order, operation=method, statement=call, budget=budget))
 
     def read_attempts(
         self, balancer: Balancer, order: Sequence[int], method: str, settings: Mapping[str, Any],

@@ -34,9 +34,18 @@ from clickhouse_lb.config.timeouts import Timeouts
 from clickhouse_lb.core._driver_logs import attach_filter
 from clickhouse_lb.core.events import logger
 
-__all__ = ["AttemptConnections", "current_attempt", "quiet_transport", "set_client_timeouts", "tracking_pool_manager"]
+__all__ = [
+    "AttemptConnections", "current_attempt", "get_ident", "quiet_transport", "running", "set_client_timeouts",
+    "tracking_pool_manager",
+]
 
 _local = threading.local()
+
+#: The attempt running on each thread (by ``threading.get_ident()``): where its connections
+#: register, and (for an attempt under the watchdog) the watchdog's one registration of it,
+#: which it reads as a snapshot. One store when an attempt starts, one delete when it ends.
+running: dict[int, AttemptConnections] = {}
+get_ident = threading.get_ident
 
 
 class AttemptConnections:
@@ -51,6 +60,8 @@ class AttemptConnections:
     abandoned = False
     connect_timed_out = False
     connect_timeout: float | None = None
+    #: Who watches the attempt while it runs (the sync pool's watchdog; None: nobody).
+    watcher: object | None = None
 
     def __init__(self, connect_timeout: float | None = None) -> None:
         self.connections: list[HTTPConnection] = []
@@ -76,21 +87,24 @@ class AttemptConnections:
             _shutdown(connection)
 
     def __enter__(self) -> AttemptConnections:
-        _local.attempt = self
+        running[get_ident()] = self
         return self
 
     def __exit__(self, *exc: object) -> None:
-        _local.attempt = None
+        running.pop(get_ident(), None)
         if self.abandoned:
-            # Its thread is done with them: close them whole (socket, and the response the
-            # connection still holds) now rather than leave them to the garbage collector.
-            for connection in self.connections:
-                with contextlib.suppress(Exception):
-                    connection.close()
+            self.close_abandoned()
+
+    def close_abandoned(self) -> None:
+        """Its thread is done with them: close them whole (socket, and the response the
+        connection still holds) now rather than leave them to the garbage collector."""
+        for connection in self.connections:
+            with contextlib.suppress(Exception):
+                connection.close()
 
 
 def current_attempt() -> AttemptConnections | None:
-    return getattr(_local, "attempt", None)
+    return running.get(get_ident())
 
 
 class _QuietWhenAbandoned(logging.Filter):
@@ -136,7 +150,7 @@ class _Tracked(HTTPConnection):
     its ``super()`` is ``HTTPSConnection``."""
 
     def _register(self) -> None:
-        attempt = getattr(_local, "attempt", None)  # current_attempt(), inlined: twice per request
+        attempt = running.get(get_ident())  # current_attempt(), inlined: once per request
         if attempt is not None:
             connections = attempt.connections  # attempt.add(self), inlined
             if not connections or connections[-1] is not self:

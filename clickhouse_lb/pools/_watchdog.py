@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from clickhouse_lb.core.attempt_specs import StatementPlan
 from clickhouse_lb.core.events import logger
+from clickhouse_lb.core.failover import StatementAttempts
 from clickhouse_lb.core.race import Abandon, AttemptMachine, AttemptSpec, Command, Launch, Ping, RaceFailure, Wait
 from clickhouse_lb.core.stalls import PingReading
 from clickhouse_lb.core.watch import first_wake
@@ -32,7 +33,7 @@ from clickhouse_lb.errors import AttemptAbandonedError
 from clickhouse_lb.pools._drive_sync import kill_quietly
 from clickhouse_lb.pools._leftovers import release
 from clickhouse_lb.pools._threads import check_executor
-from clickhouse_lb.pools._transport import AttemptConnections
+from clickhouse_lb.pools._transport import AttemptConnections, get_ident, running
 
 __all__ = ["Watchdog"]
 
@@ -50,23 +51,23 @@ class _Watched(AttemptConnections):
     #: A ping it waits for came back: resume it now.
     woken = False
 
-    def __init__(
-        self, source: AttemptSpec | StatementPlan, index: int, query_id: str | None, started: float, *,
-        first: float, connect_timeout: float | None,
-    ) -> None:
-        self._source = source
-        self.index = index
-        self.query_id = query_id
-        self.started = started
-        #: When the watchdog next resumes its machine (at first: its first wake-up; inf: never).
-        self.due = first
-        AttemptConnections.__init__(self, connect_timeout)  # (no super() object: one per attempt)
+    # Set by whoever builds the entry (by hand, no __init__: one per statement, see run_at).
+    _source: AttemptSpec | Planned  # what its machine is built from, if it outlives its first wake-up
+    index: int
+    query_id: str | None
+    started: float
+    #: When the watchdog next resumes its machine (at first: its first wake-up; inf: never).
+    due: float
 
     @classmethod
     def of_spec(cls, spec: AttemptSpec, query_id: str | None, started: float) -> _Watched:
         """The entry of an attempt run from its spec, starting at ``started``."""
-        first = spec.watch(spec.first, started).next_wake(started)[1] + started
-        return cls(spec, spec.first, query_id, started, first=first, connect_timeout=spec.connect_timeout)
+        entry = _new_entry(cls)
+        entry._source, entry.index, entry.query_id, entry.started, entry.connections = \
+            spec, spec.first, query_id, started, []
+        entry.connect_timeout = spec.connect_timeout
+        entry.due = spec.watch(spec.first, started).next_wake(started)[1] + started
+        return entry
 
     @property
     def planned(self) -> float:
@@ -76,8 +77,8 @@ class _Watched(AttemptConnections):
     def start_machine(self) -> AttemptMachine:
         source = self._source
         # Never hedged here: a hedge needs a second thread (the pool sends hedged reads to SyncDriver).
-        spec = source.spec(self.index) if isinstance(source, StatementPlan) else \
-            dataclasses.replace(source, hedge_index=_no_hedge)
+        spec = dataclasses.replace(source, hedge_index=_no_hedge) if isinstance(source, AttemptSpec) else \
+            source.spec(self.index)
         self.machine = AttemptMachine(spec, running=(self, self.started, self.query_id))
         return self.machine
 
@@ -97,6 +98,14 @@ def _no_hedge(running: set[int]) -> int | None:
 
 _new_entry = object.__new__
 
+#: What an attempt of a statement is run from: its plan, or its attempts (which build the plan
+#: only when asked: StatementAttempts.plan).
+Planned = StatementPlan | StatementAttempts
+
+
+def _plan_of(planned: Planned) -> StatementPlan:
+    return planned if isinstance(planned, StatementPlan) else planned.plan
+
 
 class Watchdog:
     """Watches the attempts running on their callers' threads. ``ping(index, timeout)``: a
@@ -113,7 +122,6 @@ class Watchdog:
         self._ping = ping
         self._kill = kill
         self._clock = clock
-        self._watched: set[_Watched] = set()
         # The condition's own lock, taken directly on the per-attempt path (cheaper than the
         # condition's Python-level context manager).
         self._lock = threading.Lock()
@@ -138,53 +146,73 @@ class Watchdog:
         without building its :class:`~clickhouse_lb.core.race.AttemptSpec`: the per-statement path."""
         return self.run_at(plan, call, index)
 
-    def run_at(self, plan: StatementPlan, call: Callable[[int, str | None], T], index: int) -> T:
-        """:meth:`run_planned` with the replica last: ``partial(watchdog.run_at, plan, call)`` is a
-        statement's attempt (no closure of the pool's, one call less)."""
+    def run_at(self, plan: Planned, call: Callable[[int, str | None], T], index: int) -> T:
+        """:meth:`run_planned` with the replica last: ``partial(watchdog.run_at, attempts, call)`` is a
+        statement's attempt (no closure of the pool's, one call less). ``plan``: the statement's
+        :class:`StatementPlan`, or its :class:`StatementAttempts`, whose plan is built only if the
+        attempt outlives its first wake-up."""
         settings = plan.settings
         # The entry built by hand (no __init__ call, no keyword arguments: one per statement).
         entry = _new_entry(_Watched)
         entry._source, entry.index, entry.connections = plan, index, []
-        if plan.deadline.at is None:  # the usual statement: no query id of the pool's, nothing to cut
+        deadline_at = plan.deadline.at
+        if deadline_at is None:  # the usual statement: no query id of the pool's, nothing to cut
             entry.query_id, entry.connect_timeout = plan.query_id, settings.timeouts.connect
             entry.started = started = self._clock()
             entry.due = started + settings.first_wake_after  # first_wake() without a deadline, computed once
         else:
-            entry.query_id, entry.connect_timeout = plan.run_query_id(None)(), plan.connect_timeout()
+            full = _plan_of(plan)
+            entry.query_id, entry.connect_timeout = full.run_query_id(None)(), full.connect_timeout()
             entry.started = started = self._clock()
-            entry.due = first_wake(started, settings.liveness, settings.timeouts.receive, plan.deadline.at)
+            entry.due = first_wake(started, settings.liveness, settings.timeouts.receive, deadline_at)
         return self._watched_call(entry, call)
 
     def _watched_call(self, entry: _Watched, call: Callable[[int, str | None], T]) -> T:
-        # An attempt with nothing to wait for (no liveness check, timeout or deadline) is not
-        # registered: the watchdog would never act on it.
+        """``call`` run on this thread, its entry registered meanwhile. One registration, no
+        lock: the entry is this thread's running attempt (where its connections register, see
+        :mod:`clickhouse_lb.pools._transport`), which the watchdog thread reads as a snapshot; it
+        is told only when this attempt is due sooner than it means to wake up anyway (see
+        :meth:`_loop`: while it looks, it means to wake up never, so that no attempt registered
+        meanwhile goes unseen). An attempt with nothing to wait for (no liveness check, timeout
+        or deadline: due never) tells it nothing."""
+        entry.watcher = self
+        thread = get_ident()
+        running[thread] = entry
         first = entry.due
-        watched = first != math.inf
-        if watched:
-            with self._lock:
-                self._watched.add(entry)
-                if self._thread is None and not self._closed:
-                    self._thread = threading.Thread(target=self._loop, name="clickhouse-lb-watchdog", daemon=True)
-                    self._thread.start()
-                # Notify the watchdog only when this attempt needs it sooner than it means to wake
-                # up anyway (a thread switch per statement would cost more than its bookkeeping).
-                if first < self._wakes_at:
-                    self._wakes_at = first
-                    self._cond.notify()
+        if first < self._wakes_at:
+            self._notify(first)
         try:
-            with entry:
-                return call(entry.index, entry.query_id)  # even when abandoned a moment too late: the answer is whole
+            return call(entry.index, entry.query_id)
         except Exception as exc:
             verdict = entry.verdict
             if verdict is None:
                 raise
-            release(exc)  # the abandoned response it holds is freed now, not by the GC later
+            release(exc)
             del exc
         finally:
-            if watched:
-                # No lock: a set's discard is atomic, and the watchdog thread reads a snapshot.
-                self._watched.discard(entry)
-        raise verdict  # outside the handler: not chained to the broken connection's error
+            del running[thread]
+            if entry.abandoned:
+                entry.close_abandoned()
+        raise verdict
+
+    def _notify(self, first: float) -> None:
+        """An attempt is due at ``first``, sooner than the watchdog means to wake up: tell it
+        (starting its thread when none runs)."""
+        with self._lock:
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(target=self._loop, name="clickhouse-lb-watchdog", daemon=True)
+                self._thread.start()
+            if first < self._wakes_at:
+                self._wakes_at = first
+                self._cond.notify()
+
+    def _mine(self) -> list[_Watched]:
+        """A snapshot of this watchdog's running attempts (every thread's attempt, read at once),
+        but those it will never act on (due never, no machine: nothing to wait for), which must
+        not keep it from ending when idle."""
+        return [entry for entry in list(running.values())
+                if isinstance(entry, _Watched) and entry.watcher is self
+                and (entry.due != math.inf or entry.machine is not None)]
 
     # -- the watchdog thread -----------------------------------------------------------------
 
@@ -192,20 +220,25 @@ class Watchdog:
         while True:
             with self._cond:
                 if self._closed:
+                    self._wakes_at = math.inf
+                    self._thread = None
                     return
+                # While it looks, it means to wake up never: an attempt registered during the
+                # look that this snapshot misses finds ``_wakes_at`` infinite and notifies
+                # (under the lock, so the notify lands in the wait below).
+                self._wakes_at = math.inf
                 now = self._clock()
-                watched = tuple(self._watched)  # a snapshot: callers take their entries off without the lock
+                watched = self._mine()
                 due = [entry for entry in watched if entry.woken or entry.due <= now]
                 if not due:
-                    if not self._watched:
+                    if not watched:
                         # Nothing to watch: wait a while, then end (a pool nobody closes must not
                         # keep a thread); the next attempt starts a new one. Only a whole idle
                         # while ends it: an attempt that came and went meanwhile (its notify woke
                         # this wait) would otherwise cost a thread start per statement.
-                        self._wakes_at = math.inf
                         notified = self._cond.wait(self._idle_exit)
-                        if not notified and not self._watched:
-                            self._thread = None
+                        if not notified and not self._mine():
+                            self._thread = None  # (_wakes_at stays infinite: the next attempt starts one)
                             return
                         continue
                     self._wakes_at = min(entry.due for entry in watched)

@@ -241,7 +241,8 @@ class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolSteps):
             call = self._prepare(method, args, kwargs)
             if (call.overrides.load_balancing or view.balancer.settings.load_balancing).uses_hostnames:
                 await self._resolve_hostname()
-        call, attempts, plan, ryw = self._begin(method, args, kwargs, view, call)
+        call, attempts, ryw = self._begin(method, args, kwargs, view, call)
+        plan = attempts.plan
 
         async def run(index: int, query_id: str | None) -> Any:
             args, kwargs = call.with_query_id(query_id)

@@ -215,7 +215,7 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolSteps):
         if self._closed:
             raise self._closed_error()
         view = self._view
-        call, attempts, plan, ryw = self._begin(method, args, kwargs, view)
+        call, attempts, ryw = self._begin(method, args, kwargs, view)
 
         def run(index: int, query_id: str | None) -> Any:
             client = view.slots[index].client or self._client(index, view)  # made already (the usual case), else now
@@ -227,15 +227,17 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolSteps):
             return settled(result) if isinstance(result, QueryResult) else result  # (no call for a command's)
 
         watchdog = self._watchdog
-        if watchdog is not None and not plan.hedgeable:
-            attempt: Callable[[int], Any] = partial(watchdog.run_at, plan, run)  # (a C call: no frame of its own)
+        # Not hedged (hedging off, or a write): on this thread under the watchdog, with no plan
+        # built unless the attempt outlives its first wake-up (StatementAttempts.plan).
+        if watchdog is not None and not (attempts.settings.hedging.enabled and not call.write):
+            attempt: Callable[[int], Any] = partial(watchdog.run_at, attempts, run)  # (a C call: no frame of its own)
         else:
             def attempt(index: int) -> Any:
-                outcome = self._driver.run_planned(plan, index, run, self._replica_alive, self._kill_query)
+                outcome = self._driver.run_planned(attempts.plan, index, run, self._replica_alive, self._kill_query)
                 return self._raced(view, index, outcome)
 
         if ryw is not None:
-            attempt = ryw.guard_sync(attempt, plan, lambda index: self._client(index, view))
+            attempt = ryw.guard_sync(attempt, attempts.plan, lambda index: self._client(index, view))
         if not self._track_views:
             return run_sync(attempts, attempt, self._policy)
         with self._view_in_use(view):
