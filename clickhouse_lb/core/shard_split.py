@@ -65,9 +65,10 @@ def key_column(data: Any, form: Form, index: int, kind: IntegerType | str) -> np
     return list(map(getter, data))
 
 
-def _take_items(items: Sequence[Any], indices: np.ndarray | list[int]) -> list[Any]:
+def _take_items(items: Sequence[Any], indices: np.ndarray | list[int] | None) -> list[Any]:
     # map of the sequence's own __getitem__ over Python ints: in C, and faster than
     # itemgetter(*indices), which builds a tuple first.
+    assert indices is not None
     positions = indices.tolist() if isinstance(indices, np.ndarray) else indices
     return list(map(items.__getitem__, positions))
 
@@ -79,7 +80,9 @@ def take(data: Any, form: Form, indices: np.ndarray) -> Any:
     if form == "polars":
         return data.gather(indices)
     if form == "columns":
-        positions = indices.tolist()  # once for all the list columns
+        # The positions as Python ints once for all the list columns, and only if there is one
+        # (a million ints cost about what taking a NumPy column does).
+        positions = None if all(isinstance(c, np.ndarray) for c in data) else indices.tolist()
         return [column[indices] if isinstance(column, np.ndarray) else _take_items(column, positions)
                 for column in data]
     if isinstance(data, np.ndarray):
