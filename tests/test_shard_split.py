@@ -4,6 +4,7 @@ as the routing of the key's values says; and a re-read layout replaces the view 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -330,3 +331,36 @@ def test_columns_shorter_than_the_keys_raise_before_anything_is_written_in_a_lar
         sharded.insert("t", [ids, [f"n{i}" for i in range(LARGE - 1)]], column_names=["id", "name"],
                        column_type_names=["Int64", "String"], column_oriented=True, sharding_key="id")
     assert one.inserted == two.inserted == []
+
+
+@pytest.mark.parametrize("share", [1, 2, 3, 5, 50])
+def test_list_items_are_taken_by_mask_or_by_index_alike_for_every_kind_of_sequence(share: int) -> None:
+    size = 1000
+    indices = np.flatnonzero(np.arange(size) % share == 1 % share)  # one item in `share`
+    values = [f"v{i}" for i in range(size)]
+    expected = [values[i] for i in indices]
+    for items in (values, tuple(values), StrSequence(values)):
+        assert take(items, "rows", indices) == expected, type(items)
+    numbers = np.arange(size, dtype=np.int64)
+    longer = [*values, "past the rows"]  # a column longer than the key's: its extra values are left out
+    part = take([numbers, values, longer, tuple(values)], "columns", indices)
+    assert part[0].tolist() == indices.tolist()
+    assert part[1] == part[2] == part[3] == expected
+    with pytest.raises(IndexError):  # a list column shorter than the key's, as indexing it raises
+        take([numbers, values[:-1]], "columns", np.array([0, size - 1]))
+
+
+class StrSequence(Sequence[str]):
+    """A sequence that is neither a list nor a tuple (taken by index, never iterated)."""
+
+    def __init__(self, values: list[str]) -> None:
+        self._values = values
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._values[i]
+
+    def __iter__(self) -> Any:
+        raise AssertionError("taken by index")
