@@ -1,188 +1,278 @@
-"""What routing by sharding key costs: a routed insert against the same parts inserted directly.
+"""What routing by sharding key costs: a routed insert against the same parts inserted directly,
+for every data form, and for two source trees side by side in one run.
 
-    python bench/bench_sharded_insert.py [--rows 1000000] [--rounds 5]
+    python bench/bench_sharded_insert.py [--rows 1000000] [--rounds 5] [--tree main=/path/to/main ...]
 
-Two shards (one local replica each, plain MergeTree: replication is not what is measured).
-Per key and round, side by side and in alternating order:
+Two shards (one local replica each, plain MergeTree: replication is not what is measured),
+started once. Each ``--tree`` (default: this checkout only) gets a worker process of its own
+(``PYTHONPATH`` = that tree) that builds the data once and times what it is told; the rounds
+alternate the trees and the sides, each first in turn, and every timed call starts after a full
+garbage collection. Per data form and key:
 
-- **routed**: ``sharded.insert(table, rows, column_names=NAMES, sharding_key=KEY)``, as a user
-  calls it (reads the column types once, splits, writes each part);
-- **direct, row parts**: what a user without the router would write: the same rows split the
-  same way beforehand (untimed), each shard's part as the user's own form (a list of the row
-  objects for row data), written with the shard pool's ``insert`` (column names and types given),
-  one after the other;
-- **direct, router's parts**: the very parts the router makes (split beforehand, untimed), each
-  written with the same call and settings the router makes (``part.send(shard_pool)``; for row
-  data these are columns, ``column_oriented=True``), one after the other.
+- **routed**: the sharded pool's public call as a user makes it (``insert`` of rows or columns,
+  ``insert_df``, ``insert_arrow``; the column types read from the first shard, the split, each
+  part through its shard's pool);
+- **direct**: the same parts, honestly: the rows the router sends to each shard, split
+  before each run (untimed, fresh every time as a user's are), **in the user's own data
+  form** (a list of the row objects, the columns as given: NumPy arrays stay NumPy, a list
+  stays a list; a DataFrame's ``take``, an Arrow table's ``take``), each written through that
+  shard's pool with the same call and the column types known (``column_type_names``; Arrow
+  carries its own), one after the other;
+- **columns** (row data only): the same rows as the columns the router itself hands on
+  (transposed before each run, untimed), written with ``column_oriented=True``: the cheapest form of
+  the same parts.
 
-Prints the medians, the ratios, the split alone (no I/O, median of the rounds), and the routing
-overhead inside the routed call itself: its time minus the time its parts spent in the shard
-pools' ``insert`` (measured in the same call, so the inserts' own run-to-run spread, which
-dominates the ratio on a loaded machine, is not in it), as a share of each direct median. Then
-the pool's own per-part path: one part through the shard's pool (failover, token) against the
-same part through a bare clickhouse-connect client of the same replica.
+Prints one table: the medians of each side and tree, routed / direct (the issue's figure:
+routing adds at most 10%), and routing's own time: the routed call's time minus the time it
+spent inside the shard pools' inserts, measured in the same call (so the server's run-to-run
+spread, which dominates the ratio on a loaded machine, is not in it; work done on a thread
+while a part is written is not in it either, as it adds no time unless it slows that insert).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
-from collections.abc import Callable
-
-import clickhouse_connect
-import numpy as np
-
-import clickhouse_lb
-from clickhouse_lb.testing import LocalCluster
+from typing import Any
 
 TABLE = "bench_routed"
-
-
-class TimedPool:
-    """A shard's pool whose ``insert`` adds its time to ``spent`` (everything else delegated)."""
-
-    def __init__(self, pool: object, spent: list[float]) -> None:
-        self._pool, self._spent = pool, spent
-
-    def insert(self, *args: object, **kwargs: object) -> object:
-        began = time.perf_counter()
-        try:
-            return self._pool.insert(*args, **kwargs)  # type: ignore[attr-defined]
-        finally:
-            self._spent[0] += time.perf_counter() - began
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._pool, name)
 NAMES, TYPES = ["id", "name", "v"], ["Int64", "String", "UInt32"]
-#: (label, sharding key, column-oriented NumPy data instead of rows)
+#: (name, data form, sharding key, sides)
 CASES = [
-    ("rows", "cityHash64(id)", False), ("rows", "intHash64(id)", False), ("rows", "id", False),
-    ("rows", "cityHash64(name)", False), ("NumPy columns", "cityHash64(id)", True),
+    ("rows", "rows", "cityHash64(id)", ("routed", "direct", "columns")),
+    ("rows", "rows", "id", ("routed", "direct", "columns")),
+    ("rows", "rows", "cityHash64(name)", ("routed", "direct", "columns")),
+    ("NumPy columns + list of names", "columns", "cityHash64(id)", ("routed", "direct")),
+    ("NumPy arrays (names an object array)", "numpy", "cityHash64(id)", ("routed", "direct")),
+    ("pandas DataFrame", "dataframe", "cityHash64(id)", ("routed", "direct")),
+    ("Arrow table", "arrow", "cityHash64(id)", ("routed", "direct")),
 ]
 
 
-def user_split(data: object, form: str, key: str, shards: int) -> list[tuple[int, object]]:
-    """The same rows per shard as the router puts there, in the data's own form: what a user who
-    split the rows themselves would hand each shard's insert."""
-    from clickhouse_lb.core.shard_split import key_column, row_count, take
+# The worker: one per tree, its own clickhouse_lb on sys.path.
+
+def build(form: str, rows: int) -> Any:
+    import numpy as np
+
+    ids = np.arange(rows, dtype=np.int64)
+    names = [f"user-{i}" for i in range(rows)]
+    v = (ids % 1000).astype(np.uint32)
+    if form == "rows":
+        return [[i, names[i], i % 1000] for i in range(rows)]
+    if form == "columns":
+        return [ids, names, v]
+    if form == "numpy":
+        return [ids, np.array(names, dtype=object), v]
+    if form == "dataframe":
+        import pandas as pd
+
+        return pd.DataFrame({"id": ids, "name": names, "v": v})
+    import pyarrow as pa
+
+    return pa.table({"id": ids, "name": names, "v": v})
+
+
+def user_parts(data: Any, form: str, key: str, shards: int) -> list[Any]:
+    """The rows each shard gets, split as a user would split them, in the data's own form."""
+    import numpy as np
+
     from clickhouse_lb.core.sharding import parse_sharding_key, route, slot_table, value_type
 
     parsed = parse_sharding_key(key)
     index = NAMES.index(parsed.column or "id")
-    kind = value_type(TYPES[index])
-    values = key_column(data, form, index, kind)  # type: ignore[arg-type]
-    groups = route(parsed, values, kind, row_count(data, form), slots=slot_table([1] * shards),  # type: ignore[arg-type]
+    if form == "rows":
+        column: Any = [row[index] for row in data]
+    elif form in ("columns", "numpy"):
+        column = data[index]
+    elif form == "dataframe":
+        column = data.iloc[:, index].to_numpy()
+    else:
+        column = data.column(index).to_numpy()
+    if not isinstance(column, np.ndarray) and value_type(TYPES[index]) != "string":
+        column = np.asarray(column, dtype=np.int64)
+    groups = route(parsed, column, value_type(TYPES[index]), len(column), slots=slot_table([1] * shards),
                    shards=shards)
-    return [(position, take(data, form, indices)) for position, indices in enumerate(groups)]  # type: ignore[arg-type]
+    if form == "rows":
+        return [[data[i] for i in indices.tolist()] for indices in groups]
+    if form in ("columns", "numpy"):
+        return [[c[indices] if isinstance(c, np.ndarray) else [c[i] for i in indices.tolist()] for c in data]
+                for indices in groups]
+    return [data.take(indices) for indices in groups]
 
 
-def timed(fn: Callable[[], object]) -> float:
-    # Each side starts from the same collector state: with a million rows alive, one full
-    # collection more or less during clickhouse-connect's transposition is worth a second on
-    # this machine, more than routing itself, and otherwise falls on either side at random.
-    gc.collect()
-    began = time.perf_counter()
-    fn()
-    return time.perf_counter() - began
+class TimedPool:
+    """A shard's pool whose inserts add their time to ``spent`` (everything else delegated): the
+    routed call's time minus this is routing's own (the same wrapper on both sides)."""
 
+    def __init__(self, pool: Any, spent: list[float]) -> None:
+        self._pool, self._spent = pool, spent
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._pool, name)
+        if not name.startswith("insert"):
+            return attribute
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            began = time.perf_counter()
+            try:
+                return attribute(*args, **kwargs)
+            finally:
+                self._spent[0] += time.perf_counter() - began
+        return timed
+
+
+def worker(hosts: list[list[str]], rows: int, cases: list[str]) -> None:
+    import dataclasses
+
+    import clickhouse_lb
+
+    data = {form: build(form, rows) for form in dict.fromkeys(form for _, form, _, _ in CASES if form in cases)}
+    spent = [0.0]
+    with clickhouse_lb.get_sharded_pool(shards=hosts, health_check_interval_ms=0) as sharded:
+        # (a private attribute of both trees: the shard pools, timed, on both sides alike)
+        sharded._view = dataclasses.replace(
+            sharded._view, pools=tuple(TimedPool(p, spent) for p in sharded._view.pools))
+        shards = sharded.shards
+        sharded.insert(TABLE, [[0, "", 0]] * 1000, column_names=NAMES, sharding_key="id")  # connections open
+        print(json.dumps({"ready": True}), flush=True)
+        for line in sys.stdin:
+            order = json.loads(line)
+            form, key, side = order["form"], order["key"], order["side"]
+            values = data[form]
+            if side == "routed":
+                call = routed_call(sharded, form, key, values)
+            else:
+                # Split anew for every run (untimed), as a user's parts are: parts inserted
+                # before, kept and inserted again, went in 15-25% faster (1M rows, NumPy columns,
+                # load 17; the insert alone), which is the benchmark's doing, not the user's.
+                parts = user_parts(values, form, key, len(shards))
+                if side == "columns":
+                    parts = [[list(column) for column in zip(*part)] for part in parts]
+                call = direct_call(shards, form, parts, oriented=side == "columns")
+            gc.collect()
+            spent[0] = 0.0
+            began = time.perf_counter()
+            call()
+            took = time.perf_counter() - began
+            print(json.dumps({"s": took, "own": took - spent[0]}), flush=True)
+
+
+def routed_call(sharded: Any, form: str, key: str, data: Any) -> Any:
+    if form == "dataframe":
+        return lambda: sharded.insert_df(TABLE, data, sharding_key=key)
+    if form == "arrow":
+        return lambda: sharded.insert_arrow(TABLE, data, sharding_key=key)
+    oriented = form != "rows"
+    return lambda: sharded.insert(TABLE, data, column_names=NAMES, sharding_key=key, column_oriented=oriented)
+
+
+def direct_call(shards: list[Any], form: str, parts: list[Any], *, oriented: bool) -> Any:
+    def run() -> None:
+        for pool, part in zip(shards, parts):
+            if form == "dataframe":
+                pool.insert_df(TABLE, part, column_names=NAMES, column_type_names=TYPES)
+            elif form == "arrow":
+                pool.insert_arrow(TABLE, part)
+            else:
+                pool.insert(TABLE, part, column_names=NAMES, column_type_names=TYPES,
+                            column_oriented=oriented or form != "rows")
+    return run
+
+
+# The parent: the clusters, the workers, the rounds, the table.
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tree", action="append", default=[], metavar="LABEL=PATH",
+                        help="a source tree to measure (repeatable); default: this checkout")
+    parser.add_argument("--forms", default="rows,columns,numpy,dataframe,arrow",
+                        help="the data forms to measure (default: all)")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    rows = [[i, f"user-{i}", i % 1000] for i in range(args.rows)]
-    ids = np.arange(args.rows, dtype=np.int64)
-    columns = [ids, [f"user-{i}" for i in range(args.rows)], (ids % 1000).astype(np.uint32)]
+    if args.worker:
+        worker(json.loads(args.worker), args.rows, args.forms.split(","))
+        return
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    trees = dict(t.split("=", 1) for t in args.tree) or {"this": here}
+    from clickhouse_lb.testing import LocalCluster
+
     clusters = [LocalCluster(replicas=1, names=[f"s{n}"]) for n in (1, 2)]
-    for cluster in clusters:
-        cluster.start()
+    workers: dict[str, subprocess.Popen[str]] = {}
     try:
         for cluster in clusters:
+            cluster.start()
             cluster.query(0, f"CREATE TABLE {TABLE} (id Int64, name String, v UInt32) ENGINE = MergeTree ORDER BY id")
+        hosts = json.dumps([c.hosts for c in clusters])
+        for label, path in trees.items():
+            workers[label] = subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__), "--rows", str(args.rows), "--forms", args.forms,
+                 "--worker", hosts],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": path},
+            )
+        for process in workers.values():
+            assert process.stdout is not None
+            assert json.loads(process.stdout.readline())["ready"]
 
         def truncate() -> None:
             for cluster in clusters:
                 cluster.query(0, f"TRUNCATE TABLE {TABLE}")
 
-        with clickhouse_lb.get_sharded_pool(shards=[c.hosts for c in clusters], health_check_interval_ms=0) as sharded:
-            print(f"load average before: {os.getloadavg()}")
-            print("| data | key | rows | routed (s) | direct, row parts (s) | ratio | direct, router's parts (s) "
-                  "| ratio | split alone (s) | overhead in the routed call (s) | overhead / direct row parts "
-                  "| overhead / direct router's parts |")
-            print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-            spent = [0.0]
-            view = sharded._view
-            sharded._view = dataclasses.replace(view, pools=tuple(TimedPool(p, spent) for p in view.pools))
-            context = sharded.shards[0].create_insert_context(TABLE, NAMES)
-            # Warm-up, untimed: every shard's connection open before the first measured insert.
-            sharded.insert(TABLE, rows[:1000], column_names=NAMES, sharding_key="id")
+        def run(label: str, form: str, key: str, side: str) -> dict[str, float]:
+            process = workers[label]
+            assert process.stdin is not None
+            assert process.stdout is not None
+            process.stdin.write(json.dumps({"form": form, "key": key, "side": side}) + "\n")
+            process.stdin.flush()
+            measured: dict[str, float] = json.loads(process.stdout.readline())
             truncate()
-            for label, key, oriented in CASES:
-                data = columns if oriented else rows
+            return measured
 
-                def plan(data: object = data, key: str = key, oriented: bool = oriented) -> object:
-                    return sharded._plan_insert(
-                        TABLE, data, NAMES, sharding_key=key, database=None, column_type_names=None,
-                        column_oriented=oriented, settings=None,
-                    )
-
-                parts = plan().parts(context)
-                user_parts = user_split(data, "columns" if oriented else "rows", key, len(sharded.shards))
-                times: dict[str, list[float]] = {"routed": [], "rows": [], "parts": []}
-                split: list[float] = []
-                overhead: list[float] = []
-                for round_ in range(args.rounds):
-                    def run_routed(data: object = data, key: str = key, oriented: bool = oriented) -> None:
-                        sharded.insert(TABLE, data, column_names=NAMES, sharding_key=key,
-                                       column_oriented=oriented)
-
-                    def run_rows(user_parts: list = user_parts, oriented: bool = oriented) -> None:
-                        for position, part_data in user_parts:
-                            sharded.shards[position].insert(TABLE, part_data, column_names=NAMES,
-                                                            column_type_names=TYPES, column_oriented=oriented)
-
-                    def run_parts(parts: list = parts) -> None:
-                        for part in parts:
-                            part.send(sharded.shards[part.position])
-
-                    order = [(run_routed, "routed"), (run_rows, "rows"), (run_parts, "parts")]
-                    order = order[round_ % 3:] + order[:round_ % 3]  # each side first in turn
-                    for fn, side in order:
-                        spent[0] = 0.0
-                        times[side].append(timed(fn))
-                        if side == "routed":
-                            overhead.append(times[side][-1] - spent[0])
-                        truncate()
-                    split.append(timed(lambda: plan().parts(context)))
-                r, u, d = (statistics.median(times[side]) for side in ("routed", "rows", "parts"))
-                o = statistics.median(overhead)
-                print(f"| {label} | `{key}` | {args.rows:,} | {r:.2f} | {u:.2f} | {r / u:.3f} | {d:.2f} | "
-                      f"{r / d:.3f} | {statistics.median(split):.3f} | {o:.3f} | {o / u:.1%} | {o / d:.1%} |",
-                      flush=True)
-            print(f"load average after: {os.getloadavg()}")
-            sharded._view = view
-            # The pool's own per-part path against a bare client, the same part, alternating.
-            part = parts[0]
-            host, port = clusters[part.position].hosts[0].rsplit(":", 1)
-            bare = clickhouse_connect.get_client(host=host, port=int(port))
-            through_pool: list[float] = []
-            through_client: list[float] = []
+        load_before = os.getloadavg()
+        labels = list(trees)
+        sides_head = " | ".join(f"{label} {side} (s)" for label in labels for side in ("routed", "direct"))
+        ratio_head = " | ".join(f"{label} routed / direct" for label in labels)
+        own_head = " | ".join(f"{label} routing's own (s, share of direct)" for label in labels)
+        print(f"| data | key | {sides_head} | {ratio_head} | {own_head} | columns, the router's form, direct (s) |")
+        print("|---|---|" + "---:|" * (4 * len(labels) + 1))
+        for name, form, key, sides in CASES:
+            if form not in args.forms.split(","):
+                continue
+            for label in labels:  # untimed: a first insert of each side (imports, allocator)
+                for side in sides:
+                    run(label, form, key, side)
+            times: dict[tuple[str, str], list[float]] = {(label, side): [] for label in labels for side in sides}
+            own: dict[str, list[float]] = {label: [] for label in labels}
+            order = list(times)
             for round_ in range(args.rounds):
-                order = [(lambda: part.send(sharded.shards[part.position]), through_pool),
-                         (lambda: part.send(bare), through_client)]
-                for fn, out in order if round_ % 2 == 0 else reversed(order):
-                    out.append(timed(fn))
-                    truncate()
-            p, c = statistics.median(through_pool), statistics.median(through_client)
-            print(f"per-part path ({part.rows:,} rows, NumPy columns): pool {p:.3f} s, bare client {c:.3f} s, "
-                  f"ratio {p / c:.3f}; load average {os.getloadavg()}")
-            bare.close()
+                shift = round_ % len(order)
+                for label, side in order[shift:] + order[:shift]:
+                    measured = run(label, form, key, side)
+                    times[(label, side)].append(measured["s"])
+                    if side == "routed":
+                        own[label].append(measured["own"])
+            med = {k: statistics.median(v) for k, v in times.items()}
+            cells = " | ".join(f"{med[(label, side)]:.3f}" for label in labels for side in ("routed", "direct"))
+            ratios = " | ".join(f"{med[(label, 'routed')] / med[(label, 'direct')]:.3f}" for label in labels)
+            owns = " | ".join(f"{statistics.median(own[label]):.3f} "
+                              f"({statistics.median(own[label]) / med[(label, 'direct')]:.1%})" for label in labels)
+            column = (" / ".join(f"{med[(label, 'columns')]:.3f}" for label in labels)
+                      if "columns" in sides else "")
+            print(f"| {name} | `{key}` | {cells} | {ratios} | {owns} | {column} |", flush=True)
+        print(f"\n{args.rows:,} rows, medians of {args.rounds} rounds; load average before "
+              f"{', '.join(f'{x:.1f}' for x in load_before)}, after {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     finally:
+        for process in workers.values():
+            if process.stdin is not None:
+                process.stdin.close()
+            process.wait(timeout=60)
         for cluster in clusters:
             cluster.close()
 

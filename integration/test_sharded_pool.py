@@ -288,3 +288,61 @@ def test_read_your_writes_on_a_sharded_pool_reads_each_shards_part_where_it_was_
     finally:
         for cluster in shards:
             cluster.heal()
+
+
+#: Rows enough for the parts after the first to be taken while the first is written.
+LARGE = 60_000
+
+
+def large_data(kind: str) -> Any:
+    ids = np.arange(LARGE, dtype=np.int64)
+    names = [f"n{i}" for i in range(LARGE)]
+    if kind == "rows":
+        return [[i, names[i], i % 7] for i in range(LARGE)]
+    if kind == "columns":
+        return [ids, names, (ids % 7).astype(np.uint32)]
+    frame = frame_of(list(range(LARGE)))
+    return frame if kind == "dataframe" else data_of("arrow", list(range(LARGE)))
+
+
+def assert_large_on_engine_shards(shards: list[LocalCluster], weights: list[int]) -> None:
+    """Ids 0..LARGE-1 each on every replica of the shard the engine's cityHash64 picks, once."""
+    slots = [shard for shard, weight in enumerate(weights) for _ in range(weight)]
+    body = shards[0].query(0, f"SELECT cityHash64(toInt64(number)) % {len(slots)} FROM numbers({LARGE})")
+    expected = [slots[int(slot)] for slot in body.split()]
+    for position, cluster in enumerate(shards):
+        want = [i for i in range(LARGE) if expected[i] == position]
+        assert want, "both shards get rows"
+        for replica in range(len(cluster)):
+            assert ids_on(cluster, replica) == want, (position, replica)
+
+
+def insert_large(sharded: Any, kind: str, data: Any) -> Any:
+    if kind == "dataframe":
+        return sharded.insert_df(TABLE, data, sharding_key="cityHash64(id)")
+    if kind == "arrow":
+        return sharded.insert_arrow(TABLE, data, sharding_key="cityHash64(id)")
+    return sharded.insert(TABLE, data, column_names=["id", "name", "v"], sharding_key="cityHash64(id)",
+                          column_oriented=kind == "columns")
+
+
+@pytest.mark.parametrize("kind", ["rows", "columns", "dataframe", "arrow"])
+def test_a_large_insert_whose_later_parts_are_taken_while_the_first_is_written_routes_every_row(
+    shards: list[LocalCluster], tables: None, kind: str
+) -> None:
+    weights = [1, 2]
+    with clickhouse_lb.get_sharded_pool(shards=[c.hosts for c in shards], shard_weights=weights) as sharded:
+        summary = insert_large(sharded, kind, large_data(kind))
+    assert summary.written_rows == LARGE
+    assert_large_on_engine_shards(shards, weights)
+
+
+async def test_the_async_sharded_pool_routes_a_large_insert_taken_part_by_part(
+    shards: list[LocalCluster], tables: None
+) -> None:
+    weights = [2, 1]
+    async with await clickhouse_lb.get_async_sharded_pool(shards=[c.hosts for c in shards],
+                                                          shard_weights=weights) as sharded:
+        summary = await insert_large(sharded, "rows", large_data("rows"))
+    assert summary.written_rows == LARGE
+    assert_large_on_engine_shards(shards, weights)

@@ -4,6 +4,7 @@ as the routing of the key's values says; and a re-read layout replaces the view 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -229,3 +230,137 @@ def test_columns_are_written_as_the_rows_would_be_for_nested_nullable_and_dated_
     columns = take_columns(rows, indices, len(types))
     assert columns is not None
     assert native(columns, True) == native(take(rows, "rows", indices), False)
+
+
+class InsertingPool:
+    """A shard pool that records what it is asked to insert (``fail``: raises instead)."""
+
+    def __init__(self, fail: Exception | None = None) -> None:
+        self.inserted: list[Any] = []
+        self.fail = fail
+
+    def insert(self, table: str, data: Any, settings: Any = None, **options: Any) -> str:
+        if self.fail is not None:
+            raise self.fail
+        self.inserted.append(data)
+        return f"summary of {table}"
+
+
+LARGE = 60_000  # enough rows for the parts after the first to be taken on a thread
+
+
+def large_plan(data: Any, form: str) -> Any:
+    from clickhouse_lb.core.discovery import InFlight
+    from clickhouse_lb.pools._sharded_insert import RoutedInsert
+    from clickhouse_lb.pools._sharded_view import ShardView
+
+    view = ShardView.of([InsertingPool(), InsertingPool(), InsertingPool()], [1, 2, 3], [1, 2, 1])  # type: ignore[type-var]
+    method = {"dataframe": "insert_df", "arrow": "insert_arrow"}.get(form, "insert")
+    return RoutedInsert(
+        InFlight(), view, method, "t", data, form=form, sharding_key="cityHash64(id)",
+        column_names=["id", "name", "v"], column_type_names=["Int64", "String", "UInt32"], settings=None,
+        options={"database": None}, describe=False,
+    )
+
+
+def same_data(a: Any, b: Any) -> bool:
+    if hasattr(a, "equals"):
+        return bool(a.equals(b))
+    if isinstance(a, list) and a and isinstance(a[0], (list, np.ndarray)):
+        return all(np.array_equal(np.asarray(x, dtype=object), np.asarray(y, dtype=object)) for x, y in zip(a, b))
+    return bool(a == b)
+
+
+@pytest.mark.parametrize("form", ["rows", "columns", "dataframe", "arrow"])
+def test_the_parts_taken_while_the_first_is_written_are_the_parts_taken_at_once(form: str) -> None:
+    ids = np.arange(LARGE, dtype=np.int64)
+    names = [f"u{i}" for i in range(LARGE)]
+    v = (ids % 9).astype(np.uint32)
+    data = {"rows": [[int(i), names[i], int(v[i])] for i in range(LARGE)], "columns": [ids, names, v],
+            "dataframe": pd.DataFrame({"id": ids, "name": names, "v": v}),
+            "arrow": pa.table({"id": ids, "name": names, "v": v})}[form]
+    at_once = large_plan(data, form).parts()
+    plan = large_plan(data, form)
+    pending = plan.pending()
+    assert pending[0].done()  # the first is taken before anything is written
+    parts = [future.result(timeout=60) for future in pending]
+    assert [(p.shard_num, p.rows, p.options) for p in parts] == [(p.shard_num, p.rows, p.options) for p in at_once]
+    assert len(parts) == 3
+    assert sum(p.rows for p in parts) == LARGE
+    for part, expected in zip(parts, at_once):
+        assert same_data(part.data, expected.data), part.shard_num
+        assert not plan.settled(part)
+
+
+def test_a_part_that_cannot_be_taken_after_the_first_was_written_fails_naming_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from clickhouse_lb.core import shard_split
+    from clickhouse_lb.errors import ShardedInsertError
+    from clickhouse_lb.pools.sharded import ShardedPool
+
+    one, two = InsertingPool(), InsertingPool()
+    sharded = ShardedPool([one, two], [1, 2], [1, 1])  # type: ignore[list-item]
+    real_take, calls = shard_split.take, []
+
+    def take(data: Any, form: Any, indices: Any) -> Any:
+        calls.append(len(indices))
+        if len(calls) == 2:  # the second part, taken on the thread
+            raise MemoryError("no room for the second part")
+        return real_take(data, form, indices)
+
+    monkeypatch.setattr(shard_split, "take", take)
+    ids = np.arange(LARGE, dtype=np.int64)
+    with pytest.raises(ShardedInsertError) as raised:
+        sharded.insert("t", [ids, ids.astype(np.uint32)], column_names=["id", "v"],
+                       column_type_names=["Int64", "UInt32"], column_oriented=True, sharding_key="id")
+    assert raised.value.written == {1: LARGE // 2}  # the first part was written
+    assert list(raised.value.failed) == [2]
+    assert "no room for the second part" in repr(raised.value.failed[2])
+    assert len(one.inserted) == 1
+    assert two.inserted == []
+
+
+def test_columns_shorter_than_the_keys_raise_before_anything_is_written_in_a_large_insert() -> None:
+    from clickhouse_lb.pools.sharded import ShardedPool
+
+    one, two = InsertingPool(), InsertingPool()
+    sharded = ShardedPool([one, two], [1, 2], [1, 1])  # type: ignore[list-item]
+    ids = np.arange(LARGE, dtype=np.int64)
+    with pytest.raises(IndexError):
+        sharded.insert("t", [ids, [f"n{i}" for i in range(LARGE - 1)]], column_names=["id", "name"],
+                       column_type_names=["Int64", "String"], column_oriented=True, sharding_key="id")
+    assert one.inserted == two.inserted == []
+
+
+@pytest.mark.parametrize("share", [1, 2, 3, 5, 50])
+def test_list_items_are_taken_by_mask_or_by_index_alike_for_every_kind_of_sequence(share: int) -> None:
+    size = 1000
+    indices = np.flatnonzero(np.arange(size) % share == 1 % share)  # one item in `share`
+    values = [f"v{i}" for i in range(size)]
+    expected = [values[i] for i in indices]
+    for items in (values, tuple(values), StrSequence(values)):
+        assert take(items, "rows", indices) == expected, type(items)
+    numbers = np.arange(size, dtype=np.int64)
+    longer = [*values, "past the rows"]  # a column longer than the key's: its extra values are left out
+    part = take([numbers, values, longer, tuple(values)], "columns", indices)
+    assert part[0].tolist() == indices.tolist()
+    assert part[1] == part[2] == part[3] == expected
+    with pytest.raises(IndexError):  # a list column shorter than the key's, as indexing it raises
+        take([numbers, values[:-1]], "columns", np.array([0, size - 1]))
+
+
+class StrSequence(Sequence[str]):
+    """A sequence that is neither a list nor a tuple (taken by index, never iterated)."""
+
+    def __init__(self, values: list[str]) -> None:
+        self._values = values
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._values[i]
+
+    def __iter__(self) -> Any:
+        raise AssertionError("taken by index")

@@ -124,13 +124,18 @@ def slot_table(weights: Sequence[int]) -> tuple[int, ...]:
 
 
 def shard_indices(selector_values: np.ndarray, slots: Sequence[int]) -> np.ndarray:
-    """Each row's shard position from the selector's unsigned key values."""
+    """Each row's shard position (int64) from the selector's unsigned key values."""
+    positions: np.ndarray = _positions(selector_values, slots).astype(np.int64, copy=False)
+    return positions
+
+
+def _positions(selector_values: np.ndarray, slots: Sequence[int]) -> np.ndarray:
+    """:func:`shard_indices`, in whichever integer dtype comes cheapest (no copy to int64)."""
     size = len(slots)
     # Same result as ``%``, cheaper: a mask for a power of two, no lookup for one slot a shard.
-    slot = selector_values & _U64(size - 1) if size & (size - 1) == 0 else selector_values % _U64(size)
+    slot: np.ndarray = selector_values & _U64(size - 1) if size & (size - 1) == 0 else selector_values % _U64(size)
     if tuple(slots) == tuple(range(size)):
-        same: np.ndarray = slot.astype(np.int64, copy=False)
-        return same
+        return slot
     positions: np.ndarray = np.asarray(slots, dtype=np.int64)[slot]
     return positions
 
@@ -277,7 +282,7 @@ def route(
 ) -> list[np.ndarray]:
     """The row indices (ascending, as an int64 array) of each shard position; a shard with no
     rows gets an empty array."""
-    positions = shard_indices(key_values(key, values, kind, rows), slots)
+    positions = _positions(key_values(key, values, kind, rows), slots)
     if shards == 1:
         return [np.arange(rows)]
     # One pass per shard beats sorting for the few shards a cluster has.

@@ -4,7 +4,9 @@ in which form, and what the outcome is. The sync and async sharded pools only dr
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -47,6 +49,21 @@ class InsertPart:
             # empties a context after each attempt)
             return getattr(pool, self.method)(data=self.data, **options)
         return getattr(pool, self.method)(self.table, self.data, settings=self.settings, **options)
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """A part before its data is taken: its shard, its rows' indices, its settings."""
+
+    position: int
+    number: int
+    indices: Any
+    settings: dict[str, Any]
+
+
+#: Rows from which the parts after the first are taken on a thread while the first is written
+#: (below, the thread costs more than taking them).
+_TAKEN_AHEAD = 50_000
 
 
 @dataclass(frozen=True)
@@ -113,7 +130,11 @@ class RoutedInsert(Generic[P]):
             (self.table, column_names if column_names is not None else "*", options.get("database"))
             if describe else None
         )
+        #: Each part's shard, position and row count (without its data), in shard order.
         self._parts: list[InsertPart] = []
+        self._rows = 0
+        self._width = 0
+        self._transpose = False
         #: Each part's outcome by shard position: its summary, or the exception it raised.
         self._results: dict[int, Any] = {}
 
@@ -142,15 +163,69 @@ class RoutedInsert(Generic[P]):
             self.done(part, exc)
 
     def parts(self, described: Any = None) -> list[InsertPart]:
-        """The parts to write, in shard order; ``described``: the insert context of
-        :attr:`describe` when it was set (the columns as clickhouse-connect has them)."""
-        from clickhouse_lb.core.shard_split import key_column, row_count, take, take_columns, transposable
+        """The parts to write, in shard order, every one taken here; ``described``: the insert
+        context of :attr:`describe` when it was set (the columns as clickhouse-connect has them)."""
+        return [self._part(spec) for spec in self._route(described)]
+
+    def pending(self, described: Any = None) -> list[Future[InsertPart]]:
+        """:meth:`parts` as futures, in shard order: the first taken here, and, for a large
+        insert, the others on a thread of their own while the first ones are written (a part's
+        rows are taken from the data in C, which waits on memory much as the insert before it
+        waits on its server: done one after the other, the two add up; see BENCHMARKS.md). A
+        part whose rows could not be taken there is a part that failed: its future holds it
+        with that exception as its outcome (:meth:`settled`)."""
+        specs = self._route(described)
+        futures: list[Future[InsertPart]] = [Future() for _ in specs]
+        if not specs:
+            return futures
+        ahead = len(specs) > 1 and self._rows >= _TAKEN_AHEAD and self._takes_safely()
+        for spec, future in zip(specs if not ahead else specs[:1], futures):
+            future.set_result(self._part(spec))
+        if ahead:
+            threading.Thread(target=self._take_ahead, args=(specs[1:], futures[1:]),
+                             name="clickhouse-lb-parts", daemon=True).start()
+        return futures
+
+    def _take_ahead(self, specs: list[_Spec], futures: list[Future[InsertPart]]) -> None:
+        for spec, future in zip(specs, futures):
+            try:
+                future.set_result(self._part(spec))
+            except BaseException as exc:  # the part fails, naming itself; the others go on
+                part = InsertPart(spec.number, spec.position, len(spec.indices), None, spec.settings or None,
+                                  self.method, self.table)
+                self.done(part, exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+                future.set_result(part)
+
+    def settled(self, part: InsertPart) -> bool:
+        """Whether ``part`` already has its outcome (its rows could not be taken)."""
+        return part.position in self._results
+
+    def _takes_safely(self) -> bool:
+        """Whether taking the parts after the first has begun to be written can raise nothing
+        that taking them all first would have raised before anything was written: rows and
+        columns only as lists, tuples or NumPy arrays (indexed by valid positions, in C), no
+        column shorter than the key's (an IndexError, taken first as before); DataFrames and
+        Arrow tables (their ``take``)."""
+        import numpy as np  # (the sharding extra's: routing imported it already)
+
+        plain = (list, tuple, np.ndarray)
+        if self.form == "rows":
+            return isinstance(self.data, plain)
+        if self.form == "columns":
+            return isinstance(self.data, plain) and all(
+                isinstance(column, plain) and len(column) >= self._rows for column in self.data)
+        return True
+
+    def _route(self, described: Any) -> list[_Spec]:
+        """Which rows go to which shard, with each part's settings: everything but the parts' data."""
+        from clickhouse_lb.core.shard_split import key_column, row_count, transposable
         from clickhouse_lb.core.sharding import part_token, route, value_type
 
         if described:
             self.names = list(described.column_names)
             self.types = [t.name for t in described.column_types]
         view, key, rows = self.view, self.key, row_count(self.data, self.form)
+        self._rows = rows
         values, kind = None, None
         if key.column is not None:
             if self.names is None or self.types is None:
@@ -163,8 +238,10 @@ class RoutedInsert(Generic[P]):
         token = settings.get(_TOKEN)
         # Rows are handed on as columns (column_oriented=True): clickhouse-connect then writes
         # them without transposing each block itself, most of a row insert's cost.
-        width = len(self.names) if self.names is not None else 0
-        transpose = self.form == "rows" and self.method == "insert" and width > 0 and transposable(self.data, width)
+        self._width = len(self.names) if self.names is not None else 0
+        self._transpose = (self.form == "rows" and self.method == "insert" and self._width > 0
+                           and transposable(self.data, self._width))
+        specs: list[_Spec] = []
         for position, indices in enumerate(groups):
             if not len(indices):
                 continue
@@ -174,15 +251,19 @@ class RoutedInsert(Generic[P]):
                 own[_TOKEN] = part_token(token, number)
             elif self.context is not None and self.pool_adds_tokens(position):
                 own[_TOKEN] = _fresh_token()  # the pool gives a context insert none of its own
-            data = take_columns(self.data, indices, width) if transpose else None
-            oriented = data is not None
-            if data is None:
-                data = take(self.data, self.form, indices)
-            self._parts.append(InsertPart(
-                number, position, len(indices), data, own or None, self.method, self.table,
-                self._part_options(own, oriented),
-            ))
-        return list(self._parts)
+            specs.append(_Spec(position, number, indices, own))
+        self._parts = [InsertPart(s.number, s.position, len(s.indices), None, None) for s in specs]
+        return specs
+
+    def _part(self, spec: _Spec) -> InsertPart:
+        from clickhouse_lb.core.shard_split import take, take_columns
+
+        data = take_columns(self.data, spec.indices, self._width) if self._transpose else None
+        oriented = data is not None
+        if data is None:
+            data = take(self.data, self.form, spec.indices)
+        return InsertPart(spec.number, spec.position, len(spec.indices), data, spec.settings or None,
+                          self.method, self.table, self._part_options(spec.settings, oriented))
 
     def pool_adds_tokens(self, position: int) -> bool:
         pool = self.view.pools[position]

@@ -105,7 +105,10 @@ class ShardedPool(ShardedBase[ReplicaPool]):
 
     def _route(self, plan: RoutedInsert[ReplicaPool]) -> ShardedInsertSummary:
         with plan:
-            for part in plan.parts(plan.describe and plan.describer.create_insert_context(*plan.describe)):
+            for pending in plan.pending(plan.describe and plan.describer.create_insert_context(*plan.describe)):
+                part = pending.result()
+                if plan.settled(part):
+                    continue
                 with plan.writing(part):
                     plan.done(part, part.send(plan.pool(part)))
         return plan.outcome()

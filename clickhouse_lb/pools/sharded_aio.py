@@ -78,7 +78,10 @@ class AsyncShardedPool(ShardedBase[AsyncReplicaPool]):
 
     async def _route(self, plan: RoutedInsert[AsyncReplicaPool]) -> ShardedInsertSummary:
         with plan:
-            for part in plan.parts(plan.describe and await plan.describer.create_insert_context(*plan.describe)):
+            for pending in plan.pending(plan.describe and await plan.describer.create_insert_context(*plan.describe)):
+                part = pending.result() if pending.done() else await asyncio.wrap_future(pending)
+                if plan.settled(part):
+                    continue
                 with plan.writing(part):
                     plan.done(part, await part.send(plan.pool(part)))
         return plan.outcome()
