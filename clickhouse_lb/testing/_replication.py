@@ -177,6 +177,7 @@ class Replication:
         self.stopped = False
         self.crash_before_logging = False
         self.crash_in_batch = False
+        self.crash_after_applying = False
         self.last_exception = ""
         self.last_queue_update = 0.0
         # Lock order: the log's locks, then _apply_lock, then _state_lock.
@@ -238,6 +239,8 @@ class Replication:
                 self.crash_before_logging = bool(change["crash_before_logging"])
             if "crash_in_batch" in change:
                 self.crash_in_batch = bool(change["crash_in_batch"])
+            if "crash_after_applying" in change:
+                self.crash_after_applying = bool(change["crash_after_applying"])
             self._wake.set()
         self.log.refresh()
         return {
@@ -245,6 +248,7 @@ class Replication:
             "stopped": self.stopped,
             "crash_before_logging": self.crash_before_logging,
             "crash_in_batch": self.crash_in_batch,
+            "crash_after_applying": self.crash_after_applying,
             "applied": self._pos,
             "log_end": self.log.last_seq,
             "queue": len(self._unapplied()),
@@ -828,6 +832,8 @@ class Replication:
                     batch = self._batch(entry, pending[index + 1 :], due) if infos else [entry]
                     if len(batch) == 1:
                         self._apply_to(entry, infos)
+                        if self.crash_after_applying and entry.kind == "insert":
+                            os.kill(os.getpid(), signal.SIGKILL)
                         self._applied_alone(entry)
                     else:
                         self._apply_batch(batch, infos)

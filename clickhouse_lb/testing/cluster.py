@@ -457,9 +457,17 @@ class LocalCluster(ClusterBase):
         batch again, which the engine drops as a duplicate: every row once. Cleared by the crash."""
         self._replication(i, {"crash_in_batch": True})
 
+    def crash_after_applying(self, i: int) -> None:
+        """Replica ``i`` SIGKILLs itself the next time its applier sends one replicated insert
+        alone to its engine, after the engine insert and before the entry is recorded as
+        applied. The restarted replica sends that entry again under its own token, which the
+        engine drops: every row once, even when more inserts arrived meanwhile that its applier
+        could join to it. Cleared by the crash."""
+        self._replication(i, {"crash_after_applying": True})
+
     def replication_state(self, i: int) -> dict[str, object]:
         """Replica ``i``'s replication: ``delay``, ``stopped``, ``crash_before_logging``,
-        ``crash_in_batch``, ``applied``, ``log_end``, ``queue``."""
+        ``crash_in_batch``, ``crash_after_applying``, ``applied``, ``log_end``, ``queue``."""
         return self._replication(i, None)
 
     def _replication(self, i: int, change: dict[str, object] | None) -> dict[str, object]:
