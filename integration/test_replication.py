@@ -560,6 +560,34 @@ def test_numbered_batches_land_exactly_once_through_kills_pauses_and_restarts(cl
         assert set(seen) <= set(range(40))
 
 
+def _wait_dead(local: LocalCluster, i: int) -> None:
+    deadline = time.monotonic() + 30
+    while local.is_alive(i):
+        assert time.monotonic() < deadline, f"replica {i} did not crash at its fault point"
+        time.sleep(0.02)
+
+
+def test_an_insert_applied_alone_before_a_sigkill_is_not_applied_again_inside_a_batch(
+    cluster: ClusterBase, table: str
+) -> None:
+    # Replica 1's applier sends batch 0 to its engine alone (under batch 0's own token) and dies
+    # before recording it applied. Batches 1 and 2 (same statement shape) are logged while it
+    # is down: at restart its applier could join all three into one engine insert under a
+    # batch token, which the engine would take for new rows, batch 0's included.
+    local = _local_only(cluster)
+    client = local.client(0)
+    local.crash_after_applying(1)
+    client.insert(table, _batch(0), column_names=["batch", "x"])
+    _wait_dead(local, 1)
+    for n in (1, 2):
+        client.insert(table, _batch(n), column_names=["batch", "x"])
+    local.restart(1)
+    sync_all(local, table)
+    for i in range(len(local)):
+        assert _batch_counts(local, i, table) == dict.fromkeys(range(3), ROWS_PER_BATCH), local.names[i]
+    assert local.replication_state(1)["crash_after_applying"] is False  # a fault for one entry
+
+
 def test_batches_retried_with_their_token_after_sigkills_mid_insert_are_exactly_once(
     cluster: ClusterBase, table: str
 ) -> None:

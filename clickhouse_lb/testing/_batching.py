@@ -13,8 +13,8 @@ Deduplication stays exact:
 
 * the batch is inserted with a token made from its members' tokens, and recorded (which entries,
   which token) before it runs; a replica killed meanwhile re-applies exactly that batch at
-  restart, which the engine drops if it had committed (see
-  :meth:`clickhouse_lb.testing._replication.Replication.start`);
+  restart, which the engine drops if it had committed (see :mod:`clickhouse_lb.testing._inflight`);
+  an entry sent alone is recorded the same way, so it is not sent again inside a batch;
 * an entry whose block id an earlier entry of its table already logged (two concurrent
   inserts of one block, on two replicas) is never part of a batch: alone, the engine drops it
   by its token, as every other replica does;

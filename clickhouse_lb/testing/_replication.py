@@ -31,9 +31,11 @@ Keeper), so:
   not written, on whichever replica it arrives. Every replica inserts a block with its block id
   as the engine's own ``insert_deduplication_token`` (in a ``SETTINGS`` clause of the INSERT
   when its shape allows, which costs no query; else with a ``SET``; local tables carry
-  ``non_replicated_deduplication_window``), so applying an entry twice (a replica killed between
-  applying and recording it) is a no-op. ``INSERT ... SELECT`` is deduplicated by token only (its
-  text does not identify its rows).
+  ``non_replicated_deduplication_window``), so applying an entry twice under the same token (a
+  replica killed between applying and recording it) is a no-op; the engine insert in flight is
+  recorded before it is sent, so a restart sends the same entries under the same token, not the
+  entry inside a new batch (:mod:`clickhouse_lb.testing._inflight`). ``INSERT ... SELECT`` is
+  deduplicated by token only (its text does not identify its rows).
 * Ordering (see :mod:`clickhouse_lb.testing._replog` for the locks): an insert into a replicated
   table holds the log's writer lock *shared* while it runs on the receiving replica and is
   logged, so inserts (into one table or many, on any replica) run concurrently: they commute,
@@ -76,7 +78,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clickhouse_lb.testing import _batching, _sql, _system_tables
+from clickhouse_lb.testing import _batching, _inflight, _sql, _system_tables
 from clickhouse_lb.testing._engine import ClickHouseError, EngineConn, Result
 from clickhouse_lb.testing._replog import Entry, ReplicationLog
 
@@ -161,7 +163,7 @@ class Replication:
         self._catalog_file = data_dir / "replicated_tables.json"
         self._intents_dir = data_dir / "writes_in_progress"  # <write id>.json / .bin, one per write
         self._intents_dir.mkdir(exist_ok=True)
-        self._batch_file = data_dir / "batch_in_progress.json"  # the applier's batch being inserted
+        self._inflight_file = data_dir / _inflight.FILE_NAME  # the engine insert being sent (see _inflight)
         self.catalog: dict[tuple[str, str], TableInfo] = {}
         if self._catalog_file.exists():
             for item in json.loads(self._catalog_file.read_text()):
@@ -214,7 +216,7 @@ class Replication:
         self._thread = threading.Thread(target=self._run, name="replication-applier", daemon=True)
 
     def start(self) -> None:
-        self._finish_interrupted_batch()
+        self._finish_interrupted_insert()
         self._finish_interrupted_write()
         self._save_state()
         self._thread.start()
@@ -407,8 +409,7 @@ class Replication:
             )
             history = [s for s in self._paths[path].seqs if s < attach.seq]
             for seq in history:  # clone: the table's history so far, in log order
-                self._apply_to(self.log.entries[seq - 1], [info])
-                self._mark_applied(seq)
+                self._apply_entries([self.log.entries[seq - 1]], [info])
         return result
 
     def _append(self, header: dict[str, Any], payload: bytes = b"") -> Entry:
@@ -830,15 +831,9 @@ class Replication:
                 elif not blocked and due(entry):
                     infos = [i for i in self.catalog.values() if i.zookeeper_path == entry.header["path"]]
                     batch = self._batch(entry, pending[index + 1 :], due) if infos else [entry]
+                    self._apply_entries(batch, infos)
                     if len(batch) == 1:
-                        self._apply_to(entry, infos)
-                        if self.crash_after_applying and entry.kind == "insert":
-                            os.kill(os.getpid(), signal.SIGKILL)
-                        self._applied_alone(entry)
-                    else:
-                        self._apply_batch(batch, infos)
-                    for member in batch:
-                        self._mark_applied(member.seq)
+                        self._applied_alone(entry)  # after the mark: until then it may be sent again
                 else:
                     blocked = True  # keep the table entries' order: nothing after this one either
 
@@ -895,34 +890,44 @@ class Replication:
         tmp.write_text(json.dumps(sorted(self._apply_alone)))
         os.replace(tmp, self._alone_file)
 
-    def _apply_batch(self, batch: list[Entry], infos: list[TableInfo]) -> None:
-        """Insert ``batch`` as one engine insert, recorded first so that a restart re-applies
-        exactly this batch under the same token (a no-op if it had committed)."""
-        token = _batching.token([str(e.header["token"]) for e in batch])
-        tmp = self._batch_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"seqs": [e.seq for e in batch], "token": token}))
-        os.replace(tmp, self._batch_file)
-        payload = b"".join(self.log.payload(e) for e in batch)
-        self._apply_to(batch[0], infos, token=token, payload=payload)
-        if self.crash_in_batch:  # a fault for tests: inserted, not yet recorded as applied
+    def _apply_entries(self, batch: list[Entry], infos: list[TableInfo]) -> None:
+        """Send ``batch`` (one entry, or inserts joined, see _batch) to the engine and record its
+        entries applied. An insert is recorded in flight first (see _inflight): a replica killed
+        before the marks sends exactly that insert again at restart, under the same token, which
+        the engine drops if it had committed."""
+        first = batch[0]
+        joined = len(batch) > 1
+        token = _batching.token([str(e.header["token"]) for e in batch]) if joined else None
+        if first.kind == "insert" and infos:
+            flight = _inflight.InFlight(tuple(e.seq for e in batch), token or str(first.header["token"]))
+            _inflight.record(self._inflight_file, flight)
+        if joined:
+            self._apply_to(first, infos, token=token, payload=b"".join(self.log.payload(e) for e in batch))
+        else:
+            self._apply_to(first, infos)
+        # Faults for tests: in the engine, not yet recorded as applied.
+        if (self.crash_in_batch and joined) or (self.crash_after_applying and not joined and first.kind == "insert"):
             os.kill(os.getpid(), signal.SIGKILL)
+        for member in batch:
+            self._mark_applied(member.seq)
 
-    def _finish_interrupted_batch(self) -> None:
-        """Re-apply the batch the applier was killed in the middle of (see _apply_batch)."""
-        if not self._batch_file.exists():
+    def _finish_interrupted_insert(self) -> None:
+        """Send the engine insert this replica was killed in the middle of again, the same
+        entries under the same token (see _apply_entries), before anything else is applied."""
+        flight = _inflight.read(self._inflight_file)
+        if flight is None:
             return
-        record = json.loads(self._batch_file.read_text())
-        seqs = [int(s) for s in record["seqs"]]
+        seqs = list(flight.seqs)
         if not all(self._is_applied(s) for s in seqs) and all(s <= self.log.last_seq for s in seqs):
             batch = [self.log.entries[s - 1] for s in seqs]
             infos = [i for i in self.catalog.values() if i.zookeeper_path == batch[0].header["path"]]
             payload = b"".join(self.log.payload(e) for e in batch)
             with self._apply_lock:
-                self._apply_to(batch[0], infos, token=str(record["token"]), payload=payload)
+                self._apply_to(batch[0], infos, token=flight.token, payload=payload)
                 for seq in seqs:
                     self._mark_applied(seq)
-            log.warning("batch of entries %s, interrupted by this replica's end, applied again", seqs)
-        self._batch_file.unlink()
+            log.warning("entries %s, interrupted by this replica's end, sent to the engine again", seqs)
+        _inflight.clear(self._inflight_file)
 
     def _apply_to(
         self, entry: Entry, infos: list[TableInfo], *, token: str | None = None, payload: bytes | None = None
