@@ -30,3 +30,15 @@ def test_a_record_written_before_single_entries_were_recorded_still_reads(tmp_pa
     path = tmp_path / "batch_in_progress.json"
     path.write_text('{"seqs": [3, 4], "token": "clickhouse-lb-batch-x"}')
     assert _inflight.read(path) == InFlight((3, 4), "clickhouse-lb-batch-x")
+
+
+def test_a_non_insert_entry_ran_on_a_table_only_if_a_newer_mutation_is_there(tmp_path: Path) -> None:
+    path = tmp_path / _inflight.FILE_NAME
+    _inflight.record(path, InFlight((5,), mutations={"default.a": 3, "default.b": 0}))
+    flight = _inflight.read(path)
+    assert flight is not None
+    assert flight == InFlight((5,), "", {"default.a": 3, "default.b": 0})
+    assert flight.ran_on("default.a", 4)  # the UPDATE's mutation is on disk: not to be sent again
+    assert not flight.ran_on("default.a", 3)
+    assert not flight.ran_on("default.b", 0)
+    assert not flight.ran_on("default.c", 9)  # not a target when it was sent: nothing known

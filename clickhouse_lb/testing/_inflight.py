@@ -14,7 +14,15 @@ So the applier writes down what it is about to send (the entries and the token) 
 it, and a restarted replica sends exactly that again before anything else. ClickHouse needs no
 such record: a replica fetches a part by its name, the same name every time.
 
-One file per replica (the applier sends one insert at a time); the record is replaced by a
+A non-insert entry (ALTER, DELETE, TRUNCATE, ...) has no token, and sending a mutation twice is
+not harmless (``UPDATE x = x + 1``). The engine writes a mutation to disk
+(``mutation_<n>.txt``, ``n`` from the table's block numbers) before the statement returns, so the
+record holds each target table's newest mutation number before the entry was sent: a higher one
+at restart means the entry ran there. The other non-insert entries leave no such trace and are
+sent again, as before (running them again in log order changes nothing, or fails harmlessly:
+an ``ADD COLUMN`` of a column that is there).
+
+One file per replica (the applier sends one statement at a time); the record is replaced by a
 rename, so a reader sees the old record or the new one, whole. It is never removed while the
 replica runs: a record whose entries are all recorded as applied is simply stale.
 """
@@ -23,7 +31,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 FILE_NAME = "batch_in_progress.json"  # the name from when only batches were recorded
@@ -31,26 +39,34 @@ FILE_NAME = "batch_in_progress.json"  # the name from when only batches were rec
 
 @dataclass(frozen=True)
 class InFlight:
-    """Log entries (``seqs``, in log order) sent to the engine as one insert under ``token``."""
+    """Log entries (``seqs``, in log order) sent to the engine as one insert under ``token``, or
+    one non-insert entry with ``mutations``: each target table's (``db.table``) newest mutation
+    number before it was sent."""
 
     seqs: tuple[int, ...]
-    token: str
+    token: str = ""
+    mutations: dict[str, int] = field(default_factory=dict)
+
+    def ran_on(self, table: str, newest_mutation: int) -> bool:
+        """Whether the non-insert entry ran on ``table``, whose newest mutation is now that."""
+        return table in self.mutations and newest_mutation > self.mutations[table]
 
 
 def record(path: Path, flight: InFlight) -> None:
-    """Write ``flight`` as the applier's insert in flight (before it is sent)."""
+    """Write ``flight`` as the applier's statement in flight (before it is sent)."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"seqs": list(flight.seqs), "token": flight.token}))
+    tmp.write_text(json.dumps({"seqs": list(flight.seqs), "token": flight.token, "mutations": flight.mutations}))
     os.replace(tmp, path)
 
 
 def read(path: Path) -> InFlight | None:
-    """The last insert recorded in flight, if any (stale or not: the caller knows)."""
+    """The last statement recorded in flight, if any (stale or not: the caller knows)."""
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         return None
-    return InFlight(tuple(int(s) for s in data["seqs"]), str(data["token"]))
+    mutations = {str(t): int(n) for t, n in dict(data.get("mutations") or {}).items()}
+    return InFlight(tuple(int(s) for s in data["seqs"]), str(data["token"]), mutations)
 
 
 def clear(path: Path) -> None:
