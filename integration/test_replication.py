@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
+from waiting import wait_for
 
 from clickhouse_lb.core.classify import error_code
 from clickhouse_lb.testing import ClusterBase, ClusterError, LocalCluster
@@ -558,6 +559,83 @@ def test_numbered_batches_land_exactly_once_through_kills_pauses_and_restarts(cl
         assert {n: seen.get(n) for n in acknowledged} == dict.fromkeys(acknowledged, ROWS_PER_BATCH), local.names[i]
         assert all(seen.get(n, 0) in (0, ROWS_PER_BATCH) for n in failed), (local.names[i], seen)
         assert set(seen) <= set(range(40))
+
+
+def _wait_dead(local: LocalCluster, i: int) -> None:
+    deadline = time.monotonic() + 30
+    while local.is_alive(i):
+        assert time.monotonic() < deadline, f"replica {i} did not crash at its fault point"
+        time.sleep(0.02)
+
+
+def test_an_insert_applied_alone_before_a_sigkill_is_not_applied_again_inside_a_batch(
+    cluster: ClusterBase, table: str
+) -> None:
+    # Replica 1's applier sends batch 0 to its engine alone (under batch 0's own token) and dies
+    # before recording it applied. Batches 1 and 2 (same statement shape) are logged while it
+    # is down: at restart its applier could join all three into one engine insert under a
+    # batch token, which the engine would take for new rows, batch 0's included.
+    local = _local_only(cluster)
+    client = local.client(0)
+    local.crash_after_applying(1)
+    client.insert(table, _batch(0), column_names=["batch", "x"])
+    _wait_dead(local, 1)
+    for n in (1, 2):
+        client.insert(table, _batch(n), column_names=["batch", "x"])
+    local.restart(1)
+    sync_all(local, table)
+    for i in range(len(local)):
+        assert _batch_counts(local, i, table) == dict.fromkeys(range(3), ROWS_PER_BATCH), local.names[i]
+    assert local.replication_state(1)["crash_after_applying"] is False  # a fault for one entry
+
+
+def test_a_mutation_applied_before_a_sigkill_is_not_applied_again_at_restart(cluster: ClusterBase, table: str) -> None:
+    # Replica 1's applier runs the UPDATE and dies before recording it applied. An UPDATE has no
+    # token to make a second run a no-op: run again at restart, x would be incremented twice.
+    local = _local_only(cluster)
+    local.query(0, f"INSERT INTO {table} VALUES (1, 1)")
+    sync_all(local, table)
+    local.crash_after_applying(1)
+    local.query(0, f"ALTER TABLE {table} UPDATE x = x + 1 WHERE 1")
+    _wait_dead(local, 1)
+    local.restart(1)
+    sync_all(local, table)
+    pending = f"SELECT count() FROM system.mutations WHERE table = '{table}' AND NOT is_done"
+    for i in range(len(local)):
+        wait_for(lambda i=i: local.query(i, pending).strip() == "0", 30, f"{local.names[i]}'s mutations done")
+        assert local.query(i, f"SELECT x FROM {table}").strip() == "2", local.names[i]
+
+
+def test_a_block_logged_twice_by_a_retry_racing_a_slow_replica_lands_once_everywhere(
+    cluster: ClusterBase, table: str
+) -> None:
+    # Replica 0 runs batch 5 and is slow to log it; the client's retry on replica 1 finds no
+    # entry of the block yet, runs it and logs it first; replica 0 logs it after. Replica 2
+    # (its replication stopped) then has the first entry due with batch 6 behind it: sent in a
+    # batch under a batch token, the second entry alone under the block's own token would be
+    # new rows to its engine; and replica 0 holds the block under its own token already.
+    import threading
+
+    local = _local_only(cluster)
+    token = {"insert_deduplication_token": "batch-5"}
+    local.stop_replication(2)
+    local.hold_before_logging(0)
+    slow = threading.Thread(
+        target=lambda: local.client(0).insert(table, _batch(5), column_names=["batch", "x"], settings=token)
+    )
+    slow.start()
+    try:
+        wait_for(lambda: local.replication_state(0)["holding"] is True, 30, "replica 0's insert held before logging")
+        retry = local.client(1)
+        retry.insert(table, _batch(5), column_names=["batch", "x"], settings=token)
+        retry.insert(table, _batch(6), column_names=["batch", "x"])
+    finally:
+        local.hold_before_logging(0, False)
+        slow.join(timeout=60)
+    local.start_replication(2)
+    sync_all(local, table)
+    for i in range(len(local)):
+        assert _batch_counts(local, i, table) == {5: ROWS_PER_BATCH, 6: ROWS_PER_BATCH}, local.names[i]
 
 
 def test_batches_retried_with_their_token_after_sigkills_mid_insert_are_exactly_once(

@@ -13,15 +13,18 @@ Deduplication stays exact:
 
 * the batch is inserted with a token made from its members' tokens, and recorded (which entries,
   which token) before it runs; a replica killed meanwhile re-applies exactly that batch at
-  restart, which the engine drops if it had committed (see
-  :meth:`clickhouse_lb.testing._replication.Replication.start`);
-* an entry whose block id an earlier entry of its table already logged (two concurrent
-  inserts of one block, on two replicas) is never part of a batch: alone, the engine drops it
-  by its token, as every other replica does;
+  restart, which the engine drops if it had committed (see :mod:`clickhouse_lb.testing._inflight`);
+  an entry sent alone is recorded the same way, so it is not sent again inside a batch;
+* an entry whose block id an earlier entry of its table already logged (two inserts of one
+  block on two replicas, each logged before it saw the other: a client's retry while the first
+  replica was still running it) is not sent by any applier: the earlier entry brought the block
+  (it may have gone in a batch, so the later one alone would be new rows), and the replica that
+  ran the later one has it already;
 * an entry whose block this replica's engine may already hold under the entry's own token is
   applied alone: a write rolled forward at restart, this replica's own write left unmarked by a
-  crash after it was logged, and a block this replica ran before a crash while a retry on
-  another replica logged it (see ``Replication._may_batch``).
+  crash after it was logged, a block this replica ran before a crash while a retry on another
+  replica logged it, the earlier of two entries of one block (the other's replica ran it under
+  its token), and a block this replica is running itself now (see ``Replication._may_batch``).
 """
 
 from __future__ import annotations

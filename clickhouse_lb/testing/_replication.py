@@ -31,16 +31,20 @@ Keeper), so:
   not written, on whichever replica it arrives. Every replica inserts a block with its block id
   as the engine's own ``insert_deduplication_token`` (in a ``SETTINGS`` clause of the INSERT
   when its shape allows, which costs no query; else with a ``SET``; local tables carry
-  ``non_replicated_deduplication_window``), so applying an entry twice (a replica killed between
-  applying and recording it) is a no-op. ``INSERT ... SELECT`` is deduplicated by token only (its
-  text does not identify its rows).
+  ``non_replicated_deduplication_window``), so applying an entry twice under the same token (a
+  replica killed between applying and recording it) is a no-op; the engine insert in flight is
+  recorded before it is sent, so a restart sends the same entries under the same token, not the
+  entry inside a new batch, and a mutation only where it left none on disk
+  (:mod:`clickhouse_lb.testing._inflight`). ``INSERT ... SELECT`` is deduplicated by token only
+  (its text does not identify its rows).
 * Ordering (see :mod:`clickhouse_lb.testing._replog` for the locks): an insert into a replicated
   table holds the log's writer lock *shared* while it runs on the receiving replica and is
   logged, so inserts (into one table or many, on any replica) run concurrently: they commute,
-  and a duplicate block logged twice by two concurrent inserts is dropped by the engine's own
-  deduplication (same token) on every replica. Every other replicated write (ALTER, TRUNCATE,
-  DELETE, OPTIMIZE), every ON CLUSTER statement and CREATE/DROP/RENAME of a replicated table
-  hold it *exclusively*: one at a time, after the inserts in flight, in log order. An insert
+  and of a block logged twice by two concurrent inserts only the first entry is applied (see
+  :mod:`clickhouse_lb.testing._batching` for which replica sends what alone). Every other
+  replicated write (ALTER, TRUNCATE, DELETE, OPTIMIZE), every ON CLUSTER statement and
+  CREATE/DROP/RENAME of a replicated table hold it *exclusively*: one at a time, after the
+  inserts in flight, in log order. An insert
   whose replica still has an older non-insert entry of its table queued takes the exclusive
   path (and applies that entry first), so every replica sees the two in log order.
   LocalCluster.pause takes the lock exclusively before SIGSTOP, so a paused replica holds none.
@@ -76,7 +80,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clickhouse_lb.testing import _batching, _sql, _system_tables
+from clickhouse_lb.testing import _batching, _inflight, _sql, _system_tables
 from clickhouse_lb.testing._engine import ClickHouseError, EngineConn, Result
 from clickhouse_lb.testing._replog import Entry, ReplicationLog
 
@@ -135,7 +139,7 @@ class _PathView:
     seqs: list[int] = field(default_factory=list)  # entries of this path since it was (re)created
     replicas: set[str] = field(default_factory=set)
     hosts: dict[str, str] = field(default_factory=dict)  # replica name -> the replica process holding it
-    blocks: OrderedDict[str, float] = field(default_factory=OrderedDict)  # block id -> time
+    blocks: OrderedDict[str, tuple[float, int]] = field(default_factory=OrderedDict)  # block id -> (time, seq)
 
 
 class Replication:
@@ -163,7 +167,7 @@ class Replication:
         self._catalog_file = data_dir / "replicated_tables.json"
         self._intents_dir = data_dir / "writes_in_progress"  # <write id>.json / .bin, one per write
         self._intents_dir.mkdir(exist_ok=True)
-        self._batch_file = data_dir / "batch_in_progress.json"  # the applier's batch being inserted
+        self._inflight_file = data_dir / _inflight.FILE_NAME  # the engine insert being sent (see _inflight)
         self.catalog: dict[tuple[str, str], TableInfo] = {}
         if self._catalog_file.exists():
             for item in json.loads(self._catalog_file.read_text()):
@@ -179,6 +183,10 @@ class Replication:
         self.stopped = False
         self.crash_before_logging = False
         self.crash_in_batch = False
+        self.crash_after_applying = False
+        self._held = threading.Event()  # a write waits before it is logged (hold_before_logging)
+        self._held.set()
+        self.holding = False  # a write is waiting there now
         self.last_exception = ""
         self.last_queue_update = 0.0
         # Lock order: the log's locks, then _apply_lock, then _state_lock.
@@ -186,6 +194,13 @@ class Replication:
         self._state_lock = threading.RLock()  # what this replica applied and its view of the log (short)
         self._local_writes: set[str] = set()  # write ids run here and being logged: never to be applied again
         self._duplicates: set[int] = set()  # inserts whose block id an earlier entry of their table logged
+        # Inserts whose block id a later entry logged too (two replicas ran one block, a retry
+        # while the first was still running): the later one's replica holds the block under its
+        # own token, so these reach an engine alone, under that token, never in a batch.
+        self._duplicated: set[int] = set()
+        # Block ids of this replica's inserts running now (not yet logged): an entry with one of
+        # them reaches the engine alone, under its own token (_may_batch).
+        self._running_blocks: dict[str, int] = {}
         # Block ids this replica ran itself but another replica logged (a retry while this one
         # was down): their entries must reach the engine alone, under their own token.
         self._alone_file = data_dir / "apply_alone.json"
@@ -215,7 +230,7 @@ class Replication:
         self._thread = threading.Thread(target=self._run, name="replication-applier", daemon=True)
 
     def start(self) -> None:
-        self._finish_interrupted_batch()
+        self._finish_interrupted_apply()
         self._finish_interrupted_write()
         self._save_state()
         self._thread.start()
@@ -240,6 +255,10 @@ class Replication:
                 self.crash_before_logging = bool(change["crash_before_logging"])
             if "crash_in_batch" in change:
                 self.crash_in_batch = bool(change["crash_in_batch"])
+            if "crash_after_applying" in change:
+                self.crash_after_applying = bool(change["crash_after_applying"])
+            if "hold_before_logging" in change:
+                (self._held.clear if change["hold_before_logging"] else self._held.set)()
             self._wake.set()
         self.log.refresh()
         return {
@@ -247,6 +266,9 @@ class Replication:
             "stopped": self.stopped,
             "crash_before_logging": self.crash_before_logging,
             "crash_in_batch": self.crash_in_batch,
+            "crash_after_applying": self.crash_after_applying,
+            "hold_before_logging": not self._held.is_set(),
+            "holding": self.holding,
             "applied": self._pos,
             "log_end": self.log.last_seq,
             "queue": len(self._unapplied()),
@@ -453,12 +475,53 @@ class Replication:
             "ts": time.time(),
             "write": uuid_module.uuid4().hex,
         }
+        block_id = self._block_id(conn, st, sql, settings, run) if st.kind == "insert" else None
+        if block_id is not None and not self._start_block(view, block_id):
+            log.info("insert into %s.%s deduplicated (block id %s)", info.database, info.table, block_id)
+            return Result(b"")
+        try:
+            return self._run_and_log(conn, st, header, sql=sql, settings=settings, run=run, block_id=block_id)
+        finally:
+            if block_id is not None:
+                self._end_block(block_id)
+
+    def _start_block(self, view: _PathView, block_id: str) -> bool:
+        """Whether an insert of ``block_id`` runs here (False: a duplicate); if so, its block
+        counts as running until _end_block.
+
+        Registered before the log is read again: an applier that sends an entry of this block
+        in a batch after this either sees it running (and sends the entry alone) or has
+        observed that entry before, which this check then sees."""
+        with self._state_lock:
+            self._running_blocks[block_id] = self._running_blocks.get(block_id, 0) + 1
+        self.log.refresh()
+        self._observe_new()
+        with self._state_lock:
+            if self._is_duplicate(view, block_id):
+                self._end_block(block_id)
+                return False
+        return True
+
+    def _end_block(self, block_id: str) -> None:
+        with self._state_lock:
+            left = self._running_blocks.pop(block_id) - 1
+            if left:
+                self._running_blocks[block_id] = left
+
+    def _run_and_log(
+        self,
+        conn: EngineConn,
+        st: _sql.Statement,
+        header: dict[str, Any],
+        *,
+        sql: str,
+        settings: dict[str, str],
+        run: RunStatement,
+        block_id: str | None,
+    ) -> Result:
+        assert st.table is not None
         payload = b""
         if st.kind == "insert":
-            block_id = self._block_id(conn, st, sql, settings, run)
-            if block_id is not None and self._is_duplicate(view, block_id):
-                log.info("insert into %s.%s deduplicated (block id %s)", info.database, info.table, block_id)
-                return Result(b"")
             token = block_id if block_id is not None else f"clickhouse-lb-{header['write']}"
             header.update(block_id=block_id, token=token)
             payload = run.data
@@ -478,6 +541,10 @@ class Replication:
             raise
         if self.crash_before_logging:  # a fault for tests: the window a real crash can hit
             os.kill(os.getpid(), signal.SIGKILL)
+        if not self._held.is_set():  # a fault for tests: a write slow to log (a retry races it)
+            self.holding = True
+            self._held.wait()
+            self.holding = False
         self._append(header, payload)
         self._clear_intent(write)
         return result
@@ -577,7 +644,7 @@ class Replication:
 
     def _is_duplicate(self, view: _PathView, block_id: str) -> bool:
         seen = view.blocks.get(block_id)
-        return seen is not None and time.time() - seen <= self.dedup_window_seconds
+        return seen is not None and time.time() - seen[0] <= self.dedup_window_seconds
 
     def _on_cluster(self, conn: EngineConn, st: _sql.Statement, settings: dict[str, str], run: RunStatement) -> Result:
         if st.cluster != self.cluster_name:
@@ -745,9 +812,10 @@ class Replication:
                 continue
             elif entry.kind == "insert" and header.get("block_id"):
                 seen = view.blocks.get(str(header["block_id"]))
-                if seen is not None and float(header["ts"]) - seen <= self.dedup_window_seconds:
+                if seen is not None and float(header["ts"]) - seen[0] <= self.dedup_window_seconds:
                     self._duplicates.add(entry.seq)
-                view.blocks[str(header["block_id"])] = float(header["ts"])
+                    self._duplicated.add(seen[1])
+                view.blocks[str(header["block_id"])] = (float(header["ts"]), entry.seq)
                 view.blocks.move_to_end(str(header["block_id"]))
                 while len(view.blocks) > self.dedup_window:
                     view.blocks.popitem(last=False)
@@ -810,7 +878,9 @@ class Replication:
             def due(entry: Entry) -> bool:
                 return force or (not self.stopped and now - float(entry.header["ts"]) >= self.delay)
 
-            pending = self._unapplied()
+            # Only entries observed: an entry read into the log since (by another thread) may
+            # duplicate a block in this round, which only observing it tells.
+            pending = [s for s in self._unapplied() if s <= self._observed]
             for index, seq in enumerate(pending):
                 entry = self.log.entries[seq - 1]
                 with self._state_lock:
@@ -825,16 +895,16 @@ class Replication:
                         break  # taken with the log lock first, on the next round
                     self._apply_cluster(entry)
                     self._mark_applied(seq)
+                elif not blocked and due(entry) and seq in self._duplicates:
+                    # Its block came with the earlier entry (ClickHouse writes it once): its
+                    # own replica ran it, and no other may (that one may have been in a batch).
+                    self._mark_applied(seq)
                 elif not blocked and due(entry):
                     infos = [i for i in self.catalog.values() if i.zookeeper_path == entry.header["path"]]
                     batch = self._batch(entry, pending[index + 1 :], due) if infos else [entry]
+                    self._apply_entries(batch, infos)
                     if len(batch) == 1:
-                        self._apply_to(entry, infos)
-                        self._applied_alone(entry)
-                    else:
-                        self._apply_batch(batch, infos)
-                    for member in batch:
-                        self._mark_applied(member.seq)
+                        self._applied_alone(entry)  # after the mark: until then it may be sent again
                 else:
                     blocked = True  # keep the table entries' order: nothing after this one either
 
@@ -872,13 +942,18 @@ class Replication:
         """Whether ``entry`` may reach the engine under a batch's token rather than its own: not
         if this replica's engine may hold its block under its own token already (this replica
         wrote it: unapplied only after a crash between logging and marking it; or ran it before
-        a crash while a retry elsewhere logged it), nor if an earlier entry logged its block."""
-        return (
-            entry.seq not in self._duplicates
-            and entry.header.get("origin") != self.name
-            and str(entry.header.get("block_id")) not in self._apply_alone
-            and _batching.batchable(entry.header, entry.payload_length)
-        )
+        a crash while a retry elsewhere logged it; or is running it now), nor if another entry
+        logged its block too (whose replica holds it under its own token)."""
+        block_id = str(entry.header.get("block_id"))
+        with self._state_lock:  # against _start_block: see there
+            return (
+                entry.seq not in self._duplicates
+                and entry.seq not in self._duplicated
+                and entry.header.get("origin") != self.name
+                and block_id not in self._apply_alone
+                and block_id not in self._running_blocks
+                and _batching.batchable(entry.header, entry.payload_length)
+            )
 
     def _applied_alone(self, entry: Entry) -> None:
         block_id = str(entry.header.get("block_id"))
@@ -891,40 +966,70 @@ class Replication:
         tmp.write_text(json.dumps(sorted(self._apply_alone)))
         os.replace(tmp, self._alone_file)
 
-    def _apply_batch(self, batch: list[Entry], infos: list[TableInfo]) -> None:
-        """Insert ``batch`` as one engine insert, recorded first so that a restart re-applies
-        exactly this batch under the same token (a no-op if it had committed)."""
-        token = _batching.token([str(e.header["token"]) for e in batch])
-        tmp = self._batch_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"seqs": [e.seq for e in batch], "token": token}))
-        os.replace(tmp, self._batch_file)
-        payload = b"".join(self.log.payload(e) for e in batch)
-        self._apply_to(batch[0], infos, token=token, payload=payload)
-        if self.crash_in_batch:  # a fault for tests: inserted, not yet recorded as applied
+    def _apply_entries(self, batch: list[Entry], infos: list[TableInfo]) -> None:
+        """Send ``batch`` (one entry, or inserts joined, see _batch) to the engine and record its
+        entries applied. It is recorded in flight first (see _inflight): a replica killed before
+        the marks sends exactly that insert again at restart, under the same token, which the
+        engine drops if it had committed; a mutation only where it had not run."""
+        first = batch[0]
+        joined = len(batch) > 1
+        token = _batching.token([str(e.header["token"]) for e in batch]) if joined else None
+        if first.kind == "insert" and infos:
+            flight = _inflight.InFlight(tuple(e.seq for e in batch), token or str(first.header["token"]))
+            _inflight.record(self._inflight_file, flight)
+        elif first.kind == "table" and infos:
+            mutations = {_table_key(i): self._newest_mutation(i) for i in infos}
+            _inflight.record(self._inflight_file, _inflight.InFlight((first.seq,), mutations=mutations))
+        if joined:
+            self._apply_to(first, infos, token=token, payload=b"".join(self.log.payload(e) for e in batch))
+        else:
+            self._apply_to(first, infos)
+        # Faults for tests: in the engine, not yet recorded as applied.
+        if (self.crash_in_batch and joined) or (self.crash_after_applying and not joined and infos):
             os.kill(os.getpid(), signal.SIGKILL)
+        for member in batch:
+            self._mark_applied(member.seq)
 
-    def _finish_interrupted_batch(self) -> None:
-        """Re-apply the batch the applier was killed in the middle of (see _apply_batch)."""
-        if not self._batch_file.exists():
+    def _finish_interrupted_apply(self) -> None:
+        """Send the engine insert this replica was killed in the middle of again, the same
+        entries under the same token (see _apply_entries), before anything else is applied; a
+        non-insert entry to the tables where it left no mutation."""
+        flight = _inflight.read(self._inflight_file)
+        if flight is None:
             return
-        record = json.loads(self._batch_file.read_text())
-        seqs = [int(s) for s in record["seqs"]]
+        seqs = list(flight.seqs)
         if not all(self._is_applied(s) for s in seqs) and all(s <= self.log.last_seq for s in seqs):
             batch = [self.log.entries[s - 1] for s in seqs]
             infos = [i for i in self.catalog.values() if i.zookeeper_path == batch[0].header["path"]]
+            targets = len(infos)
+            if batch[0].kind == "table":
+                infos = [i for i in infos if not flight.ran_on(_table_key(i), self._newest_mutation(i))]
             payload = b"".join(self.log.payload(e) for e in batch)
             with self._apply_lock:
-                self._apply_to(batch[0], infos, token=str(record["token"]), payload=payload)
+                self._apply_to(batch[0], infos, token=flight.token or None, payload=payload)
                 for seq in seqs:
                     self._mark_applied(seq)
-            log.warning("batch of entries %s, interrupted by this replica's end, applied again", seqs)
-        self._batch_file.unlink()
+            log.warning(
+                "entries %s, interrupted by this replica's end, sent to the engine again (%d of %d tables)",
+                seqs,
+                len(infos),
+                targets,
+            )
+        _inflight.clear(self._inflight_file)
+
+    def _newest_mutation(self, info: TableInfo) -> int:
+        """The number of the newest mutation of ``info``'s local table (0: none yet)."""
+        newest = self._conn.scalar(
+            "SELECT max(toUInt64OrZero(extract(mutation_id, '([0-9]+)'))) FROM system.mutations "
+            f"WHERE database = {_sql.sql_string(info.database)} AND table = {_sql.sql_string(info.table)}"
+        )
+        return int(newest or 0)
 
     def _apply_to(
         self, entry: Entry, infos: list[TableInfo], *, token: str | None = None, payload: bytes | None = None
     ) -> None:
         """Apply ``entry`` to ``infos``; an insert with ``token``/``payload`` instead of its own
-        (a batch, see _apply_batch)."""
+        (a batch, see _apply_entries)."""
         header = entry.header
         if entry.kind not in ("insert", "table"):
             return
@@ -976,6 +1081,10 @@ class Replication:
         finally:
             with contextlib.suppress(ClickHouseError):
                 conn.use("default")
+
+
+def _table_key(info: TableInfo) -> str:
+    return f"{info.database}.{info.table}"
 
 
 def _read_state(path: Path) -> dict[str, Any] | None:

@@ -412,7 +412,7 @@ class LocalCluster(ClusterBase):
                     self.unblackhole(r.index)
             for r in self._replicas:
                 self._faults(r.index, {"delay": 0.0, "fail_next": 0, "code": 210})
-                self._replication(r.index, {"delay": 0.0, "stopped": False})
+                self._replication(r.index, {"delay": 0.0, "stopped": False, "hold_before_logging": False})
 
     def _reachable(self, i: int) -> bool:
         r = self._replica(i)
@@ -457,9 +457,26 @@ class LocalCluster(ClusterBase):
         batch again, which the engine drops as a duplicate: every row once. Cleared by the crash."""
         self._replication(i, {"crash_in_batch": True})
 
+    def crash_after_applying(self, i: int) -> None:
+        """Replica ``i`` SIGKILLs itself the next time its applier sends one replicated write
+        alone to its engine (an insert, an ALTER, a DELETE, ...), after the engine ran it and
+        before the entry is recorded as applied. The restarted replica sends an insert again
+        under its own token, which the engine drops (every row once, even when more inserts
+        arrived meanwhile that its applier could join to it), and a mutation (``ALTER UPDATE``,
+        ``DELETE``) only if it had not run. Cleared by the crash."""
+        self._replication(i, {"crash_after_applying": True})
+
+    def hold_before_logging(self, i: int, hold: bool = True) -> None:
+        """Replica ``i``'s next replicated writes wait after they ran on its engine, before they
+        are logged, until ``hold_before_logging(i, False)`` (or :meth:`heal`): a replica slow to
+        log a write, which a client gave up on and retried elsewhere. ``replication_state(i)``
+        says ``holding`` while a write waits there."""
+        self._replication(i, {"hold_before_logging": bool(hold)})
+
     def replication_state(self, i: int) -> dict[str, object]:
         """Replica ``i``'s replication: ``delay``, ``stopped``, ``crash_before_logging``,
-        ``crash_in_batch``, ``applied``, ``log_end``, ``queue``."""
+        ``crash_in_batch``, ``crash_after_applying``, ``hold_before_logging``, ``holding``,
+        ``applied``, ``log_end``, ``queue``."""
         return self._replication(i, None)
 
     def _replication(self, i: int, change: dict[str, object] | None) -> dict[str, object]:
