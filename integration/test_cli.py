@@ -25,7 +25,9 @@ from clickhouse_lb.testing import ClusterBase
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
 REPLICA_MODULE = "clickhouse_lb.testing.replica"
-DEMO = [sys.executable, "-m", "clickhouse_lb", "demo"]
+# -X faulthandler: a command that does not exit when it should is sent SIGABRT and prints every
+# thread's stack (``exit_status``), so that a failure says where it was stuck.
+DEMO = [sys.executable, "-X", "faulthandler", "-m", "clickhouse_lb", "demo"]
 
 
 @pytest.fixture
@@ -83,6 +85,20 @@ def read_lines(stream: object) -> queue.Queue[str | None]:
 
     threading.Thread(target=pump, daemon=True).start()
     return lines
+
+
+def exit_status(proc: subprocess.Popen[str], timeout: float, lines: queue.Queue[str | None] | None = None) -> int:
+    """The command's exit status within ``timeout``; past it, its threads' stacks (SIGABRT to a
+    command run with ``-X faulthandler``) in the failure."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        proc.wait(timeout=30)
+        told = proc.stderr.read() if proc.stderr is not None else ""
+        if lines is not None:
+            told = rest_of(lines, 5) + told
+        raise AssertionError(f"{proc.args} did not exit within {timeout:g}s; its stacks:\n{told}") from None
 
 
 def wait_for_line(lines: queue.Queue[str | None], needle: str, timeout: float) -> list[str]:
@@ -163,14 +179,17 @@ def test_demo_end_to_end(demo_env: dict[str, str]) -> None:
 
 
 def test_demo_interrupted_cleans_up(demo_env: dict[str, str]) -> None:
-    proc = subprocess.Popen([*DEMO, "--duration", "30", "--strategy", "in_order"], stdout=subprocess.PIPE,
+    # A demo far longer than the test: interrupted, it must still be running when the signal
+    # comes, however late this process (on a busy machine: behind a GIL-holding thread) reads
+    # its output and sends it. A 30 s demo had sometimes ended first (exit 0).
+    proc = subprocess.Popen([*DEMO, "--duration", "600", "--strategy", "in_order"], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=demo_env)
     try:
         lines = read_lines(proc.stdout)
         head = wait_for_line(lines, "1. The strategies", timeout=45)
         assert len(replica_processes(proc.pid)) == 3, "".join(head)
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 130
+        assert exit_status(proc, 30, lines) == 130
         rest = wait_for_line(lines, "interrupted", timeout=5)
         assert "Traceback" not in "".join(rest)
         assert replica_processes(proc.pid) == []
@@ -180,7 +199,7 @@ def test_demo_interrupted_cleans_up(demo_env: dict[str, str]) -> None:
             proc.wait()
 
 
-CLUSTER = [sys.executable, "-m", "clickhouse_lb", "cluster"]
+CLUSTER = [sys.executable, "-X", "faulthandler", "-m", "clickhouse_lb", "cluster"]
 
 
 def test_cluster_command_end_to_end(demo_env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -230,7 +249,7 @@ def test_cluster_command_end_to_end(demo_env: dict[str, str], capsys: pytest.Cap
             engine.dispose()
 
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 0, rest_of(lines, 5) + proc.stderr.read()  # type: ignore[union-attr]
+        assert exit_status(proc, 30, lines) == 0, rest_of(lines, 5) + proc.stderr.read()  # type: ignore[union-attr]
         tail = rest_of(lines, 5)
         assert "stopped" in tail
         assert "Traceback" not in proc.stderr.read()  # type: ignore[union-attr]
