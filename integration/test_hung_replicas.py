@@ -10,6 +10,7 @@ are in BENCHMARKS.md (bench/bench_hung_replicas.py).
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +25,16 @@ from clickhouse_lb.errors import AttemptAbandonedError, StatementTimeoutError, W
 from clickhouse_lb.testing import ClusterBase
 
 WHO = "SELECT getMacro('replica')"
+
+
+#: Under tools/busy_machine_tests.py a thread of this process holds the GIL 0.8 s at a time: a
+#: hold inside the measured interval adds up to a second to it, so the sub-second bounds below
+#: (the pool's own timing) cannot be had there; integration/test_stalls_under_load.py is the test
+#: of the pool inside a busy process.
+on_time_process = pytest.mark.skipif(
+    float(os.environ.get("BUSY_MACHINE_GIL_HOLD") or 0) > 0,
+    reason="times the pool in a process that runs on time (a GIL-holding thread runs: tools/busy_machine_tests.py)",
+)
 
 
 @pytest.fixture
@@ -187,6 +198,7 @@ def test_adaptive_hedging_learns_the_usual_latency(cluster: ClusterBase) -> None
         assert pool.replicas[0].slowdowns_count >= 1
 
 
+@on_time_process
 def test_hedging_with_its_defaults_hedges_a_slow_replica_from_the_second_read(cluster: ClusterBase) -> None:
     """The issue's case: ``use_hedged_requests=1`` alone ("auto" delay), ``in_order``, replica 0
     answering 1.5 s late. Before, every read took 1.5 s, 11 of 11: the delay learnt from the slow
@@ -239,6 +251,7 @@ def test_failover_timeout_cuts_the_backoff(cluster: ClusterBase) -> None:
         assert time.monotonic() - started < 2.6  # the 1 s deadline: under a third of the 8 s backoff
 
 
+@on_time_process
 def test_a_write_on_a_hung_replica_says_it_may_have_been_applied(cluster: ClusterBase, table: str) -> None:
     recorded: list[ErrorRecordedEvent] = []
 

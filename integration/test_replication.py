@@ -6,6 +6,7 @@ stop, black hole) need the local cluster's control endpoint and skip on Docker.
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 import uuid
@@ -20,6 +21,16 @@ from clickhouse_lb.core.classify import error_code
 from clickhouse_lb.testing import ClusterBase, ClusterError, LocalCluster
 
 pytestmark = pytest.mark.integration
+
+
+#: Under tools/busy_machine_tests.py a thread of this process holds the GIL 0.8 s at a time: a
+#: hold inside the measured interval adds up to a second to it, so the sub-second bounds below
+#: (the pool's own timing) cannot be had there; integration/test_stalls_under_load.py is the test
+#: of the pool inside a busy process.
+on_time_process = pytest.mark.skipif(
+    float(os.environ.get("BUSY_MACHINE_GIL_HOLD") or 0) > 0,
+    reason="times the pool in a process that runs on time (a GIL-holding thread runs: tools/busy_machine_tests.py)",
+)
 
 
 def _local_only(cluster: ClusterBase) -> LocalCluster:
@@ -477,6 +488,7 @@ def test_connect_timeout_with_failover_ms_governs_failover_from_a_blackholed_rep
     assert long - short >= 1.5, (short, long)  # the setting, not anything else, sets the wait
 
 
+@on_time_process
 def test_a_200ms_connect_timeout_fails_over_well_under_a_second(cluster: ClusterBase) -> None:
     local = _local_only(cluster)
     local.blackhole(0)
