@@ -95,6 +95,7 @@ def test_a_sync_ping_of_a_silent_replica_stalled_in_every_wait_is_evidence(
     # (An answer that came in such a stall is found: tests/test_stalls.py, "answered while its waiter stalled".)
 
 
+@on_time_process
 def test_a_silence_through_a_stall_spent_waiting_for_a_cpu_proves_nothing(
     slow_ping_server: tuple[str, list[float]], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
