@@ -129,7 +129,7 @@ def test_a_paused_replica_costs_readers_well_under_a_second_with_default_setting
             bound = max(2.5, 4 * baseline)
             pause = max(10.0, 3 * bound)
             if pause <= PAUSE_LIMIT:
-                paused_at = time.monotonic()
+                paused_at, paused_wall = time.monotonic(), time.time()
                 cluster.pause(1)
                 time.sleep(pause)  # the scenario: a hang under load, three bounds long
                 cluster.resume(1)
@@ -149,7 +149,13 @@ def test_a_paused_replica_costs_readers_well_under_a_second_with_default_setting
             f"worst per-thread gap {max(gaps):.2f}s with replica 1 paused {pause:.1f}s "
             f"(nothing paused: {baseline:.2f}s)"
         )
-        assert pool.replicas[1].errors_count >= 1  # (the health probes count errors against it too)
+        # Errors were counted against it during the pause (the health probes' too). Not its count
+        # at the end: a pause sized for a busy machine can outlast the count's decay (it was back
+        # at 0 after a 30 s pause under tools/busy_machine_tests.py).
+        status = pool.replicas[1]
+        assert status.last_error is not None, status
+        assert status.last_error_time is not None, status
+        assert status.last_error_time >= paused_wall, status
 
 
 def test_a_long_query_on_a_live_replica_is_not_interrupted_by_liveness_checks(cluster: ClusterBase) -> None:
