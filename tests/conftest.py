@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -64,3 +68,28 @@ def replicas(*hosts: str, priorities: list[int] | None = None) -> list[Replica]:
 
 
 __all__ = ["FakeClock", "LoadBalancing", "load_golden", "replicas"]
+
+
+@pytest.fixture
+def slow_ping_server() -> Iterator[tuple[str, list[float]]]:
+    """An HTTP server answering ``/ping`` after a delay (seconds, settable through the list): the
+    stall detector's tests (tests/test_stalls.py, tests/test_stall_evidence.py)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    delay = [0.2]
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn, contextlib.suppress(OSError):  # a client that gave up closed it
+                while conn.recv(4096):
+                    time.sleep(delay[0])
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: keep-alive\r\n\r\nOk.\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}/ping", delay
+    listener.close()

@@ -7,12 +7,9 @@ replica never pinged before answering late is not hung."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import socket
-import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -28,30 +25,6 @@ on_time_process = pytest.mark.skipif(
     float(os.environ.get("BUSY_MACHINE_GIL_HOLD") or 0) > 0,
     reason="needs a process that runs on time (a GIL-holding thread is running: tools/busy_machine_tests.py)",
 )
-
-
-@pytest.fixture
-def slow_ping_server() -> Iterator[tuple[str, list[float]]]:
-    """An HTTP server answering ``/ping`` after a delay (seconds, settable through the list)."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
-    delay = [0.2]
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            with conn, contextlib.suppress(OSError):  # a client that gave up closed it
-                while conn.recv(4096):
-                    time.sleep(delay[0])
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: keep-alive\r\n\r\nOk.\n")
-
-    threading.Thread(target=serve, daemon=True).start()
-    yield f"http://127.0.0.1:{listener.getsockname()[1]}/ping", delay
-    listener.close()
 
 
 def test_a_silent_socket_is_evidence_however_late_its_waiter_woke() -> None:

@@ -9,9 +9,7 @@ import functools
 import itertools
 import os
 import socket
-import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -143,33 +141,6 @@ def test_a_hedge_due_after_a_stall_waits_once_for_an_answer_already_in_hand() ->
     assert watch.next_wake(0.9) == (Wake.HEDGE, pytest.approx(TOLERANCE))
     assert watch.defer_hedge(0.95, woke_late=0.8) is False  # once only
     assert AttemptWatch(0.0, hedge_after=0.1).defer_hedge(0.11, woke_late=0.01) is False
-
-
-@pytest.fixture
-def slow_ping_server() -> Iterator[tuple[str, list[float]]]:
-    """An HTTP server answering ``/ping`` after a delay (seconds, settable through the list)."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
-    delay = [0.2]
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            with conn:
-                while conn.recv(4096):
-                    time.sleep(delay[0])
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: keep-alive\r\n\r\nOk.\n")
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{listener.getsockname()[1]}/ping", delay
-    stop.set()
-    listener.close()
 
 
 @on_time_process
