@@ -4,9 +4,11 @@ drive them, one with calls and one with awaits."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, cast
 
 from clickhouse_lb.core.discovery import InFlight
 from clickhouse_lb.core.events import logger
@@ -22,8 +24,41 @@ if TYPE_CHECKING:
     from clickhouse_lb.pools._sharded_discovery import LayoutChange
 
 P = TypeVar("P", bound="PoolBase")
+A = ParamSpec("A")
+M = TypeVar("M", bound=Callable[..., Any])
 
-__all__ = ["InsertPart", "RoutedInsert", "ShardView", "ShardedBase", "ShardedInsertSummary"]
+__all__ = [
+    "InsertPart", "RoutedInsert", "ShardView", "ShardedBase", "ShardedInsertSummary", "routed_async", "routed_sync",
+]
+
+#: A plan method of :class:`ShardedBase`: a routed insert's parameters in, its plan out.
+Plan = Callable[Concatenate[Any, A], "RoutedInsert[Any]"]
+
+
+def routed_sync(plan: Plan[A], name: str) -> Callable[Concatenate[Any, A], ShardedInsertSummary]:
+    """The public method ``name`` of a sync sharded pool: ``plan``'s parameters and
+    docstring (written once, for both pools), the plan driven by ``self._route``."""
+    def method(self: Any, /, *args: A.args, **kwargs: A.kwargs) -> ShardedInsertSummary:
+        return cast(ShardedInsertSummary, self._route(plan(self, *args, **kwargs)))
+    return _public(method, plan, name)
+
+
+def routed_async(plan: Plan[A], name: str) -> Callable[Concatenate[Any, A], Awaitable[ShardedInsertSummary]]:
+    """The coroutine twin of :func:`routed_sync`, for the async sharded pool."""
+    async def method(self: Any, /, *args: A.args, **kwargs: A.kwargs) -> ShardedInsertSummary:
+        return cast(ShardedInsertSummary, await self._route(plan(self, *args, **kwargs)))
+    return _public(method, plan, name)
+
+
+def _public(method: M, plan: Callable[..., Any], name: str) -> M:
+    functools.update_wrapper(method, plan)  # help() and IDEs show the plan's parameters
+    method.__name__ = name
+    method.__qualname__ = name
+    # ... and the method's own result, not the plan's.
+    method.__signature__ = inspect.signature(plan).replace(  # type: ignore[attr-defined]
+        return_annotation=ShardedInsertSummary.__name__
+    )
+    return method
 
 
 class ShardedReadYourWrites:
@@ -175,10 +210,12 @@ class ShardedBase(Generic[P]):
         return RoutedInsert(self._in_flight, self._view, method, table, data, form=form, **kwargs)
 
     def _plan_insert(
-        self, table: str | None, data: Any, column_names: str | Sequence[str], *, sharding_key: str,
-        database: str | None, column_type_names: Sequence[str] | None, column_oriented: bool,
-        settings: Mapping[str, Any] | None, context: Any = None,
+        self, table: str | None = None, data: Sequence[Any] | None = None, column_names: str | Sequence[str] = "*",
+        *, sharding_key: str, database: str | None = None, column_type_names: Sequence[str] | None = None,
+        column_oriented: bool = False, settings: Mapping[str, Any] | None = None, context: Any = None,
     ) -> RoutedInsert[P]:
+        """The plan of :meth:`ShardedPool.insert <clickhouse_lb.pools.sharded.ShardedPool.insert>`
+        (its parameters, for both pools)."""
         if context is not None:
             return self._plan_with_context(data, context, sharding_key=sharding_key, settings=settings)
         if table is None:
@@ -192,6 +229,12 @@ class ShardedBase(Generic[P]):
             column_names=names, column_type_names=column_type_names, settings=settings, options=options,
             describe=names is None or column_type_names is None,
         )
+
+    def _plan_data_insert(self, context: Any, *, sharding_key: str) -> RoutedInsert[P]:
+        """``insert(context=context, sharding_key=...)``: the rows the prepared ``InsertContext``
+        holds (from any shard pool's ``create_insert_context``), routed; each part is written
+        with a copy of the context, which is empty afterwards, as after clickhouse-connect's."""
+        return self._plan_insert(context=context, sharding_key=sharding_key)
 
     def _plan_with_context(
         self, data: Any, context: Any, *, sharding_key: str, settings: Mapping[str, Any] | None
@@ -217,10 +260,12 @@ class ShardedBase(Generic[P]):
         )
 
     def _plan_insert_df(
-        self, table: str | None, df: Any, *, sharding_key: str, database: str | None,
-        settings: Mapping[str, Any] | None, column_names: Sequence[str] | None,
-        column_type_names: Sequence[str] | None, context: Any = None,
+        self, table: str | None = None, df: Any = None, *, sharding_key: str, database: str | None = None,
+        settings: Mapping[str, Any] | None = None, column_names: Sequence[str] | None = None,
+        column_type_names: Sequence[str] | None = None, context: Any = None,
     ) -> RoutedInsert[P]:
+        """``insert`` of a pandas DataFrame: split by the key column (``DataFrame.take``),
+        each part written with its shard pool's ``insert_df``."""
         if context is not None:
             return self._plan_with_context(df, context, sharding_key=sharding_key, settings=settings)
         if table is None or df is None:
@@ -237,9 +282,11 @@ class ShardedBase(Generic[P]):
         )
 
     def _plan_insert_arrow(
-        self, table: str, arrow_table: Any, *, sharding_key: str, database: str | None,
-        settings: Mapping[str, Any] | None,
+        self, table: str, arrow_table: Any, *, sharding_key: str, database: str | None = None,
+        settings: Mapping[str, Any] | None = None,
     ) -> RoutedInsert[P]:
+        """``insert`` of a pyarrow Table: split by the key column (``Table.take``), each part
+        written with its shard pool's ``insert_arrow``."""
         return self._typed_by_server(self._routed(
             "insert_arrow", table, arrow_table, "arrow", sharding_key=sharding_key,
             column_names=list(arrow_table.column_names), column_type_names=None, settings=settings,
@@ -247,10 +294,12 @@ class ShardedBase(Generic[P]):
         ))
 
     def _plan_insert_df_arrow(
-        self, table: str, df: Any, *, sharding_key: str, database: str | None, settings: Mapping[str, Any] | None,
+        self, table: str, df: Any, *, sharding_key: str, database: str | None = None,
+        settings: Mapping[str, Any] | None = None,
     ) -> RoutedInsert[P]:
-        """A pandas DataFrame of Arrow dtypes, or a polars DataFrame: split by row index, each
-        part written with its shard pool's ``insert_df_arrow``."""
+        """``insert`` of a pandas DataFrame of Arrow dtypes or a polars DataFrame: split by the
+        key column (``DataFrame.take`` / ``DataFrame.gather``), each part written with its shard
+        pool's ``insert_df_arrow``."""
         if _is_pandas(df):
             form: Form = "dataframe"
             import pandas as pd

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from clickhouse_lb.config.replicas import Replica
 from clickhouse_lb.core.events import logger
 from clickhouse_lb.errors import ConfigurationError
-from clickhouse_lb.pools._sharded_base import ShardedBase
+from clickhouse_lb.pools._sharded_base import ShardedBase, routed_sync
 from clickhouse_lb.pools._sharded_insert import RoutedInsert, ShardedInsertSummary
 from clickhouse_lb.pools.pool import ReplicaPool, get_pool
 
@@ -35,7 +35,7 @@ class ShardedPool(ShardedBase[ReplicaPool]):
     def insert(
         self, table: str | None = None, data: Sequence[Any] | None = None, column_names: str | Sequence[str] = "*",
         *, sharding_key: str, database: str | None = None, column_type_names: Sequence[str] | None = None,
-        column_oriented: bool = False, settings: dict[str, Any] | None = None, context: Any = None,
+        column_oriented: bool = False, settings: Mapping[str, Any] | None = None, context: Any = None,
     ) -> ShardedInsertSummary:
         """Insert ``data`` into each shard's ``table`` (the shards' local table), every row on
         the shard a ``Distributed`` table with this ``sharding_key`` would put it on
@@ -60,48 +60,10 @@ class ShardedPool(ShardedBase[ReplicaPool]):
             context=context,
         ))
 
-    def insert_df(
-        self, table: str | None = None, df: Any = None, *, sharding_key: str, database: str | None = None,
-        settings: dict[str, Any] | None = None, column_names: Sequence[str] | None = None,
-        column_type_names: Sequence[str] | None = None, context: Any = None,
-    ) -> ShardedInsertSummary:
-        """:meth:`insert` of a pandas DataFrame: split by the key column (``DataFrame.take``),
-        each part written with its shard pool's ``insert_df``."""
-        return self._route(self._plan_insert_df(
-            table, df, sharding_key=sharding_key, database=database, settings=settings,
-            column_names=column_names, column_type_names=column_type_names,
-            context=context,
-        ))
-
-    def insert_arrow(
-        self, table: str, arrow_table: Any, *, sharding_key: str, database: str | None = None,
-        settings: dict[str, Any] | None = None,
-    ) -> ShardedInsertSummary:
-        """:meth:`insert` of a pyarrow Table: split by the key column (``Table.take``), each part
-        written with its shard pool's ``insert_arrow``."""
-        return self._route(self._plan_insert_arrow(
-            table, arrow_table, sharding_key=sharding_key, database=database, settings=settings,
-        ))
-
-    def insert_df_arrow(
-        self, table: str, df: Any, *, sharding_key: str, database: str | None = None,
-        settings: dict[str, Any] | None = None,
-    ) -> ShardedInsertSummary:
-        """:meth:`insert` of a pandas DataFrame of Arrow dtypes or a polars DataFrame: split by
-        the key column (``DataFrame.take`` / ``DataFrame.gather``), each part written with its
-        shard pool's ``insert_df_arrow``."""
-        return self._route(self._plan_insert_df_arrow(
-            table, df, sharding_key=sharding_key, database=database, settings=settings,
-        ))
-
-    def data_insert(self, context: Any, *, sharding_key: str) -> ShardedInsertSummary:
-        """``insert(context=context, sharding_key=...)``: the rows the prepared ``InsertContext``
-        holds (from any shard pool's ``create_insert_context``), routed; each part is written
-        with a copy of the context, which is empty afterwards, as after clickhouse-connect's."""
-        return self._route(self._plan_insert(
-            None, None, "*", sharding_key=sharding_key, database=None, column_type_names=None,
-            column_oriented=False, settings=None, context=context,
-        ))
+    insert_df = routed_sync(ShardedBase._plan_insert_df, "insert_df")
+    insert_arrow = routed_sync(ShardedBase._plan_insert_arrow, "insert_arrow")
+    insert_df_arrow = routed_sync(ShardedBase._plan_insert_df_arrow, "insert_df_arrow")
+    data_insert = routed_sync(ShardedBase._plan_data_insert, "data_insert")
 
     def _route(self, plan: RoutedInsert[ReplicaPool]) -> ShardedInsertSummary:
         with plan:

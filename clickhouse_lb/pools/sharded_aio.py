@@ -9,7 +9,7 @@ from collections.abc import Generator, Sequence
 from typing import Any
 
 from clickhouse_lb.core.events import logger
-from clickhouse_lb.pools._sharded_base import ShardedBase
+from clickhouse_lb.pools._sharded_base import ShardedBase, routed_async
 from clickhouse_lb.pools._sharded_insert import RoutedInsert, ShardedInsertSummary
 from clickhouse_lb.pools.aio import AsyncReplicaPool, get_async_pool
 from clickhouse_lb.pools.sharded import HostList, _seeds, shard_layout, shard_pool_arguments
@@ -18,7 +18,10 @@ __all__ = ["AsyncShardedPool", "get_async_sharded_pool"]
 
 
 class AsyncShardedPool(ShardedBase[AsyncReplicaPool]):
-    """An async pool per shard (``.shards``, in ``shard_num`` order) and routed inserts."""
+    """An async pool per shard (``.shards``, in ``shard_num`` order) and routed inserts:
+    ``insert``, ``insert_df``, ``insert_arrow``, ``insert_df_arrow`` and ``data_insert`` take
+    :class:`~clickhouse_lb.pools.sharded.ShardedPool`'s parameters (the same plans) and are
+    awaited."""
 
     _refresher: asyncio.Task[None] | None = None
 
@@ -27,54 +30,11 @@ class AsyncShardedPool(ShardedBase[AsyncReplicaPool]):
         #: Removed shards' pools being closed (held: the loop keeps only weak references to tasks).
         self._closing: set[asyncio.Task[None]] = set()
 
-    async def insert(
-        self, table: str | None = None, data: Sequence[Any] | None = None, column_names: str | Sequence[str] = "*",
-        *, sharding_key: str, database: str | None = None, column_type_names: Sequence[str] | None = None,
-        column_oriented: bool = False, settings: dict[str, Any] | None = None, context: Any = None,
-    ) -> ShardedInsertSummary:
-        """As :meth:`ShardedPool.insert <clickhouse_lb.pools.sharded.ShardedPool.insert>`."""
-        return await self._route(self._plan_insert(
-            table, data, column_names, sharding_key=sharding_key, database=database,
-            column_type_names=column_type_names, column_oriented=column_oriented, settings=settings,
-            context=context,
-        ))
-
-    async def insert_df(
-        self, table: str | None = None, df: Any = None, *, sharding_key: str, database: str | None = None,
-        settings: dict[str, Any] | None = None, column_names: Sequence[str] | None = None,
-        column_type_names: Sequence[str] | None = None, context: Any = None,
-    ) -> ShardedInsertSummary:
-        """As :meth:`ShardedPool.insert_df <clickhouse_lb.pools.sharded.ShardedPool.insert_df>`."""
-        return await self._route(self._plan_insert_df(
-            table, df, sharding_key=sharding_key, database=database, settings=settings,
-            column_names=column_names, column_type_names=column_type_names,
-            context=context,
-        ))
-
-    async def insert_arrow(
-        self, table: str, arrow_table: Any, *, sharding_key: str, database: str | None = None,
-        settings: dict[str, Any] | None = None,
-    ) -> ShardedInsertSummary:
-        """As :meth:`ShardedPool.insert_arrow <clickhouse_lb.pools.sharded.ShardedPool.insert_arrow>`."""
-        return await self._route(self._plan_insert_arrow(
-            table, arrow_table, sharding_key=sharding_key, database=database, settings=settings,
-        ))
-
-    async def insert_df_arrow(
-        self, table: str, df: Any, *, sharding_key: str, database: str | None = None,
-        settings: dict[str, Any] | None = None,
-    ) -> ShardedInsertSummary:
-        """As :meth:`ShardedPool.insert_df_arrow <clickhouse_lb.pools.sharded.ShardedPool.insert_df_arrow>`."""
-        return await self._route(self._plan_insert_df_arrow(
-            table, df, sharding_key=sharding_key, database=database, settings=settings,
-        ))
-
-    async def data_insert(self, context: Any, *, sharding_key: str) -> ShardedInsertSummary:
-        """As :meth:`ShardedPool.data_insert <clickhouse_lb.pools.sharded.ShardedPool.data_insert>`."""
-        return await self._route(self._plan_insert(
-            None, None, "*", sharding_key=sharding_key, database=None, column_type_names=None,
-            column_oriented=False, settings=None, context=context,
-        ))
+    insert = routed_async(ShardedBase._plan_insert, "insert")
+    insert_df = routed_async(ShardedBase._plan_insert_df, "insert_df")
+    insert_arrow = routed_async(ShardedBase._plan_insert_arrow, "insert_arrow")
+    insert_df_arrow = routed_async(ShardedBase._plan_insert_df_arrow, "insert_df_arrow")
+    data_insert = routed_async(ShardedBase._plan_data_insert, "data_insert")
 
     async def _route(self, plan: RoutedInsert[AsyncReplicaPool]) -> ShardedInsertSummary:
         with plan:
