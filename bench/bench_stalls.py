@@ -15,7 +15,9 @@ replicas, with a thread holding the GIL 0.8 s at a time back to back and two CPU
 * detection: replica 0 paused (SIGSTOP) for 5 s while 4 threads read, the GIL held 0.8 s at a
   time with 0.2 s between holds (back to back, a statement on a healthy replica takes seconds
   too); the worst per-thread gap between two answers, beside the same readers for 5 s with
-  nothing paused (what the holds alone cost).
+  nothing paused (what the holds alone cost); and the paused replica again with holds of exactly
+  0.8 s (``GilHolder(exact=True)``: the GIL held through one ``usleep``, which the hogs cannot
+  stretch as they stretch a ``sorted()``).
 
 The GIL holder (``testing/load.py``'s :class:`GilHolder`, under ``busy_process``) sizes its ``sorted()`` to take 0.8 s
 at the machine's current load, measuring every hold and adjusting the next (a size measured
@@ -62,7 +64,7 @@ def _busy_process() -> Any:
 
 
 def _gaps(cluster: Any, busy_process: Any, *, pause: float, gil_pause: float, paused: bool,
-          failed: list[str]) -> tuple[float, dict[str, float]]:
+          failed: list[str], exact: bool = False) -> tuple[float, dict[str, float]]:
     """The worst per-thread gap of 4 readers over ``pause`` seconds, replica 0 SIGSTOPped or
     not, and the GIL holds made meanwhile."""
     import clickhouse_lb
@@ -87,7 +89,7 @@ def _gaps(cluster: Any, busy_process: Any, *, pause: float, gil_pause: float, pa
                 worst[n] = max(worst[n], now - last)
                 last = now
 
-        with busy_process(gil_hold=HOLD, hogs=2, pause=gil_pause) as all_holds, \
+        with busy_process(gil_hold=HOLD, hogs=2, pause=gil_pause, exact=exact) as all_holds, \
                 ThreadPoolExecutor(4) as executor:
             futures = [executor.submit(reader, n) for n in range(4)]
             time.sleep(2.0)  # the holder settles on its size at this load
@@ -204,10 +206,15 @@ def child(seconds: float) -> dict[str, Any]:
         # seconds on a healthy replica too), beside the same readers with nothing paused.
         baseline, baseline_holds = _gaps(cluster, busy_process, pause=5.0, gil_pause=0.2, paused=False, failed=failed)
         paused, paused_holds = _gaps(cluster, busy_process, pause=5.0, gil_pause=0.2, paused=True, failed=failed)
+        # The same with holds of exactly 0.8 s (the hogs cannot stretch them): the issue's load
+        # as it names it, without the holder's own spread.
+        exact, exact_holds = _gaps(cluster, busy_process, pause=5.0, gil_pause=0.2, paused=True, failed=failed,
+                                   exact=True)
     return {"false_alarms": sync_alarms, "async_false_alarms": len(events) - sync_alarms, "failed": len(failed),
             "reads": done[0], "writes": done[1], "async_reads": async_done[0], "async_writes": async_done[1],
-            "baseline_gap": baseline, "worst_gap": paused, "examples": (events + failed)[:4],
-            "holds": {"sync": sync_holds, "async": async_holds, "baseline": baseline_holds, "paused": paused_holds}}
+            "baseline_gap": baseline, "worst_gap": paused, "exact_gap": exact, "examples": (events + failed)[:4],
+            "holds": {"sync": sync_holds, "async": async_holds, "baseline": baseline_holds, "paused": paused_holds,
+                      "exact": exact_holds}}
 
 
 def main() -> None:
@@ -232,8 +239,9 @@ def main() -> None:
     print(f"load after: {os.getloadavg()[0]:.1f}")
     print("| tree | false alarms sync / async | failed statements | reads / writes sync | reads / writes async "
           "| holds sync / async, median (max) | worst gap, nothing paused (longest hold) "
-          "| worst gap, replica paused (longest hold) | paused gap - longest hold |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| worst gap, replica paused (longest hold) | paused gap - longest hold "
+          "| worst gap, replica paused, exact 0.8 s holds |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for label, row in rows:
         holds = row["holds"]
         print(f"| {label} | {row['false_alarms']} / {row['async_false_alarms']} | {row['failed']} "
@@ -242,7 +250,8 @@ def main() -> None:
               f"{holds['async']['median']:.2f} ({holds['async']['max']:.2f}) s "
               f"| {row['baseline_gap']:.2f} s ({holds['baseline']['max']:.2f} s) "
               f"| {row['worst_gap']:.2f} s ({holds['paused']['max']:.2f} s) "
-              f"| {row['worst_gap'] - holds['paused']['max']:+.2f} s |")
+              f"| {row['worst_gap'] - holds['paused']['max']:+.2f} s "
+              f"| {row['exact_gap']:.2f} s ({holds['exact']['max']:.2f} s) |")
         for example in row["examples"]:
             print(f"    {example}")
 

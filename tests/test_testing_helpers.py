@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import threading
+import time
 
 import pytest
 from clickhouse_connect.driver.summary import QuerySummary
@@ -147,3 +150,29 @@ def test_the_gil_holder_resizes_its_holds_towards_the_target() -> None:
     assert holder._scaled(0.4) == 1_500_000
     assert holder._scaled(0.8) == 1_000_000
     assert holder._scaled(100.0) == 670_000  # damped: one burst of load does not collapse it
+
+
+def test_an_exact_gil_holder_holds_the_gil_for_its_whole_target() -> None:
+    """``exact=True``: every hold is the target, and no other thread of the process runs during
+    it (a ``usleep`` that released the GIL would let the ticker below run every millisecond)."""
+    from clickhouse_lb.testing.load import GilHolder
+
+    ticks: list[float] = []
+    stop = threading.Event()
+
+    def ticker() -> None:
+        while not stop.is_set():
+            ticks.append(time.perf_counter())
+            time.sleep(0.001)
+
+    thread = threading.Thread(target=ticker)
+    thread.start()
+    holder = GilHolder(0.3, pause=0.05, exact=True)
+    with holder.running():
+        holder.holds.first.wait()
+    stop.set()
+    thread.join()
+    assert holder.holds
+    assert min(holder.holds) >= 0.3
+    longest_tick_gap = max(b - a for a, b in itertools.pairwise(ticks))
+    assert longest_tick_gap >= 0.27, f"the ticker ran during the hold (longest gap {longest_tick_gap:.3f}s)"

@@ -9,6 +9,7 @@ pandas or JSON work can) and CPU hogs in other processes (``python -c 'while 1: 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import random
 import subprocess
 import sys
@@ -45,18 +46,24 @@ class GilHolder:
     scaled by ``target / measured``, damped (a hold stretched by a passing burst of load must not
     halve the next). A size measured once on a quiet machine held the GIL 1.2-2.4 s instead of
     0.8 s once the machine got busy, and a test's or benchmark's figure then said more about the
-    holds than about the pool. ``holds``: every hold's measured duration."""
+    holds than about the pool. ``holds``: every hold's measured duration.
+
+    Sized or not, a hold that computes is stretched whenever the machine's CPUs are taken (two
+    hogs on two cores: holds of 0.8 s median reach 1.1-2 s). ``exact=True`` holds the GIL for
+    exactly ``target`` instead, computing nothing: one C call (libc's ``usleep`` through
+    ``ctypes.PyDLL``, which keeps the GIL during the call) that the load cannot stretch."""
 
     #: The most floats a hold may sort (about 1.6 s of sorting on a quiet machine).
     MOST = 4_000_000
 
-    def __init__(self, target: float = 0.8, pause: float = 0.0) -> None:
+    def __init__(self, target: float = 0.8, pause: float = 0.0, *, exact: bool = False) -> None:
         self.target = target
         self.pause = pause
+        self.exact = exact
         self.holds = Holds()
         self._stop = threading.Event()
-        self._data = [random.random() for _ in range(self.MOST)]
-        self._size = self.first_size(self._data, target)
+        self._data = [] if exact else [random.random() for _ in range(self.MOST)]
+        self._size = 0 if exact else self.first_size(self._data, target)
         self._thread = threading.Thread(target=self._hold, name="gil-holder", daemon=True)
 
     @staticmethod
@@ -79,10 +86,14 @@ class GilHolder:
     def _hold(self) -> None:
         while not self._stop.is_set():
             started = time.perf_counter()
-            sorted(self._data[:self._size])  # one C call (and a copy): the GIL is not released meanwhile
+            if self.exact:
+                _sleep_holding_gil(self.target)
+            else:
+                sorted(self._data[:self._size])  # one C call (and a copy): the GIL is not released meanwhile
             took = time.perf_counter() - started
             self.holds.append(took)
-            self._size = self._scaled(took)
+            if not self.exact:
+                self._size = self._scaled(took)
             if self.pause:
                 self._stop.wait(self.pause)
 
@@ -103,15 +114,21 @@ class GilHolder:
             self.stop()
 
 
+def _sleep_holding_gil(seconds: float) -> None:
+    libc = ctypes.PyDLL(None)  # PyDLL: the GIL stays held for the call
+    libc.usleep(ctypes.c_uint(int(seconds * 1_000_000)))
+
+
 @contextlib.contextmanager
-def busy_process(*, gil_hold: float = 0.8, hogs: int = 2, pause: float = 0.0) -> Iterator[Holds]:
+def busy_process(*, gil_hold: float = 0.8, hogs: int = 2, pause: float = 0.0, exact: bool = False) -> Iterator[Holds]:
     """Hold the GIL ``gil_hold`` seconds at a time (``pause`` seconds apart; 0: back to back;
-    ``gil_hold=0``: no holder) while ``hogs`` processes spin; yields the measured hold durations.
-    The hogs are started and killed here, by their own process ids."""
+    ``gil_hold=0``: no holder; ``exact``: see :class:`GilHolder`) while ``hogs`` processes spin;
+    yields the measured hold durations. The hogs are started and killed here, by their own
+    process ids."""
     procs = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(hogs)]
     try:
         if gil_hold > 0:
-            with GilHolder(gil_hold, pause).running() as holder:
+            with GilHolder(gil_hold, pause, exact=exact).running() as holder:
                 yield holder.holds
         else:
             yield Holds()
