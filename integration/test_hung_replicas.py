@@ -10,7 +10,6 @@ are in BENCHMARKS.md (bench/bench_hung_replicas.py).
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,14 +26,8 @@ from clickhouse_lb.testing import ClusterBase
 WHO = "SELECT getMacro('replica')"
 
 
-#: Under tools/busy_machine_tests.py a thread of this process holds the GIL 0.8 s at a time: a
-#: hold inside the measured interval adds up to a second to it, so the sub-second bounds below
-#: (the pool's own timing) cannot be had there; integration/test_stalls_under_load.py is the test
-#: of the pool inside a busy process.
-on_time_process = pytest.mark.skipif(
-    float(os.environ.get("BUSY_MACHINE_GIL_HOLD") or 0) > 0,
-    reason="times the pool in a process that runs on time (a GIL-holding thread runs: tools/busy_machine_tests.py)",
-)
+#: Needs a process that runs on time: skipped under tools/busy_machine_tests.py's GIL holder.
+on_time_process = pytest.mark.on_time_process
 
 
 @pytest.fixture

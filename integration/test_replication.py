@@ -6,7 +6,6 @@ stop, black hole) need the local cluster's control endpoint and skip on Docker.
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 import uuid
@@ -23,14 +22,8 @@ from clickhouse_lb.testing import ClusterBase, ClusterError, LocalCluster
 pytestmark = pytest.mark.integration
 
 
-#: Under tools/busy_machine_tests.py a thread of this process holds the GIL 0.8 s at a time: a
-#: hold inside the measured interval adds up to a second to it, so the sub-second bounds below
-#: (the pool's own timing) cannot be had there; integration/test_stalls_under_load.py is the test
-#: of the pool inside a busy process.
-on_time_process = pytest.mark.skipif(
-    float(os.environ.get("BUSY_MACHINE_GIL_HOLD") or 0) > 0,
-    reason="times the pool in a process that runs on time (a GIL-holding thread runs: tools/busy_machine_tests.py)",
-)
+#: Needs a process that runs on time: skipped under tools/busy_machine_tests.py's GIL holder.
+on_time_process = pytest.mark.on_time_process
 
 
 def _local_only(cluster: ClusterBase) -> LocalCluster:

@@ -7,7 +7,6 @@ replica never pinged before answering late is not hung."""
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import time
 
@@ -19,12 +18,8 @@ from clickhouse_lb.probes._stall_ping import StallAwarePinger, stall_aware_wait
 
 TOLERANCE = 0.05
 
-#: As in tests/test_stalls.py: these stall this process on purpose and need the rest of it to
-#: run on time (not so under tools/busy_machine_tests.py's GIL-holding thread).
-on_time_process = pytest.mark.skipif(
-    float(os.environ.get("BUSY_MACHINE_GIL_HOLD") or 0) > 0,
-    reason="needs a process that runs on time (a GIL-holding thread is running: tools/busy_machine_tests.py)",
-)
+#: Needs a process that runs on time: skipped under tools/busy_machine_tests.py's GIL holder.
+on_time_process = pytest.mark.on_time_process
 
 
 def test_a_silent_socket_is_evidence_however_late_its_waiter_woke() -> None:

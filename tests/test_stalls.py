@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-import os
 import socket
 import time
 
@@ -29,15 +28,8 @@ from clickhouse_lb.probes._stall_ping import StallAwarePinger, stall_aware_wait
 
 TOLERANCE = 0.05
 
-#: These tests stall this process on purpose (a blocked loop, a late wait) and check the other
-#: half against a process that runs on time: under tools/busy_machine_tests.py a thread holds
-#: the GIL for seconds, every wait is late, and the on-time half cannot be had (there the pool
-#: rightly calls the failure inconclusive). integration/test_stalls_under_load.py is the test
-#: of the pool inside a busy process.
-on_time_process = pytest.mark.skipif(
-    float(os.environ.get("BUSY_MACHINE_GIL_HOLD") or 0) > 0,
-    reason="needs a process that runs on time (a GIL-holding thread is running: tools/busy_machine_tests.py)",
-)
+#: Needs a process that runs on time: skipped under tools/busy_machine_tests.py's GIL holder.
+on_time_process = pytest.mark.on_time_process
 
 
 def test_a_failed_ping_whose_waiter_woke_late_proves_nothing() -> None:

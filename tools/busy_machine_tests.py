@@ -60,6 +60,22 @@ def pytest_configure(config: Any) -> None:
         holder.start()  # a daemon thread, for the rest of the run
 
 
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """Skip the tests marked ``on_time_process``: they time the pool to sub-second bounds or
+    simulate a stall and measure it against the real one, and a 0.8 s hold of this process
+    inside the measured interval adds up to a second to it (a hedged read 0.975 s against its
+    0.5 s bound, a 200 ms connect timeout's failover 0.97 s against 0.67 s, in a busy run).
+    integration/test_stalls_under_load.py is the test of the pool inside a busy process."""
+    if float(os.environ.get(HOLD_ENV, DEFAULT_HOLD)) <= 0:
+        return
+    import pytest
+
+    skip = pytest.mark.skip(reason="needs a process that runs on time (this run's GIL-holding thread holds it up)")
+    for item in items:
+        if item.get_closest_marker("on_time_process") is not None:
+            item.add_marker(skip)
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     holds = list(_holds[0]) if _holds else []
     if holds:
