@@ -127,6 +127,8 @@ def test_an_async_ping_stalled_before_its_request_could_go_gets_a_whole_timeout(
         return await stall_aware_wait(answers_after_a_tenth, 0.15, TOLERANCE)
 
     assert asyncio.run(blocked_at_once()).ok
+
+
 @on_time_process  # its replica is a thread of this process: a GIL hold delays the answers too
 def test_a_just_started_replica_answering_its_first_pings_late_is_not_hung(
     slow_ping_server: tuple[str, list[float]],
