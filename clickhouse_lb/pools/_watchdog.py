@@ -131,6 +131,13 @@ class Watchdog:
         self._wakes_at = math.inf  # when the watchdog thread means to wake up next
         self._checks = check_executor()
         self._idle_exit = idle_exit
+        # How far ahead of its start the last attempt that told the watchdog was due (its first
+        # wake-up: check_after, the receive timeout...): while idle, the thread looks again that
+        # far ahead (see _loop), so that attempts started since then, due no sooner, need not
+        # wake it one by one. inf: none told it yet.
+        self._lead = math.inf
+        # When the thread last found nothing to watch (None: it found something at its last look).
+        self._idle_since: float | None = None
 
     def run(self, spec: AttemptSpec, call: Callable[[int, str | None], T]) -> tuple[int, T]:
         """Run ``call`` on this thread under watch; raises the machine's verdict when it
@@ -180,7 +187,7 @@ class Watchdog:
         running[thread] = entry
         first = entry.due
         if first < self._wakes_at:
-            self._notify(first)
+            self._notify(first, entry.started)
         try:
             return call(entry.index, entry.query_id)
         except Exception as exc:
@@ -195,10 +202,11 @@ class Watchdog:
                 entry.close_abandoned()
         raise verdict
 
-    def _notify(self, first: float) -> None:
-        """An attempt is due at ``first``, sooner than the watchdog means to wake up: tell it
-        (starting its thread when none runs)."""
+    def _notify(self, first: float, started: float) -> None:
+        """An attempt started at ``started`` is due at ``first``, sooner than the watchdog means
+        to wake up: tell it (starting its thread when none runs)."""
         with self._lock:
+            self._lead = first - started
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(target=self._loop, name="clickhouse-lb-watchdog", daemon=True)
                 self._thread.start()
@@ -232,19 +240,18 @@ class Watchdog:
                 due = [entry for entry in watched if entry.woken or entry.due <= now]
                 if not due:
                     if not watched:
-                        # Nothing to watch: wait a while, then end (a pool nobody closes must not
-                        # keep a thread); the next attempt starts a new one. Only a whole idle
-                        # while ends it: an attempt that came and went meanwhile (its notify woke
-                        # this wait) would otherwise cost a thread start per statement.
-                        notified = self._cond.wait(self._idle_exit)
-                        if not notified and not self._mine():
+                        tick = self._idle_look(now)
+                        if tick is None:
                             self._thread = None  # (_wakes_at stays infinite: the next attempt starts one)
                             return
+                        self._cond.wait(tick)
                         continue
+                    self._idle_since = None
                     self._wakes_at = min(entry.due for entry in watched)
                     self._cond.wait(None if self._wakes_at == math.inf else self._wakes_at - now)
                     continue
                 self._wakes_at = now
+                self._idle_since = None
                 for entry in due:
                     # Cleared before its machine looks at its pings: a ping that comes back
                     # after that look wakes it again.
@@ -255,6 +262,28 @@ class Watchdog:
                     self._advance(entry)
                 except Exception:  # pragma: no cover - a defect: it must not end every attempt's watch
                     logger.exception("the watchdog failed to advance an attempt on replica %d", entry.index)
+
+    def _idle_look(self, now: float) -> float | None:
+        """Nothing to watch at ``now`` (the condition held): None when it has been so for a
+        whole ``idle_exit`` (then the thread ends: a pool nobody closes must not keep one; the
+        next attempt starts a new one); else how long to wait until the next look.
+
+        The next look is planned ``lead`` ahead (the lead of the last attempt that told the
+        watchdog), not "never": an attempt that starts after now is due no sooner than that
+        (unless its own first wake-up is sooner: then it tells the watchdog, as always), so it
+        need not wake this thread. Planned "never", every attempt that came and went before a
+        look would make the next one wake the thread again: a thread wake-up per statement
+        for statements spaced apart (BENCHMARKS.md, the real mix)."""
+        since = self._idle_since
+        if since is None:
+            since = self._idle_since = now
+        left = since + self._idle_exit - now
+        if left <= 0:
+            self._idle_since = None
+            return None
+        tick = min(self._lead, left)
+        self._wakes_at = now + tick
+        return tick
 
     def _advance(self, entry: _Watched) -> None:
         """Resume the entry's machine and carry out its commands until it waits again."""
