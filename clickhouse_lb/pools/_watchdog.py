@@ -21,7 +21,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from clickhouse_lb.core.attempt_specs import StatementPlan
 from clickhouse_lb.core.events import logger
@@ -144,7 +144,8 @@ class Watchdog:
         abandoned the attempt, the call's own error otherwise."""
         query_id = spec.query_id()
         started = self._clock()
-        result = self._watched_call(_Watched.of_spec(spec, query_id, started), call)
+        # (the spec stands in for a plan: with its entry given, run_at reads nothing of it)
+        result = self.run_at(cast(Planned, spec), call, spec.first, _Watched.of_spec(spec, query_id, started))
         spec.on_latency(spec.first, self._clock() - started)
         return spec.first, result
 
@@ -153,35 +154,38 @@ class Watchdog:
         without building its :class:`~clickhouse_lb.core.race.AttemptSpec`: the per-statement path."""
         return self.run_at(plan, call, index)
 
-    def run_at(self, plan: Planned, call: Callable[[int, str | None], T], index: int) -> T:
+    def run_at(
+        self, plan: Planned, call: Callable[[int, str | None], T], index: int,
+        entry: _Watched | None = None,
+    ) -> T:
         """:meth:`run_planned` with the replica last: ``partial(watchdog.run_at, attempts, call)`` is a
         statement's attempt (no closure of the pool's, one call less). ``plan``: the statement's
         :class:`StatementPlan`, or its :class:`StatementAttempts`, whose plan is built only if the
-        attempt outlives its first wake-up."""
-        settings = plan.settings
-        # The entry built by hand (no __init__ call, no keyword arguments: one per statement).
-        entry = _new_entry(_Watched)
-        entry._source, entry.index, entry.connections = plan, index, []
-        deadline_at = plan.deadline.at
-        if deadline_at is None:  # the usual statement: no query id of the pool's, nothing to cut
-            entry.query_id, entry.connect_timeout = plan.query_id, settings.timeouts.connect
-            entry.started = started = self._clock()
-            entry.due = started + settings.first_wake_after  # first_wake() without a deadline, computed once
-        else:
-            full = _plan_of(plan)
-            entry.query_id, entry.connect_timeout = full.run_query_id(None)(), full.connect_timeout()
-            entry.started = started = self._clock()
-            entry.due = first_wake(started, settings.liveness, settings.timeouts.receive, deadline_at)
-        return self._watched_call(entry, call)
+        attempt outlives its first wake-up (``entry``: built already, from a spec, by :meth:`run`).
 
-    def _watched_call(self, entry: _Watched, call: Callable[[int, str | None], T]) -> T:
-        """``call`` run on this thread, its entry registered meanwhile. One registration, no
-        lock: the entry is this thread's running attempt (where its connections register, see
-        :mod:`clickhouse_lb.pools._transport`), which the watchdog thread reads as a snapshot; it
-        is told only when this attempt is due sooner than it means to wake up anyway (see
-        :meth:`_loop`: while it looks, it means to wake up never, so that no attempt registered
-        meanwhile goes unseen). An attempt with nothing to wait for (no liveness check, timeout
-        or deadline: due never) tells it nothing."""
+        ``call`` runs on this thread, its entry registered meanwhile (one function for both, the
+        entry's making and its watch: a statement's path calls one frame fewer). One
+        registration, no lock: the entry is this thread's running attempt (where its
+        connections register, see :mod:`clickhouse_lb.pools._transport`), which the watchdog
+        thread reads as a snapshot; it is told only when this attempt is due sooner than it
+        means to wake up anyway (see :meth:`_loop`: while it looks, it means to wake up never,
+        so that no attempt registered meanwhile goes unseen). An attempt with nothing to wait
+        for (no liveness check, timeout or deadline: due never) tells it nothing."""
+        if entry is None:
+            settings = plan.settings
+            # The entry built by hand (no __init__ call, no keyword arguments: one per statement).
+            entry = _new_entry(_Watched)
+            entry._source, entry.index, entry.connections = plan, index, []
+            deadline_at = plan.deadline.at
+            if deadline_at is None:  # the usual statement: no query id of the pool's, nothing to cut
+                entry.query_id, entry.connect_timeout = plan.query_id, settings.timeouts.connect
+                entry.started = started = self._clock()
+                entry.due = started + settings.first_wake_after  # first_wake() without a deadline, computed once
+            else:
+                full = _plan_of(plan)
+                entry.query_id, entry.connect_timeout = full.run_query_id(None)(), full.connect_timeout()
+                entry.started = started = self._clock()
+                entry.due = first_wake(started, settings.liveness, settings.timeouts.receive, deadline_at)
         entry.watcher = self
         thread = get_ident()
         running[thread] = entry
