@@ -154,3 +154,17 @@ def test_statements_spaced_apart_do_not_wake_the_watchdog_one_by_one() -> None:
         assert len(notified) == 1
     finally:
         watchdog.close()
+
+
+def test_an_idle_watchdog_does_not_spin_after_an_attempt_due_at_once() -> None:
+    """An attempt whose deadline has passed is due at its start (a lead of zero): the idle
+    thread's next look is still a while ahead, not at once over and over."""
+    watchdog = Watchdog(lambda index, timeout: True, lambda index, query_id: None, idle_exit=120.0)
+    past = plan_of(AttemptSettings(Timeouts(connect=1.0), LivenessPolicy(), HedgePolicy()), Deadline(-1.0))
+    try:
+        assert watchdog.run_planned(past, 0, lambda index, query_id: "rows") == "rows"
+        with watchdog._cond:  # (what the thread holds when it looks)
+            assert watchdog._lead <= 0
+            assert watchdog._idle_look(1000.0) == pytest.approx(0.05)
+    finally:
+        watchdog.close()

@@ -98,6 +98,9 @@ def _no_hedge(running: set[int]) -> int | None:
 
 _new_entry = object.__new__
 
+#: Seconds: the shortest while between two looks of an idle watchdog thread.
+_SHORTEST_LOOK = 0.05
+
 #: What an attempt of a statement is run from: its plan, or its attempts (which build the plan
 #: only when asked: StatementAttempts.plan).
 Planned = StatementPlan | StatementAttempts
@@ -285,7 +288,9 @@ class Watchdog:
         if left <= 0:
             self._idle_since = None
             return None
-        tick = min(self._lead, left)
+        # (never shorter than _SHORTEST_LOOK: an attempt due at once, its deadline past, must not
+        # make an idle thread spin; any look ahead is correct, a shorter due tells the thread)
+        tick = min(max(self._lead, _SHORTEST_LOOK), left)
         self._wakes_at = now + tick
         return tick
 
