@@ -228,9 +228,9 @@ def measure(kind: str, n: int) -> dict[str, float]:
     watchdog look or a thread start landed in whichever phase it happened to (main's watchdog
     thread ran 10.5 million instructions in one run of 720 statements, and the figure moved by
     up to 15,000 instructions between runs of one tree). The other threads' is reported beside
-    it, as an average. The caller's count still moves with the speed callgrind runs at (paths
-    taken on the clock: the retry budget's buckets, the healthy set's half-life, the transport's
-    checks run more often per statement on a slower run): compare trees run at the same time."""
+    it, as an average. The caller's count still moves with the speed callgrind runs at (by up to
+    9,000 between two pairs; likely the paths taken on the clock, the retry budget's buckets and
+    the healthy set's half-life): compare trees run at the same time."""
     with tempfile.TemporaryDirectory() as tmp:
         prefix = os.path.join(tmp, "callgrind.out")
         command = [
