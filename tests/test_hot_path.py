@@ -178,3 +178,28 @@ def test_an_insert_without_settings_is_prepared_as_with_empty_settings(
     assert _fields(quick) == _fields(general)
     assert quick.kwargs["settings"] == {"insert_deduplication_token": "t0"}
     assert quick.retry_after_send
+
+
+def test_a_statement_asks_no_process_id_of_the_probe_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe worker is started by a pool's first statement and checked by every later one;
+    a forked child forgets it by itself (``os.register_at_fork``), so the check asks no
+    ``os.getpid()``, a system call (0.9 us on this machine, several in a cold statement)."""
+    from clickhouse_lb.probes import workers
+
+    from .fakes import FakeCluster, make_pool
+
+    if not workers.FORGETS_AT_FORK:  # pragma: no cover - Windows
+        pytest.skip("no os.register_at_fork: the pid is compared")
+    pool = make_pool(FakeCluster("a", "b"), health_check_interval_ms=60_000)
+    try:
+        pool.query("SELECT 1")  # starts the worker
+        assert pool._prober is not None
+        assert pool._prober.running
+        asked: list[int] = []
+        real = workers.os.getpid
+        monkeypatch.setattr(workers.os, "getpid", lambda: asked.append(1) or real())
+        for _ in range(20):
+            pool.query("SELECT 1")
+        assert asked == []
+    finally:
+        pool.close()

@@ -153,7 +153,9 @@ class PoolSteps(PoolBase):
                 auto_token=view.balancer.settings.auto_insert_deduplication_token,
             )
         order = view.balancer.plan_indices(call.overrides)
-        if view.health is not None:
+        health = view.health
+        # (_fresh_first's own first test, here: no call while no replica lags)
+        if health is not None and health.schedule.worst_delay():
             order = self._fresh_first(order, call.settings, view)
         ryw = self._ryw.begin(call, method, view.balancer) if self._ryw.armed or call.read_your_writes else None
         if ryw is not None:

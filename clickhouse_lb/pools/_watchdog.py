@@ -21,7 +21,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from clickhouse_lb.core.attempt_specs import StatementPlan
 from clickhouse_lb.core.events import logger
@@ -98,6 +98,9 @@ def _no_hedge(running: set[int]) -> int | None:
 
 _new_entry = object.__new__
 
+#: Seconds: the shortest while between two looks of an idle watchdog thread.
+_SHORTEST_LOOK = 0.05
+
 #: What an attempt of a statement is run from: its plan, or its attempts (which build the plan
 #: only when asked: StatementAttempts.plan).
 Planned = StatementPlan | StatementAttempts
@@ -131,13 +134,21 @@ class Watchdog:
         self._wakes_at = math.inf  # when the watchdog thread means to wake up next
         self._checks = check_executor()
         self._idle_exit = idle_exit
+        # How far ahead of its start the last attempt that told the watchdog was due (its first
+        # wake-up: check_after, the receive timeout...): while idle, the thread looks again that
+        # far ahead (see _loop), so that attempts started since then, due no sooner, need not
+        # wake it one by one. inf: none told it yet.
+        self._lead = math.inf
+        # When the thread last found nothing to watch (None: it found something at its last look).
+        self._idle_since: float | None = None
 
     def run(self, spec: AttemptSpec, call: Callable[[int, str | None], T]) -> tuple[int, T]:
         """Run ``call`` on this thread under watch; raises the machine's verdict when it
         abandoned the attempt, the call's own error otherwise."""
         query_id = spec.query_id()
         started = self._clock()
-        result = self._watched_call(_Watched.of_spec(spec, query_id, started), call)
+        # (the spec stands in for a plan: with its entry given, run_at reads nothing of it)
+        result = self.run_at(cast(Planned, spec), call, spec.first, _Watched.of_spec(spec, query_id, started))
         spec.on_latency(spec.first, self._clock() - started)
         return spec.first, result
 
@@ -146,41 +157,44 @@ class Watchdog:
         without building its :class:`~clickhouse_lb.core.race.AttemptSpec`: the per-statement path."""
         return self.run_at(plan, call, index)
 
-    def run_at(self, plan: Planned, call: Callable[[int, str | None], T], index: int) -> T:
+    def run_at(
+        self, plan: Planned, call: Callable[[int, str | None], T], index: int,
+        entry: _Watched | None = None,
+    ) -> T:
         """:meth:`run_planned` with the replica last: ``partial(watchdog.run_at, attempts, call)`` is a
         statement's attempt (no closure of the pool's, one call less). ``plan``: the statement's
         :class:`StatementPlan`, or its :class:`StatementAttempts`, whose plan is built only if the
-        attempt outlives its first wake-up."""
-        settings = plan.settings
-        # The entry built by hand (no __init__ call, no keyword arguments: one per statement).
-        entry = _new_entry(_Watched)
-        entry._source, entry.index, entry.connections = plan, index, []
-        deadline_at = plan.deadline.at
-        if deadline_at is None:  # the usual statement: no query id of the pool's, nothing to cut
-            entry.query_id, entry.connect_timeout = plan.query_id, settings.timeouts.connect
-            entry.started = started = self._clock()
-            entry.due = started + settings.first_wake_after  # first_wake() without a deadline, computed once
-        else:
-            full = _plan_of(plan)
-            entry.query_id, entry.connect_timeout = full.run_query_id(None)(), full.connect_timeout()
-            entry.started = started = self._clock()
-            entry.due = first_wake(started, settings.liveness, settings.timeouts.receive, deadline_at)
-        return self._watched_call(entry, call)
+        attempt outlives its first wake-up (``entry``: built already, from a spec, by :meth:`run`).
 
-    def _watched_call(self, entry: _Watched, call: Callable[[int, str | None], T]) -> T:
-        """``call`` run on this thread, its entry registered meanwhile. One registration, no
-        lock: the entry is this thread's running attempt (where its connections register, see
-        :mod:`clickhouse_lb.pools._transport`), which the watchdog thread reads as a snapshot; it
-        is told only when this attempt is due sooner than it means to wake up anyway (see
-        :meth:`_loop`: while it looks, it means to wake up never, so that no attempt registered
-        meanwhile goes unseen). An attempt with nothing to wait for (no liveness check, timeout
-        or deadline: due never) tells it nothing."""
+        ``call`` runs on this thread, its entry registered meanwhile (one function for both, the
+        entry's making and its watch: a statement's path calls one frame fewer). One
+        registration, no lock: the entry is this thread's running attempt (where its
+        connections register, see :mod:`clickhouse_lb.pools._transport`), which the watchdog
+        thread reads as a snapshot; it is told only when this attempt is due sooner than it
+        means to wake up anyway (see :meth:`_loop`: while it looks, it means to wake up never,
+        so that no attempt registered meanwhile goes unseen). An attempt with nothing to wait
+        for (no liveness check, timeout or deadline: due never) tells it nothing."""
+        if entry is None:
+            settings = plan.settings
+            # The entry built by hand (no __init__ call, no keyword arguments: one per statement).
+            entry = _new_entry(_Watched)
+            entry._source, entry.index, entry.connections = plan, index, []
+            deadline_at = plan.deadline.at
+            if deadline_at is None:  # the usual statement: no query id of the pool's, nothing to cut
+                entry.query_id, entry.connect_timeout = plan.query_id, settings.timeouts.connect
+                entry.started = started = self._clock()
+                entry.due = started + settings.first_wake_after  # first_wake() without a deadline, computed once
+            else:
+                full = _plan_of(plan)
+                entry.query_id, entry.connect_timeout = full.run_query_id(None)(), full.connect_timeout()
+                entry.started = started = self._clock()
+                entry.due = first_wake(started, settings.liveness, settings.timeouts.receive, deadline_at)
         entry.watcher = self
         thread = get_ident()
         running[thread] = entry
         first = entry.due
         if first < self._wakes_at:
-            self._notify(first)
+            self._notify(first, entry.started)
         try:
             return call(entry.index, entry.query_id)
         except Exception as exc:
@@ -195,10 +209,11 @@ class Watchdog:
                 entry.close_abandoned()
         raise verdict
 
-    def _notify(self, first: float) -> None:
-        """An attempt is due at ``first``, sooner than the watchdog means to wake up: tell it
-        (starting its thread when none runs)."""
+    def _notify(self, first: float, started: float) -> None:
+        """An attempt started at ``started`` is due at ``first``, sooner than the watchdog means
+        to wake up: tell it (starting its thread when none runs)."""
         with self._lock:
+            self._lead = first - started
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(target=self._loop, name="clickhouse-lb-watchdog", daemon=True)
                 self._thread.start()
@@ -232,19 +247,18 @@ class Watchdog:
                 due = [entry for entry in watched if entry.woken or entry.due <= now]
                 if not due:
                     if not watched:
-                        # Nothing to watch: wait a while, then end (a pool nobody closes must not
-                        # keep a thread); the next attempt starts a new one. Only a whole idle
-                        # while ends it: an attempt that came and went meanwhile (its notify woke
-                        # this wait) would otherwise cost a thread start per statement.
-                        notified = self._cond.wait(self._idle_exit)
-                        if not notified and not self._mine():
+                        tick = self._idle_look(now)
+                        if tick is None:
                             self._thread = None  # (_wakes_at stays infinite: the next attempt starts one)
                             return
+                        self._cond.wait(tick)
                         continue
+                    self._idle_since = None
                     self._wakes_at = min(entry.due for entry in watched)
                     self._cond.wait(None if self._wakes_at == math.inf else self._wakes_at - now)
                     continue
                 self._wakes_at = now
+                self._idle_since = None
                 for entry in due:
                     # Cleared before its machine looks at its pings: a ping that comes back
                     # after that look wakes it again.
@@ -255,6 +269,30 @@ class Watchdog:
                     self._advance(entry)
                 except Exception:  # pragma: no cover - a defect: it must not end every attempt's watch
                     logger.exception("the watchdog failed to advance an attempt on replica %d", entry.index)
+
+    def _idle_look(self, now: float) -> float | None:
+        """Nothing to watch at ``now`` (the condition held): None when it has been so for a
+        whole ``idle_exit`` (then the thread ends: a pool nobody closes must not keep one; the
+        next attempt starts a new one); else how long to wait until the next look.
+
+        The next look is planned ``lead`` ahead (the lead of the last attempt that told the
+        watchdog), not "never": an attempt that starts after now is due no sooner than that
+        (unless its own first wake-up is sooner: then it tells the watchdog, as always), so it
+        need not wake this thread. Planned "never", every attempt that came and went before a
+        look would make the next one wake the thread again: a thread wake-up per statement
+        for statements spaced apart (BENCHMARKS.md, the real mix)."""
+        since = self._idle_since
+        if since is None:
+            since = self._idle_since = now
+        left = since + self._idle_exit - now
+        if left <= 0:
+            self._idle_since = None
+            return None
+        # (never shorter than _SHORTEST_LOOK: an attempt due at once, its deadline past, must not
+        # make an idle thread spin; any look ahead is correct, a shorter due tells the thread)
+        tick = min(max(self._lead, _SHORTEST_LOOK), left)
+        self._wakes_at = now + tick
+        return tick
 
     def _advance(self, entry: _Watched) -> None:
         """Resume the entry's machine and carry out its commands until it waits again."""

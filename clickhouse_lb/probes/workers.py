@@ -63,7 +63,11 @@ def _forget_all_in_child() -> None:
         worker._forget_after_fork()
 
 
-if hasattr(os, "register_at_fork"):  # not on Windows
+#: A forked child forgets every worker's thread itself (so a worker that has a thread runs it in
+#: this process: no pid to compare per statement, ``os.getpid()`` being a system call, 0.9 us
+#: here and several in a statement's cold path, BENCHMARKS.md "The real mix").
+FORGETS_AT_FORK = hasattr(os, "register_at_fork")  # not on Windows
+if FORGETS_AT_FORK:
     os.register_at_fork(after_in_child=_forget_all_in_child)
 
 
@@ -188,7 +192,7 @@ class ProbeWorker(_Worker):
 
     def ensure_started(self) -> None:
         """Start the worker unless it runs in this process already (cheap when it does)."""
-        if self._pid == os.getpid() and self._thread is not None:
+        if self._thread is not None and (FORGETS_AT_FORK or self._pid == os.getpid()):
             return
         with self._lock:
             if self._closed or not self.monitor.settings.enabled:
