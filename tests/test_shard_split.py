@@ -292,6 +292,60 @@ def test_the_parts_taken_while_the_first_is_written_are_the_parts_taken_at_once(
         assert not plan.settled(part)
 
 
+def taking_threads(monkeypatch: pytest.MonkeyPatch, data: Any, form: str) -> list[str]:
+    """The thread each part of a large routed insert of ``data`` was taken on, in shard order."""
+    import threading
+
+    from clickhouse_lb.core import shard_split
+
+    threads: list[str] = []
+    for name in ("take", "take_columns"):
+        real = getattr(shard_split, name)
+
+        def recording(*args: Any, _real: Any = real) -> Any:
+            threads.append(threading.current_thread().name)
+            return _real(*args)
+
+        monkeypatch.setattr(shard_split, name, recording)
+    for future in large_plan(data, form).pending():
+        future.result(timeout=60)
+    return threads
+
+
+@pytest.mark.parametrize("form", ["rows", "columns", "numpy objects", "dataframe objects"])
+def test_parts_whose_take_holds_the_gil_are_all_taken_before_the_first_is_written(
+    monkeypatch: pytest.MonkeyPatch, form: str,
+) -> None:
+    # Taken on a thread, they held up the first part's serialisation (BENCHMARKS.md).
+    import threading
+
+    ids = np.arange(LARGE, dtype=np.int64)
+    names = [f"u{i}" for i in range(LARGE)]
+    v = (ids % 9).astype(np.uint32)
+    data = {"rows": [[int(i), names[i], int(v[i])] for i in range(LARGE)], "columns": [ids, names, v],
+            "numpy objects": [ids, np.array(names, dtype=object), v],
+            "dataframe objects": pd.DataFrame({"id": ids, "name": pd.Series(names, dtype=object), "v": v})}[form]
+    routed_as = {"numpy objects": "columns", "dataframe objects": "dataframe"}.get(form, form)
+    threads = taking_threads(monkeypatch, data, routed_as)
+    assert len(threads) >= 3
+    assert set(threads) == {threading.current_thread().name}
+
+
+@pytest.mark.parametrize("form", ["columns", "dataframe", "arrow"])
+def test_parts_taken_without_the_gil_are_taken_on_a_thread_after_the_first(
+    monkeypatch: pytest.MonkeyPatch, form: str,
+) -> None:
+    import threading
+
+    ids = np.arange(LARGE, dtype=np.int64)
+    v = (ids % 9).astype(np.uint32)
+    names = [f"u{i}" for i in range(LARGE)]
+    data = {"columns": [ids, ids, v], "dataframe": pd.DataFrame({"id": ids, "name": names, "v": v}),
+            "arrow": pa.table({"id": ids, "name": names, "v": v})}[form]
+    threads = taking_threads(monkeypatch, data, form)
+    assert threads == [threading.current_thread().name, "clickhouse-lb-parts", "clickhouse-lb-parts"]
+
+
 def test_a_part_that_cannot_be_taken_after_the_first_was_written_fails_naming_itself(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -169,11 +169,11 @@ class RoutedInsert(Generic[P]):
 
     def pending(self, described: Any = None) -> list[Future[InsertPart]]:
         """:meth:`parts` as futures, in shard order: the first taken here, and, for a large
-        insert, the others on a thread of their own while the first ones are written (a part's
-        rows are taken from the data in C, which waits on memory much as the insert before it
-        waits on its server: done one after the other, the two add up; see BENCHMARKS.md). A
-        part whose rows could not be taken there is a part that failed: its future holds it
-        with that exception as its outcome (:meth:`settled`)."""
+        insert whose parts are taken without the GIL (:meth:`_takes_safely`), the others on a
+        thread of their own while the first ones are written (done one after the other, the
+        take and the insert before it add up; see BENCHMARKS.md); otherwise every part here. A
+        part whose rows could not be taken on the thread is a part that failed: its future
+        holds it with that exception as its outcome (:meth:`settled`)."""
         specs = self._route(described)
         futures: list[Future[InsertPart]] = [Future() for _ in specs]
         if not specs:
@@ -201,20 +201,29 @@ class RoutedInsert(Generic[P]):
         return part.position in self._results
 
     def _takes_safely(self) -> bool:
-        """Whether taking the parts after the first has begun to be written can raise nothing
-        that taking them all first would have raised before anything was written: rows and
-        columns only as lists, tuples or NumPy arrays (indexed by valid positions, in C), no
-        column shorter than the key's (an IndexError, taken first as before); DataFrames and
-        Arrow tables (their ``take``)."""
+        """Whether the parts after the first may be taken on a thread while the first is
+        written: only where taking them releases the GIL, and can raise nothing that taking them
+        all first would have raised before anything was written.
+
+        - **The GIL**: a take that holds it (a list or an array of Python objects, rows) stops
+          the first part's serialisation each time that needs the interpreter back, and on a
+          busy machine for as long as the OS keeps the taking thread off a core while it holds
+          it: the inserts inside the routed call took 78-188 ms longer than the same parts
+          inserted directly (medians of 15-25 pairs, NumPy columns and a list of 1M names, load
+          8-13), against -5 to +28 ms with every part taken first (BENCHMARKS.md). NumPy arrays
+          of numbers (``col[idx]``), Arrow's ``take`` and pandas' takes of numeric or
+          Arrow-backed columns run without it.
+        - **Errors**: NumPy columns no shorter than the key's (an IndexError, raised first as
+          before); DataFrames and Arrow tables (their ``take``)."""
         import numpy as np  # (the sharding extra's: routing imported it already)
 
-        plain = (list, tuple, np.ndarray)
-        if self.form == "rows":
-            return isinstance(self.data, plain)
         if self.form == "columns":
-            return isinstance(self.data, plain) and all(
-                isinstance(column, plain) and len(column) >= self._rows for column in self.data)
-        return True
+            return isinstance(self.data, (list, tuple)) and all(
+                isinstance(column, np.ndarray) and column.dtype.kind != "O" and len(column) >= self._rows
+                for column in self.data)
+        if self.form == "dataframe":
+            return all(_frame_column_without_objects(dtype) for dtype in self.data.dtypes)
+        return self.form != "rows"
 
     def _route(self, described: Any) -> list[_Spec]:
         """Which rows go to which shard, with each part's settings: everything but the parts' data."""
@@ -304,6 +313,16 @@ class RoutedInsert(Generic[P]):
             error = ShardedInsertError(self.table, written, failed, rows)
             raise error from next(iter(failed.values()))
         return ShardedInsertSummary({p.shard_num: r for p, r in zip(parts, results)}, rows)
+
+
+def _frame_column_without_objects(dtype: Any) -> bool:
+    """Whether a DataFrame column of ``dtype`` is taken without the GIL: not NumPy ``object``,
+    not a string dtype stored as Python objects (pandas' ``str`` is Arrow-backed)."""
+    import numpy as np
+
+    if isinstance(dtype, np.dtype):
+        return dtype.kind != "O"
+    return getattr(dtype, "storage", None) != "python"
 
 
 def _fresh_token() -> str:
