@@ -61,9 +61,27 @@ class _Spec:
     settings: dict[str, Any]
 
 
-#: Rows from which the parts after the first are taken on a thread while the first is written
-#: (below, the thread costs more than taking them).
+#: Rows from which the parts after the first are taken on a thread while the first is written,
+#: and the rows routed while the table's types are read (below, the thread costs more).
 _TAKEN_AHEAD = 50_000
+
+
+@dataclass(frozen=True)
+class _Guess:
+    """The rows routed by the key column at ``index`` taken as ``kind``, on a thread."""
+
+    index: int
+    kind: Any
+    groups: Future[list[Any]]
+
+    def groups_for(self, index: int, kind: Any) -> list[Any] | None:
+        """The routed rows if the table's column is the one guessed, of the type guessed."""
+        if (index, kind) != (self.index, self.kind):
+            return None
+        try:
+            return self.groups.result()
+        except Exception:  # routed again on the caller's thread, which raises it as its own
+            return None
 
 
 @dataclass(frozen=True)
@@ -137,10 +155,48 @@ class RoutedInsert(Generic[P]):
         self._transpose = False
         #: Each part's outcome by shard position: its summary, or the exception it raised.
         self._results: dict[int, Any] = {}
+        #: The rows routed while the table's types are read (:meth:`_route_while_described`).
+        self._guess: _Guess | None = None
 
     def __enter__(self) -> None:
         """While the insert runs, its view counts it in flight (see :meth:`ShardedBase._install`)."""
         self._in_flight.acquire(self.view)
+        if self.describe is not None:
+            self._guess = self._route_while_described()
+
+    def _route_while_described(self) -> _Guess | None:
+        """For a large insert whose key column is a NumPy integer array (NumPy columns, pandas,
+        Arrow, polars), the rows routed on a thread by the type the array's dtype suggests
+        while the driver reads the table's types (the DESCRIBE, a round trip): NumPy's hash and
+        selector run without the GIL. :meth:`_route` takes the result only if the table's type
+        is that one (it alone decides the hash), else routes again; an error there is raised
+        by routing again, as without the guess."""
+        from clickhouse_lb.core.shard_split import key_column, row_count
+        from clickhouse_lb.core.sharding import STRING, dtype_kind, route
+
+        key, names = self.key, self.names
+        if key.column is None or names is None or self.form == "rows" or key.column not in names:
+            return None
+        try:
+            rows = row_count(self.data, self.form)
+            index = names.index(key.column)
+            values = key_column(self.data, self.form, index, STRING) if rows >= _TAKEN_AHEAD else None
+        except Exception:  # bad data: the insert's own routing names it
+            return None
+        kind = dtype_kind(values)
+        if kind is None:
+            return None
+        groups: Future[list[Any]] = Future()
+        slots, shards = self.view.slots, len(self.view.pools)
+
+        def run() -> None:
+            try:
+                groups.set_result(route(key, values, kind, rows, slots=slots, shards=shards))
+            except BaseException as exc:
+                groups.set_exception(exc)
+
+        threading.Thread(target=run, name="clickhouse-lb-route", daemon=True).start()
+        return _Guess(index, kind, groups)
 
     def __exit__(self, *exc: object) -> None:
         self._in_flight.release(self.view)
@@ -235,14 +291,17 @@ class RoutedInsert(Generic[P]):
             self.types = [t.name for t in described.column_types]
         view, key, rows = self.view, self.key, row_count(self.data, self.form)
         self._rows = rows
-        values, kind = None, None
+        values, kind, groups = None, None, None
         if key.column is not None:
             if self.names is None or self.types is None:
                 raise ConfigurationError(f"The columns of {self.table} are needed to route by {key.text}")
             index = _column_index(self.names, key.column, self.table)
             kind = value_type(self.types[index])
-            values = key_column(self.data, self.form, index, kind)
-        groups = route(key, values, kind, rows, slots=view.slots, shards=len(view.pools))
+            groups = self._guess.groups_for(index, kind) if self._guess is not None else None
+            if groups is None:
+                values = key_column(self.data, self.form, index, kind)
+        if groups is None:
+            groups = route(key, values, kind, rows, slots=view.slots, shards=len(view.pools))
         settings = self._context_settings() if self.context is not None else self.settings
         token = settings.get(_TOKEN)
         # Rows are handed on as columns (column_oriented=True): clickhouse-connect then writes
