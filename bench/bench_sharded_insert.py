@@ -204,6 +204,8 @@ def main() -> None:
                         help="a source tree to measure (repeatable); default: this checkout")
     parser.add_argument("--forms", default="rows,columns,numpy,dataframe,arrow",
                         help="the data forms to measure (default: all)")
+    parser.add_argument("--samples", action="store_true",
+                        help="also print every round's times (seconds, in round order) per side and tree")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -247,7 +249,7 @@ def main() -> None:
         load_before = os.getloadavg()
         labels = list(trees)
         sides_head = " | ".join(f"{label} {side} (s)" for label in labels for side in ("routed", "direct"))
-        ratio_head = " | ".join(f"{label} routed / direct" for label in labels)
+        ratio_head = " | ".join(f"{label} routed / direct (paired)" for label in labels)
         own_head = " | ".join(f"{label} routing's own (s, share of direct)" for label in labels)
         print(f"| data | key | {sides_head} | {ratio_head} | {own_head} | columns, the router's form, direct (s) "
               "| DESCRIBE alone (s) |")
@@ -270,12 +272,23 @@ def main() -> None:
                         own[label].append(measured["own"])
             med = {k: statistics.median(v) for k, v in times.items()}
             cells = " | ".join(f"{med[(label, side)]:.3f}" for label in labels for side in ("routed", "direct"))
-            ratios = " | ".join(f"{med[(label, 'routed')] / med[(label, 'direct')]:.3f}" for label in labels)
+            # The ratio of the medians, and (paired) the median of each round's own ratio: the
+            # two sides of a round run seconds apart, so a load that changes over minutes
+            # moves both.
+            ratios = " | ".join(
+                f"{med[(label, 'routed')] / med[(label, 'direct')]:.3f} ("
+                f"{statistics.median(r / d for r, d in zip(times[(label, 'routed')], times[(label, 'direct')])):.3f})"
+                for label in labels)
             owns = " | ".join(f"{statistics.median(own[label]):.3f} "
                               f"({statistics.median(own[label]) / med[(label, 'direct')]:.1%})" for label in labels)
             column, describe = (" / ".join(f"{med[(label, side)]:.4f}" for label in labels) if side in sides else ""
                                 for side in ("columns", "describe"))
             print(f"| {name} | `{key}` | {cells} | {ratios} | {owns} | {column} | {describe} |", flush=True)
+            if args.samples:
+                for (label, side), values in times.items():
+                    print(f"  {name} `{key}` {label} {side}: {' '.join(f'{x:.3f}' for x in values)}"
+                          + (f"; own {' '.join(f'{x:.3f}' for x in own[label])}" if side == "routed" else ""),
+                          file=sys.stderr, flush=True)
         print(f"\n{args.rows:,} rows, medians of {args.rounds} rounds; load average before "
               f"{', '.join(f'{x:.1f}' for x in load_before)}, after {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     finally:
