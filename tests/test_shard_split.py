@@ -312,7 +312,7 @@ def taking_threads(monkeypatch: pytest.MonkeyPatch, data: Any, form: str) -> lis
     return threads
 
 
-@pytest.mark.parametrize("form", ["rows", "columns", "numpy objects", "dataframe objects"])
+@pytest.mark.parametrize("form", ["columns", "numpy objects", "dataframe objects"])
 def test_parts_whose_take_holds_the_gil_are_all_taken_before_the_first_is_written(
     monkeypatch: pytest.MonkeyPatch, form: str,
 ) -> None:
@@ -322,8 +322,7 @@ def test_parts_whose_take_holds_the_gil_are_all_taken_before_the_first_is_writte
     ids = np.arange(LARGE, dtype=np.int64)
     names = [f"u{i}" for i in range(LARGE)]
     v = (ids % 9).astype(np.uint32)
-    data = {"rows": [[int(i), names[i], int(v[i])] for i in range(LARGE)], "columns": [ids, names, v],
-            "numpy objects": [ids, np.array(names, dtype=object), v],
+    data = {"columns": [ids, names, v], "numpy objects": [ids, np.array(names, dtype=object), v],
             "dataframe objects": pd.DataFrame({"id": ids, "name": pd.Series(names, dtype=object), "v": v})}[form]
     routed_as = {"numpy objects": "columns", "dataframe objects": "dataframe"}.get(form, form)
     threads = taking_threads(monkeypatch, data, routed_as)
@@ -331,8 +330,8 @@ def test_parts_whose_take_holds_the_gil_are_all_taken_before_the_first_is_writte
     assert set(threads) == {threading.current_thread().name}
 
 
-@pytest.mark.parametrize("form", ["columns", "dataframe", "arrow"])
-def test_parts_taken_without_the_gil_are_taken_on_a_thread_after_the_first(
+@pytest.mark.parametrize("form", ["rows", "columns", "dataframe", "arrow"])
+def test_rows_and_parts_taken_without_the_gil_are_taken_on_a_thread_after_the_first(
     monkeypatch: pytest.MonkeyPatch, form: str,
 ) -> None:
     import threading
@@ -340,7 +339,8 @@ def test_parts_taken_without_the_gil_are_taken_on_a_thread_after_the_first(
     ids = np.arange(LARGE, dtype=np.int64)
     v = (ids % 9).astype(np.uint32)
     names = [f"u{i}" for i in range(LARGE)]
-    data = {"columns": [ids, ids, v], "dataframe": pd.DataFrame({"id": ids, "name": names, "v": v}),
+    data = {"rows": [[int(i), names[i], int(v[i])] for i in range(LARGE)], "columns": [ids, ids, v],
+            "dataframe": pd.DataFrame({"id": ids, "name": names, "v": v}),
             "arrow": pa.table({"id": ids, "name": names, "v": v})}[form]
     threads = taking_threads(monkeypatch, data, form)
     assert threads == [threading.current_thread().name, "clickhouse-lb-parts", "clickhouse-lb-parts"]

@@ -225,8 +225,8 @@ class RoutedInsert(Generic[P]):
 
     def pending(self, described: Any = None) -> list[Future[InsertPart]]:
         """:meth:`parts` as futures, in shard order: the first taken here, and, for a large
-        insert whose parts are taken without the GIL (:meth:`_takes_safely`), the others on a
-        thread of their own while the first ones are written (done one after the other, the
+        insert of rows or of parts taken without the GIL (:meth:`_takes_safely`), the others on
+        a thread of their own while the first ones are written (done one after the other, the
         take and the insert before it add up; see BENCHMARKS.md); otherwise every part here. A
         part whose rows could not be taken on the thread is a part that failed: its future
         holds it with that exception as its outcome (:meth:`settled`)."""
@@ -258,28 +258,35 @@ class RoutedInsert(Generic[P]):
 
     def _takes_safely(self) -> bool:
         """Whether the parts after the first may be taken on a thread while the first is
-        written: only where taking them releases the GIL, and can raise nothing that taking them
-        all first would have raised before anything was written.
+        written: where that pays, and can raise nothing that taking them all first would have
+        raised before anything was written.
 
-        - **The GIL**: a take that holds it (a list or an array of Python objects, rows) stops
-          the first part's serialisation each time that needs the interpreter back, and on a
-          busy machine for as long as the OS keeps the taking thread off a core while it holds
-          it: the inserts inside the routed call took 78-188 ms longer than the same parts
-          inserted directly (medians of 15-25 pairs, NumPy columns and a list of 1M names, load
-          8-13), against -5 to +28 ms with every part taken first (BENCHMARKS.md). NumPy arrays
-          of numbers (``col[idx]``), Arrow's ``take`` and pandas' takes of numeric or
-          Arrow-backed columns run without it.
-        - **Errors**: NumPy columns no shorter than the key's (an IndexError, raised first as
+        - **Where it pays**: takes that run without the GIL (NumPy arrays of numbers,
+          ``col[idx]``; Arrow's ``take``; pandas' takes of numeric or Arrow-backed columns), and
+          rows, whose transposition (:func:`~clickhouse_lb.core.shard_split.take_columns`) is a
+          long loop that gives the GIL up at the interpreter's switch interval: the routed call
+          of 1M rows took 0.99-2.11 s with it on the critical path against 1.27-1.36 s hidden
+          (load 11-12, BENCHMARKS.md). Not a list or an array of Python objects among the
+          columns: one short C call that holds the GIL throughout, stopping the first part's
+          serialisation each time that needs the interpreter back, and on a busy machine for as
+          long as the OS keeps the taking thread off a core: the inserts inside the routed
+          call took 78-188 ms longer than the same parts inserted directly (medians of 15-25
+          pairs, NumPy columns and a list of 1M names, load 8-13), -5 to +28 ms with every part
+          taken first.
+        - **Errors**: rows and columns only as lists, tuples or NumPy arrays (indexed by valid
+          positions, in C), no column shorter than the key's (an IndexError, taken first as
           before); DataFrames and Arrow tables (their ``take``)."""
         import numpy as np  # (the sharding extra's: routing imported it already)
 
+        if self.form == "rows":
+            return isinstance(self.data, (list, tuple, np.ndarray))
         if self.form == "columns":
             return isinstance(self.data, (list, tuple)) and all(
                 isinstance(column, np.ndarray) and column.dtype.kind != "O" and len(column) >= self._rows
                 for column in self.data)
         if self.form == "dataframe":
             return all(_frame_column_without_objects(dtype) for dtype in self.data.dtypes)
-        return self.form != "rows"
+        return True
 
     def _route(self, described: Any) -> list[_Spec]:
         """Which rows go to which shard, with each part's settings: everything but the parts' data."""
