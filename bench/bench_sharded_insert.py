@@ -6,12 +6,14 @@ for every data form, and for two source trees side by side in one run.
 Two shards (one local replica each, plain MergeTree: replication is not what is measured),
 started once. Each ``--tree`` (default: this checkout only) gets a worker process of its own
 (``PYTHONPATH`` = that tree) that builds the data once and times what it is told; the rounds
-alternate the trees and the sides, each first in turn, and every timed call starts after a full
-garbage collection. Per data form and key:
+alternate the trees and the sides, each first in turn, and each side's work (the direct side's
+untimed split included) starts after a full garbage collection. Per data form and key:
 
 - **routed**: the sharded pool's public call as a user makes it (``insert`` of rows or columns,
-  ``insert_df``, ``insert_arrow``; the column types read from the first shard, the split, each
-  part through its shard's pool);
+  ``insert_df``, ``insert_arrow``: the split, each part through its shard's pool), given what
+  the direct side is given: the column names and types (so neither side reads them from the
+  server; ``insert_arrow`` has no ``column_type_names`` and reads the table's types once, to
+  hash the key as the server would, while the direct Arrow insert needs none);
 - **direct**: the same parts, honestly: the rows the router sends to each shard, split
   before each run (untimed, fresh every time as a user's are), **in the user's own data
   form** (a list of the row objects, the columns as given: NumPy arrays stay NumPy, a list
@@ -20,7 +22,11 @@ garbage collection. Per data form and key:
   carries its own), one after the other;
 - **columns** (row data only): the same rows as the columns the router itself hands on
   (transposed before each run, untimed), written with ``column_oriented=True``: the cheapest form of
-  the same parts.
+  the same parts;
+- **describe**: the DESCRIBE a routed ``insert``/``insert_df`` makes when the column types are
+  not given (``create_insert_context`` on the first shard), timed alone after the rounds: what a
+  user who gives only the names adds to the routed side (a direct insert without types makes
+  one per part).
 
 Prints one table: the medians of each side and tree, routed / direct (the issue's figure:
 routing adds at most 10%), and routing's own time: the routed call's time minus the time it
@@ -48,9 +54,9 @@ CASES = [
     ("rows", "rows", "cityHash64(id)", ("routed", "direct", "columns")),
     ("rows", "rows", "id", ("routed", "direct", "columns")),
     ("rows", "rows", "cityHash64(name)", ("routed", "direct", "columns")),
-    ("NumPy columns + list of names", "columns", "cityHash64(id)", ("routed", "direct")),
-    ("NumPy arrays (names an object array)", "numpy", "cityHash64(id)", ("routed", "direct")),
-    ("pandas DataFrame", "dataframe", "cityHash64(id)", ("routed", "direct")),
+    ("NumPy columns + list of names", "columns", "cityHash64(id)", ("routed", "direct", "describe")),
+    ("NumPy arrays (names an object array)", "numpy", "cityHash64(id)", ("routed", "direct", "describe")),
+    ("pandas DataFrame", "dataframe", "cityHash64(id)", ("routed", "direct", "describe")),
     ("Arrow table", "arrow", "cityHash64(id)", ("routed", "direct")),
 ]
 
@@ -145,8 +151,16 @@ def worker(hosts: list[list[str]], rows: int, cases: list[str]) -> None:
             order = json.loads(line)
             form, key, side = order["form"], order["key"], order["side"]
             values = data[form]
+            # One full collection before each side's work, the direct side's split included:
+            # a collection between that split and its insert made the direct insert of a
+            # DataFrame 68 ms faster than after the same split without it (paired, 15 rounds,
+            # load 4-7), as much as the routed call's inserts were slower than it; the routed
+            # call's own split has no collection after it either.
+            gc.collect()
             if side == "routed":
                 call = routed_call(sharded, form, key, values)
+            elif side == "describe":
+                call = lambda: shards[0].create_insert_context(TABLE, NAMES)  # noqa: E731
             else:
                 # Split anew for every run (untimed), as a user's parts are: parts inserted
                 # before, kept and inserted again, went in 15-25% faster (1M rows, NumPy columns,
@@ -155,7 +169,6 @@ def worker(hosts: list[list[str]], rows: int, cases: list[str]) -> None:
                 if side == "columns":
                     parts = [[list(column) for column in zip(*part)] for part in parts]
                 call = direct_call(shards, form, parts, oriented=side == "columns")
-            gc.collect()
             spent[0] = 0.0
             began = time.perf_counter()
             call()
@@ -164,12 +177,14 @@ def worker(hosts: list[list[str]], rows: int, cases: list[str]) -> None:
 
 
 def routed_call(sharded: Any, form: str, key: str, data: Any) -> Any:
+    # The names and types the direct side is given (direct_call): the same information both ways.
     if form == "dataframe":
-        return lambda: sharded.insert_df(TABLE, data, sharding_key=key)
+        return lambda: sharded.insert_df(TABLE, data, sharding_key=key, column_type_names=TYPES)
     if form == "arrow":
         return lambda: sharded.insert_arrow(TABLE, data, sharding_key=key)
     oriented = form != "rows"
-    return lambda: sharded.insert(TABLE, data, column_names=NAMES, sharding_key=key, column_oriented=oriented)
+    return lambda: sharded.insert(TABLE, data, column_names=NAMES, column_type_names=TYPES, sharding_key=key,
+                                  column_oriented=oriented)
 
 
 def direct_call(shards: list[Any], form: str, parts: list[Any], *, oriented: bool) -> Any:
@@ -195,6 +210,8 @@ def main() -> None:
                         help="a source tree to measure (repeatable); default: this checkout")
     parser.add_argument("--forms", default="rows,columns,numpy,dataframe,arrow",
                         help="the data forms to measure (default: all)")
+    parser.add_argument("--samples", action="store_true",
+                        help="also print every round's times (seconds, in round order) per side and tree")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -238,10 +255,11 @@ def main() -> None:
         load_before = os.getloadavg()
         labels = list(trees)
         sides_head = " | ".join(f"{label} {side} (s)" for label in labels for side in ("routed", "direct"))
-        ratio_head = " | ".join(f"{label} routed / direct" for label in labels)
+        ratio_head = " | ".join(f"{label} routed / direct (paired)" for label in labels)
         own_head = " | ".join(f"{label} routing's own (s, share of direct)" for label in labels)
-        print(f"| data | key | {sides_head} | {ratio_head} | {own_head} | columns, the router's form, direct (s) |")
-        print("|---|---|" + "---:|" * (4 * len(labels) + 1))
+        print(f"| data | key | {sides_head} | {ratio_head} | {own_head} | columns, the router's form, direct (s) "
+              "| DESCRIBE alone (s) |")
+        print("|---|---|" + "---:|" * (4 * len(labels) + 2))
         for name, form, key, sides in CASES:
             if form not in args.forms.split(","):
                 continue
@@ -250,7 +268,10 @@ def main() -> None:
                     run(label, form, key, side)
             times: dict[tuple[str, str], list[float]] = {(label, side): [] for label in labels for side in sides}
             own: dict[str, list[float]] = {label: [] for label in labels}
-            order = list(times)
+            # The inserts rotate; the DESCRIBE is timed after them: inside the rotation, every
+            # routed call followed a DESCRIBE and every direct one an insert (the cyclic order
+            # stays the same when rotated), which is not the same start for both sides.
+            order = [k for k in times if k[1] != "describe"]
             for round_ in range(args.rounds):
                 shift = round_ % len(order)
                 for label, side in order[shift:] + order[:shift]:
@@ -258,14 +279,28 @@ def main() -> None:
                     times[(label, side)].append(measured["s"])
                     if side == "routed":
                         own[label].append(measured["own"])
+            for _ in range(args.rounds if "describe" in sides else 0):
+                for label in labels:
+                    times[(label, "describe")].append(run(label, form, key, "describe")["s"])
             med = {k: statistics.median(v) for k, v in times.items()}
             cells = " | ".join(f"{med[(label, side)]:.3f}" for label in labels for side in ("routed", "direct"))
-            ratios = " | ".join(f"{med[(label, 'routed')] / med[(label, 'direct')]:.3f}" for label in labels)
+            # The ratio of the medians, and (paired) the median of each round's own ratio: the
+            # two sides of a round run seconds apart, so a load that changes over minutes
+            # moves both.
+            ratios = " | ".join(
+                f"{med[(label, 'routed')] / med[(label, 'direct')]:.3f} ("
+                f"{statistics.median(r / d for r, d in zip(times[(label, 'routed')], times[(label, 'direct')])):.3f})"
+                for label in labels)
             owns = " | ".join(f"{statistics.median(own[label]):.3f} "
                               f"({statistics.median(own[label]) / med[(label, 'direct')]:.1%})" for label in labels)
-            column = (" / ".join(f"{med[(label, 'columns')]:.3f}" for label in labels)
-                      if "columns" in sides else "")
-            print(f"| {name} | `{key}` | {cells} | {ratios} | {owns} | {column} |", flush=True)
+            column, describe = (" / ".join(f"{med[(label, side)]:.4f}" for label in labels) if side in sides else ""
+                                for side in ("columns", "describe"))
+            print(f"| {name} | `{key}` | {cells} | {ratios} | {owns} | {column} | {describe} |", flush=True)
+            if args.samples:
+                for (label, side), values in times.items():
+                    print(f"  {name} `{key}` {label} {side}: {' '.join(f'{x:.3f}' for x in values)}"
+                          + (f"; own {' '.join(f'{x:.3f}' for x in own[label])}" if side == "routed" else ""),
+                          file=sys.stderr, flush=True)
         print(f"\n{args.rows:,} rows, medians of {args.rounds} rounds; load average before "
               f"{', '.join(f'{x:.1f}' for x in load_before)}, after {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     finally:

@@ -292,6 +292,60 @@ def test_the_parts_taken_while_the_first_is_written_are_the_parts_taken_at_once(
         assert not plan.settled(part)
 
 
+def taking_threads(monkeypatch: pytest.MonkeyPatch, data: Any, form: str) -> list[str]:
+    """The thread each part of a large routed insert of ``data`` was taken on, in shard order."""
+    import threading
+
+    from clickhouse_lb.core import shard_split
+
+    threads: list[str] = []
+    for name in ("take", "take_columns"):
+        real = getattr(shard_split, name)
+
+        def recording(*args: Any, _real: Any = real) -> Any:
+            threads.append(threading.current_thread().name)
+            return _real(*args)
+
+        monkeypatch.setattr(shard_split, name, recording)
+    for future in large_plan(data, form).pending():
+        future.result(timeout=60)
+    return threads
+
+
+@pytest.mark.parametrize("form", ["columns", "numpy objects", "dataframe objects"])
+def test_parts_whose_take_holds_the_gil_are_all_taken_before_the_first_is_written(
+    monkeypatch: pytest.MonkeyPatch, form: str,
+) -> None:
+    # Taken on a thread, they held up the first part's serialisation (BENCHMARKS.md).
+    import threading
+
+    ids = np.arange(LARGE, dtype=np.int64)
+    names = [f"u{i}" for i in range(LARGE)]
+    v = (ids % 9).astype(np.uint32)
+    data = {"columns": [ids, names, v], "numpy objects": [ids, np.array(names, dtype=object), v],
+            "dataframe objects": pd.DataFrame({"id": ids, "name": pd.Series(names, dtype=object), "v": v})}[form]
+    routed_as = {"numpy objects": "columns", "dataframe objects": "dataframe"}.get(form, form)
+    threads = taking_threads(monkeypatch, data, routed_as)
+    assert len(threads) >= 3
+    assert set(threads) == {threading.current_thread().name}
+
+
+@pytest.mark.parametrize("form", ["rows", "columns", "dataframe", "arrow"])
+def test_rows_and_parts_taken_without_the_gil_are_taken_on_a_thread_after_the_first(
+    monkeypatch: pytest.MonkeyPatch, form: str,
+) -> None:
+    import threading
+
+    ids = np.arange(LARGE, dtype=np.int64)
+    v = (ids % 9).astype(np.uint32)
+    names = [f"u{i}" for i in range(LARGE)]
+    data = {"rows": [[int(i), names[i], int(v[i])] for i in range(LARGE)], "columns": [ids, ids, v],
+            "dataframe": pd.DataFrame({"id": ids, "name": names, "v": v}),
+            "arrow": pa.table({"id": ids, "name": names, "v": v})}[form]
+    threads = taking_threads(monkeypatch, data, form)
+    assert threads == [threading.current_thread().name, "clickhouse-lb-parts", "clickhouse-lb-parts"]
+
+
 def test_a_part_that_cannot_be_taken_after_the_first_was_written_fails_naming_itself(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -364,3 +418,86 @@ class StrSequence(Sequence[str]):
 
     def __iter__(self) -> Any:
         raise AssertionError("taken by index")
+
+
+class Described:
+    """What the driver's DESCRIBE gives the plan: the table's column names and types."""
+
+    def __init__(self, names: list[str], types: list[str]) -> None:
+        self.column_names = names
+        self.column_types = [type("T", (), {"name": t})() for t in types]
+
+
+@pytest.mark.parametrize("table_type", ["Int64", "Int32", "UInt64"])
+@pytest.mark.parametrize("form", ["columns", "dataframe", "arrow"])
+def test_rows_routed_while_the_types_are_read_go_by_the_tables_type(
+    monkeypatch: pytest.MonkeyPatch, form: str, table_type: str,
+) -> None:
+    # The key column is int64 in the data; the table's type alone decides the hash: routed on
+    # the thread by the dtype's type, the parts are those of the table's type all the same.
+    import threading
+
+    from clickhouse_lb.core import sharding
+    from clickhouse_lb.core.discovery import InFlight
+    from clickhouse_lb.pools._sharded_insert import RoutedInsert
+    from clickhouse_lb.pools._sharded_view import ShardView
+
+    ids = np.arange(-LARGE // 2, LARGE - LARGE // 2, dtype=np.int64)
+    v = (ids % 9).astype(np.uint32)
+    data = {"columns": [ids, v], "dataframe": pd.DataFrame({"id": ids, "v": v}),
+            "arrow": pa.table({"id": ids, "v": v})}[form]
+    routed_on, real_route = [], sharding.route
+
+    def route(*args: Any, **kwargs: Any) -> Any:
+        routed_on.append(threading.current_thread().name)
+        return real_route(*args, **kwargs)
+
+    monkeypatch.setattr(sharding, "route", route)
+    view = ShardView.of([InsertingPool(), InsertingPool()], [1, 2], [1, 1])  # type: ignore[type-var]
+    method = {"dataframe": "insert_df", "arrow": "insert_arrow"}.get(form, "insert")
+    plan = RoutedInsert(
+        InFlight(), view, method, "t", data, form=form, sharding_key="cityHash64(id)", column_names=["id", "v"],
+        column_type_names=None, settings=None, options={"database": None}, describe=True,
+    )
+    with plan:
+        parts = [future.result(timeout=60) for future in plan.pending(Described(["id", "v"], [table_type, "UInt32"]))]
+    expected = real_route(parse_sharding_key("cityHash64(id)"), ids, value_type(table_type), len(ids),
+                          slots=(0, 1), shards=2)
+    assert [p.rows for p in parts] == [len(e) for e in expected]
+    for part, indices in zip(parts, expected):
+        taken = part.data[0] if form == "columns" else np.asarray(part.data.column(0) if form == "arrow"
+                                                                 else part.data["id"])
+        assert np.array_equal(np.asarray(taken), ids[indices])
+    again = [] if table_type == "Int64" else [threading.current_thread().name]  # routed again by the table's
+    assert routed_on == ["clickhouse-lb-route", *again]
+
+
+def test_rows_that_could_not_be_routed_while_the_types_were_read_are_routed_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+
+    from clickhouse_lb.core import sharding
+    from clickhouse_lb.core.discovery import InFlight
+    from clickhouse_lb.pools._sharded_insert import RoutedInsert
+    from clickhouse_lb.pools._sharded_view import ShardView
+
+    real_route = sharding.route
+
+    def route(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name == "clickhouse-lb-route":
+            raise MemoryError("no room to route on the thread")
+        return real_route(*args, **kwargs)
+
+    monkeypatch.setattr(sharding, "route", route)
+    ids = np.arange(LARGE, dtype=np.int64)
+    view = ShardView.of([InsertingPool(), InsertingPool()], [1, 2], [1, 1])  # type: ignore[type-var]
+    plan = RoutedInsert(
+        InFlight(), view, "insert", "t", [ids, ids], form="columns", sharding_key="cityHash64(id)",
+        column_names=["id", "v"], column_type_names=None, settings=None, options={"database": None}, describe=True,
+    )
+    with plan:
+        parts = [future.result(timeout=60) for future in plan.pending(Described(["id", "v"], ["Int64", "UInt32"]))]
+    expected = real_route(parse_sharding_key("cityHash64(id)"), ids, value_type("Int64"), LARGE, slots=(0, 1),
+                          shards=2)
+    assert [list(p.data[0]) for p in parts] == [list(ids[e]) for e in expected]

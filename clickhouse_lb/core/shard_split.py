@@ -77,14 +77,17 @@ class _Picker:
 
     def __init__(self, indices: np.ndarray, size: int) -> None:
         self.indices = indices
-        self.mask: list[bool] | None = None
+        self.mask: bytes | None = None
         self.positions: list[int] | None = None
         if len(indices) * _MASKED_SHARE >= size:
-            # Python's True and False, not ints: no object is made per item, and compress
-            # walks the list in order (about half the time of indexing, 2 parts of 1M items).
-            selected = np.zeros(size, dtype=bool)
-            selected[indices] = True
-            self.mask = selected.tolist()
+            # compress walks the list in order (about half the time of indexing, 2 parts of 1M
+            # items). Its selectors as bytes (one memcpy of the mask): iterating them gives the
+            # interpreter's cached 0 and 1, no object per item, and no list of a million
+            # pointers to build first (2 parts of 1M names: 50 ms against 80 ms with a list
+            # of bools, medians of 21, load 8.6).
+            selected = np.zeros(size, dtype=np.uint8)
+            selected[indices] = 1
+            self.mask = selected.tobytes()
 
     def take(self, items: Sequence[Any]) -> list[Any]:
         if self.mask is not None and isinstance(items, (list, tuple)) and len(items) == len(self.mask):

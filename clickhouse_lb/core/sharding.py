@@ -34,6 +34,7 @@ __all__ = [
     "KEY_FUNCTIONS",
     "IntegerType",
     "ShardingKey",
+    "dtype_kind",
     "key_values",
     "parse_sharding_key",
     "part_token",
@@ -110,6 +111,14 @@ def value_type(type_name: str) -> IntegerType | str:
         f"Cannot route rows by a {type_name} column: the sharding key's column must be an integer "
         "(UInt8..UInt64, Int8..Int64) or, inside a hash function, a String or FixedString"
     )
+
+
+def dtype_kind(values: Any) -> IntegerType | None:
+    """The integer type a NumPy array's own dtype suggests for its column (None: not an integer
+    array). A guess: the table's column may be of another type, which alone decides the hash."""
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+        return IntegerType(values.dtype.itemsize * 8, values.dtype.kind == "i")
+    return None
 
 
 def slot_table(weights: Sequence[int]) -> tuple[int, ...]:

@@ -61,9 +61,27 @@ class _Spec:
     settings: dict[str, Any]
 
 
-#: Rows from which the parts after the first are taken on a thread while the first is written
-#: (below, the thread costs more than taking them).
+#: Rows from which the parts after the first are taken on a thread while the first is written,
+#: and the rows routed while the table's types are read (below, the thread costs more).
 _TAKEN_AHEAD = 50_000
+
+
+@dataclass(frozen=True)
+class _Guess:
+    """The rows routed by the key column at ``index`` taken as ``kind``, on a thread."""
+
+    index: int
+    kind: Any
+    groups: Future[list[Any]]
+
+    def groups_for(self, index: int, kind: Any) -> list[Any] | None:
+        """The routed rows if the table's column is the one guessed, of the type guessed."""
+        if (index, kind) != (self.index, self.kind):
+            return None
+        try:
+            return self.groups.result()
+        except Exception:  # routed again on the caller's thread, which raises it as its own
+            return None
 
 
 @dataclass(frozen=True)
@@ -137,10 +155,48 @@ class RoutedInsert(Generic[P]):
         self._transpose = False
         #: Each part's outcome by shard position: its summary, or the exception it raised.
         self._results: dict[int, Any] = {}
+        #: The rows routed while the table's types are read (:meth:`_route_while_described`).
+        self._guess: _Guess | None = None
 
     def __enter__(self) -> None:
         """While the insert runs, its view counts it in flight (see :meth:`ShardedBase._install`)."""
         self._in_flight.acquire(self.view)
+        if self.describe is not None:
+            self._guess = self._route_while_described()
+
+    def _route_while_described(self) -> _Guess | None:
+        """For a large insert whose key column is a NumPy integer array (NumPy columns, pandas,
+        Arrow, polars), the rows routed on a thread by the type the array's dtype suggests
+        while the driver reads the table's types (the DESCRIBE, a round trip): NumPy's hash and
+        selector run without the GIL. :meth:`_route` takes the result only if the table's type
+        is that one (it alone decides the hash), else routes again; an error there is raised
+        by routing again, as without the guess."""
+        from clickhouse_lb.core.shard_split import key_column, row_count
+        from clickhouse_lb.core.sharding import STRING, dtype_kind, route
+
+        key, names = self.key, self.names
+        if key.column is None or names is None or self.form == "rows" or key.column not in names:
+            return None
+        try:
+            rows = row_count(self.data, self.form)
+            index = names.index(key.column)
+            values = key_column(self.data, self.form, index, STRING) if rows >= _TAKEN_AHEAD else None
+        except Exception:  # bad data: the insert's own routing names it
+            return None
+        kind = dtype_kind(values)
+        if kind is None:
+            return None
+        groups: Future[list[Any]] = Future()
+        slots, shards = self.view.slots, len(self.view.pools)
+
+        def run() -> None:
+            try:
+                groups.set_result(route(key, values, kind, rows, slots=slots, shards=shards))
+            except BaseException as exc:
+                groups.set_exception(exc)
+
+        threading.Thread(target=run, name="clickhouse-lb-route", daemon=True).start()
+        return _Guess(index, kind, groups)
 
     def __exit__(self, *exc: object) -> None:
         self._in_flight.release(self.view)
@@ -169,11 +225,11 @@ class RoutedInsert(Generic[P]):
 
     def pending(self, described: Any = None) -> list[Future[InsertPart]]:
         """:meth:`parts` as futures, in shard order: the first taken here, and, for a large
-        insert, the others on a thread of their own while the first ones are written (a part's
-        rows are taken from the data in C, which waits on memory much as the insert before it
-        waits on its server: done one after the other, the two add up; see BENCHMARKS.md). A
-        part whose rows could not be taken there is a part that failed: its future holds it
-        with that exception as its outcome (:meth:`settled`)."""
+        insert of rows or of parts taken without the GIL (:meth:`_takes_safely`), the others on
+        a thread of their own while the first ones are written (done one after the other, the
+        take and the insert before it add up; see BENCHMARKS.md); otherwise every part here. A
+        part whose rows could not be taken on the thread is a part that failed: its future
+        holds it with that exception as its outcome (:meth:`settled`)."""
         specs = self._route(described)
         futures: list[Future[InsertPart]] = [Future() for _ in specs]
         if not specs:
@@ -201,19 +257,35 @@ class RoutedInsert(Generic[P]):
         return part.position in self._results
 
     def _takes_safely(self) -> bool:
-        """Whether taking the parts after the first has begun to be written can raise nothing
-        that taking them all first would have raised before anything was written: rows and
-        columns only as lists, tuples or NumPy arrays (indexed by valid positions, in C), no
-        column shorter than the key's (an IndexError, taken first as before); DataFrames and
-        Arrow tables (their ``take``)."""
+        """Whether the parts after the first may be taken on a thread while the first is
+        written: where that pays, and can raise nothing that taking them all first would have
+        raised before anything was written.
+
+        - **Where it pays**: takes that run without the GIL (NumPy arrays of numbers,
+          ``col[idx]``; Arrow's ``take``; pandas' takes of numeric or Arrow-backed columns), and
+          rows, whose transposition (:func:`~clickhouse_lb.core.shard_split.take_columns`) is a
+          long loop that gives the GIL up at the interpreter's switch interval: the routed call
+          of 1M rows took 0.99-2.11 s with it on the critical path against 1.27-1.36 s hidden
+          (load 11-12, BENCHMARKS.md). Not a list or an array of Python objects among the
+          columns: one short C call that holds the GIL throughout, stopping the first part's
+          serialisation each time that needs the interpreter back, and on a busy machine for as
+          long as the OS keeps the taking thread off a core: the inserts inside the routed
+          call took 78-188 ms longer than the same parts inserted directly (medians of 15-25
+          pairs, NumPy columns and a list of 1M names, load 8-13), -5 to +28 ms with every part
+          taken first.
+        - **Errors**: rows and columns only as lists, tuples or NumPy arrays (indexed by valid
+          positions, in C), no column shorter than the key's (an IndexError, taken first as
+          before); DataFrames and Arrow tables (their ``take``)."""
         import numpy as np  # (the sharding extra's: routing imported it already)
 
-        plain = (list, tuple, np.ndarray)
         if self.form == "rows":
-            return isinstance(self.data, plain)
+            return isinstance(self.data, (list, tuple, np.ndarray))
         if self.form == "columns":
-            return isinstance(self.data, plain) and all(
-                isinstance(column, plain) and len(column) >= self._rows for column in self.data)
+            return isinstance(self.data, (list, tuple)) and all(
+                isinstance(column, np.ndarray) and column.dtype.kind != "O" and len(column) >= self._rows
+                for column in self.data)
+        if self.form == "dataframe":
+            return all(_frame_column_without_objects(dtype) for dtype in self.data.dtypes)
         return True
 
     def _route(self, described: Any) -> list[_Spec]:
@@ -226,14 +298,17 @@ class RoutedInsert(Generic[P]):
             self.types = [t.name for t in described.column_types]
         view, key, rows = self.view, self.key, row_count(self.data, self.form)
         self._rows = rows
-        values, kind = None, None
+        values, kind, groups = None, None, None
         if key.column is not None:
             if self.names is None or self.types is None:
                 raise ConfigurationError(f"The columns of {self.table} are needed to route by {key.text}")
             index = _column_index(self.names, key.column, self.table)
             kind = value_type(self.types[index])
-            values = key_column(self.data, self.form, index, kind)
-        groups = route(key, values, kind, rows, slots=view.slots, shards=len(view.pools))
+            groups = self._guess.groups_for(index, kind) if self._guess is not None else None
+            if groups is None:
+                values = key_column(self.data, self.form, index, kind)
+        if groups is None:
+            groups = route(key, values, kind, rows, slots=view.slots, shards=len(view.pools))
         settings = self._context_settings() if self.context is not None else self.settings
         token = settings.get(_TOKEN)
         # Rows are handed on as columns (column_oriented=True): clickhouse-connect then writes
@@ -304,6 +379,16 @@ class RoutedInsert(Generic[P]):
             error = ShardedInsertError(self.table, written, failed, rows)
             raise error from next(iter(failed.values()))
         return ShardedInsertSummary({p.shard_num: r for p, r in zip(parts, results)}, rows)
+
+
+def _frame_column_without_objects(dtype: Any) -> bool:
+    """Whether a DataFrame column of ``dtype`` is taken without the GIL: not NumPy ``object``,
+    not a string dtype stored as Python objects (pandas' ``str`` is Arrow-backed)."""
+    import numpy as np
+
+    if isinstance(dtype, np.dtype):
+        return dtype.kind != "O"
+    return getattr(dtype, "storage", None) != "python"
 
 
 def _fresh_token() -> str:
