@@ -116,7 +116,8 @@ def test_driver_records_outside_the_pool_are_untouched(first_replica_down: Clust
 
 
 def test_a_session_losing_its_replica_prints_nothing_but_raises(healthy_clickhouse_cluster: ClusterBase) -> None:
-    """The pinned session's SessionLostError says it all: no driver record on stderr."""
+    """The pinned session's SessionLostError says it all: no driver record on stderr (at most
+    the probes' one line for the outage)."""
     cluster = healthy_clickhouse_cluster
     program = f"""
 import sys
@@ -143,4 +144,8 @@ with clickhouse_lb.get_pool(HOSTS, load_balancing="in_order") as pool, pool.sess
             proc.kill()
     assert proc.returncode == 0, err
     assert out.strip() == "lost"
-    assert err.splitlines() == []
+    # No driver record. The health probes may see the kill before the statement does: their
+    # "replica ... is down" is then the outage's one line, as in the tests above (a busy run).
+    lines = err.splitlines()
+    assert len(lines) <= 1, lines
+    assert all(cluster.hosts[0] in line and "is down" in line for line in lines), lines

@@ -475,10 +475,13 @@ def _first_statement_time(local: LocalCluster, timeout_ms: int) -> float:
 def test_connect_timeout_with_failover_ms_governs_failover_from_a_blackholed_replica(cluster: ClusterBase) -> None:
     local = _local_only(cluster)
     local.blackhole(0)
-    short, long = _first_statement_time(local, 1000), _first_statement_time(local, 3000)
+    short, long = _first_statement_time(local, 1000), _first_statement_time(local, 6000)
     assert short >= 1.0, short  # it did wait for the connect timeout, not fail at once
-    assert long >= 3.0, long
-    assert long - short >= 1.5, (short, long)  # the setting, not anything else, sets the wait
+    assert long >= 6.0, long
+    # The setting, not anything else, sets the wait: 5 s apart by the settings; half of that
+    # leaves room for a GIL hold of a busy process inside the short one (1 s and 3 s were
+    # measured 2.13 s and 3.48 s in a busy run: holds of up to 3.6 s).
+    assert long - short >= 2.5, (short, long)
 
 
 @on_time_process
