@@ -340,7 +340,8 @@ def test_rows_and_parts_taken_without_the_gil_are_taken_on_a_thread_after_the_fi
     v = (ids % 9).astype(np.uint32)
     names = [f"u{i}" for i in range(LARGE)]
     data = {"rows": [[int(i), names[i], int(v[i])] for i in range(LARGE)], "columns": [ids, ids, v],
-            "dataframe": pd.DataFrame({"id": ids, "name": names, "v": v}),
+            # (Arrow-backed strings, as pandas 3's default str: pandas 2 would make them objects)
+            "dataframe": pd.DataFrame({"id": ids, "name": pd.Series(names, dtype="string[pyarrow]"), "v": v}),
             "arrow": pa.table({"id": ids, "name": names, "v": v})}[form]
     threads = taking_threads(monkeypatch, data, form)
     assert threads == [threading.current_thread().name, "clickhouse-lb-parts", "clickhouse-lb-parts"]
