@@ -335,17 +335,19 @@ def test_sub_second_timeouts_are_accepted_and_applied(cluster: ClusterBase) -> N
         # (The first statement, which opens the connection, gets a long timeout: in a busy run a
         # loaded replica took over 0.5 s to answer it.)
         assert pool.command(WHO, settings={"receive_timeout": 30}) == "r1"
-        cluster.set_delay(0, 10)
+        # Delays of 20 s: the bounds below, a third of that, leave a loaded machine room for a
+        # healthy replica to miss a sub-second timeout too (a busy run: 3.5 s, three attempts).
+        cluster.set_delay(0, 20)
         started = time.monotonic()
         assert pool.command(WHO) in ("r2", "r3")  # r1 timed out after 0.9 s
-        assert time.monotonic() - started < 3.0  # under a third of r1's 10 s answer
+        assert time.monotonic() - started < 20 / 3  # under a third of r1's answer
         assert pool.command(WHO, settings={"receive_timeout": 5}) in ("r2", "r3")  # r1 is avoided now
-        cluster.set_delay(1, 10)
+        cluster.set_delay(1, 20)
         settings: dict[str, Any] = {"receive_timeout": 0.6, "load_balancing": "first_or_random",
                                     "load_balancing_first_offset": 1}
         started = time.monotonic()
         assert pool.command(WHO, settings=settings) in ("r1", "r3")  # r2 cut at 0.6 s
-        assert time.monotonic() - started < 3.0  # under a third of r2's 10 s answer
+        assert time.monotonic() - started < 20 / 3  # under a third of r2's answer
 
 
 def test_a_streamed_read_is_hedged_before_its_first_block(cluster: ClusterBase) -> None:
