@@ -75,6 +75,21 @@ BASELINE_LIMIT = 60.0
 PAUSE_LIMIT = 240.0
 
 
+
+class RecordedErrors:
+    """A listener keeping every error counted; a health probe of a paused replica may count
+    one more than the statement did (kind "probe")."""
+
+    def __init__(self) -> None:
+        self.events: list[ErrorRecordedEvent] = []
+
+    def on_error_recorded(self, event: ErrorRecordedEvent) -> None:
+        self.events.append(event)
+
+    def statement_error_addresses(self) -> list[str]:
+        """The replicas the statements (not the probes) counted errors against, in order."""
+        return [e.address for e in self.events if e.kind != "probe"]
+
 def test_a_paused_replica_costs_readers_well_under_a_second_with_default_settings(cluster: ClusterBase) -> None:
     """Default settings, 4 threads of reads, one replica paused.
 
@@ -252,14 +267,9 @@ def test_failover_timeout_cuts_the_backoff(cluster: ClusterBase) -> None:
 
 @on_time_process
 def test_a_write_on_a_hung_replica_says_it_may_have_been_applied(cluster: ClusterBase, table: str) -> None:
-    recorded: list[ErrorRecordedEvent] = []
-
-    class Errors:
-        def on_error_recorded(self, event: ErrorRecordedEvent) -> None:
-            recorded.append(event)
-
+    errors = RecordedErrors()
     with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", failover_timeout=30,
-                                listeners=[Errors()]) as pool:
+                                listeners=[errors]) as pool:
         assert pool.command(WHO) == "r1"
         cluster.pause(0)
         started = time.monotonic()
@@ -275,20 +285,14 @@ def test_a_write_on_a_hung_replica_says_it_may_have_been_applied(cluster: Cluste
         assert abandoned.kind == "hung"
         # The statement counted one error against the replica (a health probe may count one
         # more while the replica is paused: those are kind "probe").
-        statement_errors = [e for e in recorded if e.kind != "probe"]
-        assert [e.address for e in statement_errors] == [pool.addresses[0]], recorded
+        assert errors.statement_error_addresses() == [pool.addresses[0]], errors.events
         assert count(cluster, 1, table) == 0  # not repeated elsewhere
 
 
 def test_an_idempotent_write_fails_over_from_a_hung_replica_like_a_read(cluster: ClusterBase, table: str) -> None:
-    recorded: list[ErrorRecordedEvent] = []
-
-    class Errors:
-        def on_error_recorded(self, event: ErrorRecordedEvent) -> None:
-            recorded.append(event)
-
+    errors = RecordedErrors()
     with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", failover_timeout=15,
-                                listeners=[Errors()]) as pool:
+                                listeners=[errors]) as pool:
         assert pool.command(WHO) == "r1"
         pool.client(cluster.hosts[1]).command("SELECT 1")
         cluster.pause(0)
@@ -298,8 +302,7 @@ def test_an_idempotent_write_fails_over_from_a_hung_replica_like_a_read(cluster:
         assert time.monotonic() - started < 5.0
         # One error counted by the statement (a health probe may count one more while the
         # replica is paused, as in a busy run: those are kind "probe").
-        statement_errors = [e for e in recorded if e.kind != "probe"]
-        assert [e.address for e in statement_errors] == [pool.addresses[0]], recorded
+        assert errors.statement_error_addresses() == [pool.addresses[0]], errors.events
         assert count(cluster, 1, table) == 1  # applied on the next replica
 
 
