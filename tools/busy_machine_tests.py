@@ -66,7 +66,7 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     inside the measured interval adds up to a second to it (a hedged read 0.975 s against its
     0.5 s bound, a 200 ms connect timeout's failover 0.97 s against 0.67 s, in a busy run).
     integration/test_stalls_under_load.py is the test of the pool inside a busy process."""
-    if float(os.environ.get(HOLD_ENV, DEFAULT_HOLD)) <= 0:
+    if not _holds:  # no GIL holder in this run (pytest_configure started none)
         return
     import pytest
 
