@@ -366,3 +366,41 @@ def test_a_streamed_read_is_hedged_before_its_first_block(cluster: ClusterBase) 
         assert time.monotonic() - started < 3.0  # hedged after 0.1 s: under a third of the slow replica's 10 s
         assert rows in ([("r2",)], [("r3",)], [["r2"]], [["r3"]])
         assert pool.replicas[0].slowdowns_count >= 1
+
+
+def test_a_read_stalled_on_a_paused_replica_is_answered_by_another_right_after_the_stall(
+    cluster: ClusterBase, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """This process stalls (the GIL held exactly 0.8 s, as a thread sorting millions of floats
+    holds it) just after a read went to a paused replica, before its first liveness check: the
+    check comes due during the stall, and the read is raced on the next replica as soon as the
+    stall ends, not after a ping of its own. The ping timeout here is 20 s, so a read that
+    waited for its ping would take over 20.8 s; raced, it takes the stall and a moment (measured
+    0.9 s on a quiet machine), well under the 6 s bound even behind a busy machine's holds."""
+    from clickhouse_lb.pools import _transport
+    from clickhouse_lb.testing.load import _sleep_holding_gil
+
+    paused_port = int(cluster.hosts[0].rpartition(":")[2])
+    stalled = threading.Event()
+    original = _transport._Tracked.request
+
+    def request(self: Any, *args: Any, **kwargs: Any) -> Any:
+        sent = original(self, *args, **kwargs)
+        if self.port == paused_port and not stalled.is_set():  # the read is out: now the stall
+            stalled.set()
+            threading.Thread(target=_sleep_holding_gil, args=(0.8,), daemon=True).start()
+        return sent
+
+    recorded = RecordedErrors()
+    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", liveness_ping_timeout_ms=20_000,
+                                health_check_interval_ms=0, listeners=[recorded]) as pool:
+        assert pool.command(WHO) == cluster.names[0]  # replica 0's client and connection exist
+        cluster.pause(0)
+        monkeypatch.setattr(_transport._Tracked, "request", request)
+        started = time.monotonic()
+        answered = pool.command(WHO)
+        elapsed = time.monotonic() - started
+    assert stalled.is_set()  # the read did go to the paused replica first
+    assert answered == cluster.names[1]
+    assert elapsed < 6.0, f"{elapsed:.2f}s: the read waited for its ping instead of racing replica 1"
+    assert recorded.statement_error_addresses() == []  # a lost race is not an error of the replica

@@ -62,3 +62,41 @@ async def test_hedged_reads_async(cluster: ClusterBase) -> None:
         assert pool.replicas[0].slowdowns_count >= 1
         await asyncio.sleep(0)
 
+
+
+async def test_a_read_stalled_on_a_paused_replica_is_answered_by_another_right_after_the_stall_async(
+    cluster: ClusterBase, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The sync pool's test of the same name (test_hung_replicas.py), with the event loop stalled
+    by the GIL held 0.8 s: the task's first check comes due during the stall, and the read is
+    raced on the next replica when it ends, not after a 20 s ping."""
+    import threading
+    from typing import Any
+
+    import aiohttp
+
+    from clickhouse_lb.testing.load import _sleep_holding_gil
+
+    paused_port = int(cluster.hosts[0].rpartition(":")[2])
+    stalled = threading.Event()
+    original = aiohttp.ClientRequest.send
+
+    async def send(self: Any, *args: Any, **kwargs: Any) -> Any:
+        response = await original(self, *args, **kwargs)
+        if self.url.port == paused_port and not stalled.is_set():  # the read is out: now the stall
+            stalled.set()
+            threading.Thread(target=_sleep_holding_gil, args=(0.8,), daemon=True).start()
+        return response
+
+    async with clickhouse_lb.get_async_pool(cluster.hosts, load_balancing="in_order", liveness_ping_timeout_ms=20_000,
+                                            health_check_interval_ms=0) as pool:
+        assert await pool.command(WHO) == cluster.names[0]
+        cluster.pause(0)
+        monkeypatch.setattr(aiohttp.ClientRequest, "send", send)
+        started = time.monotonic()
+        answered = await pool.command(WHO)
+        elapsed = time.monotonic() - started
+        assert pool.replicas[0].errors_count == 0  # a lost race is not an error of the replica
+    assert stalled.is_set()  # the read did go to the paused replica first
+    assert answered == cluster.names[1]
+    assert elapsed < 6.0, f"{elapsed:.2f}s: the read waited for its ping instead of racing replica 1"

@@ -19,7 +19,8 @@ from clickhouse_lb.core.race import Abandon, AttemptMachine, AttemptSpec, Launch
 from clickhouse_lb.core.stalls import PingReading
 from clickhouse_lb.core.watch import AttemptWatch
 from clickhouse_lb.pools._drive_sync import kill_quietly
-from clickhouse_lb.pools._watchdog import Watchdog, _Watched
+from clickhouse_lb.pools._watchdog import Watchdog
+from clickhouse_lb.pools._watched import Watched
 
 from .conftest import FakeClock
 
@@ -143,6 +144,126 @@ def test_a_hung_verdict_names_the_timeout_the_ping_was_given(clock: FakeClock) -
     assert "no answer to /ping within 0.45s after waiting 0.100s" in str(abandon.error)
 
 
+# -- a read whose first check came due during a stall -------------------------------------------
+
+
+def stalled_spec(clock: FakeClock, hedges: list[int], *, candidate: int | None = 1, **options: Any) -> AttemptSpec:
+    """:func:`spec_of` for an attempt that may race a second run after a stall (on ``candidate``),
+    the hedges it starts recorded in ``hedges``."""
+    spec = spec_of(clock, **options)
+    spec.stall_hedge_index = lambda running: candidate
+    spec.on_hedge = hedges.append
+    return spec
+
+
+def late_first_wake(machine: AttemptMachine, clock: FakeClock, late: float) -> Pending:
+    """Launch the first run; its first wake-up (the check, at 0.1 s) comes ``late`` seconds late."""
+    run = Pending()
+    assert isinstance(machine.send(), Launch)
+    wait = machine.send(run)
+    assert isinstance(wait, Wait)
+    clock.advance((wait.timeout or 0) + late)
+    return run
+
+
+def test_a_read_whose_check_came_due_during_a_stall_races_another_replica_and_the_faster_answer_wins(
+    clock: FakeClock,
+) -> None:
+    """A GIL held 0.8 s over a stopped replica: pinging first (150 ms after the stall) made the
+    read miss the next gap between two holds, 1.9 s in all; racing it costs one more request."""
+    hedges: list[int] = []
+    machine = AttemptMachine(stalled_spec(clock, hedges))
+    first = late_first_wake(machine, clock, 0.7)
+    settle = machine.send()  # first a moment for an answer that came during the stall, unread
+    assert isinstance(settle, Wait)
+    assert settle.timeout == pytest.approx(DEFAULTS.stall_tolerance)
+    assert settle.handles == [first]
+    clock.advance(settle.timeout or 0)
+    launch = machine.send()
+    assert launch == Launch(1, "q0")
+    assert hedges == [1]
+    second = Pending()
+    ping = machine.send(second)
+    assert isinstance(ping, Ping)  # the stalled replica is still checked
+    assert ping.replica == 0
+    wait = machine.send(Pending())
+    assert isinstance(wait, Wait)
+    clock.advance(0.004)
+    second.finish("rows@1")
+    abandon = machine.send()
+    assert isinstance(abandon, Abandon)
+    assert (abandon.handle, abandon.kill, abandon.error) == (first, True, None)  # lost the race: no error
+    assert machine.send() is None
+    assert machine.outcome == (1, "rows@1")
+
+
+def test_an_answer_that_came_during_the_stall_is_taken_without_a_second_run(clock: FakeClock) -> None:
+    hedges: list[int] = []
+    machine = AttemptMachine(stalled_spec(clock, hedges))
+    first = late_first_wake(machine, clock, 0.7)
+    assert isinstance(machine.send(), Wait)
+    first.finish("rows@0")  # read by its thread once the stall ended
+    clock.advance(0.01)
+    assert machine.send() is None
+    assert machine.outcome == (0, "rows@0")
+    assert hedges == []
+
+
+@pytest.mark.parametrize("case", ["on time", "a write", "no replica to race", "the budget is spent"])
+def test_no_second_run_starts_where_racing_is_not_for(clock: FakeClock, case: str) -> None:
+    """On time (no stall), a write (it cannot run twice), or nothing to race it on: the check
+    alone, as before; with a candidate refused (the retry budget spent) after the settle."""
+    hedges: list[int] = []
+    options: dict[str, Any] = {"retry_safe": False, "write": True} if case == "a write" else {}
+    spec = stalled_spec(clock, hedges, candidate=None if case == "the budget is spent" else 1, **options)
+    if case == "no replica to race":
+        spec.stall_hedge_index = None
+    machine = AttemptMachine(spec)
+    late_first_wake(machine, clock, 0.0 if case == "on time" else 0.7)
+    command = machine.send()
+    if case == "the budget is spent":
+        assert isinstance(command, Wait)  # the settle
+        clock.advance(command.timeout or 0)
+        command = machine.send()
+    assert isinstance(command, Ping)
+    assert hedges == []
+
+
+def test_a_replica_that_answered_a_check_is_not_raced_after_a_later_stall(clock: FakeClock) -> None:
+    """A long query on a live replica, checked once: a later check delayed by a stall leaves it alone."""
+    hedges: list[int] = []
+    machine = AttemptMachine(stalled_spec(clock, hedges))
+    late_first_wake(machine, clock, 0.0)
+    ping = machine.send()
+    assert isinstance(ping, Ping)
+    alive = cf.Future[Any]()
+    alive.set_result(True)
+    wait = machine.send(alive)
+    assert isinstance(wait, Wait)
+    clock.advance((wait.timeout or 0) + 0.7)  # the next check (a second later) comes 0.7 s late
+    assert isinstance(machine.send(), Ping)
+    assert hedges == []
+
+
+def test_a_check_made_after_the_settle_still_counts_the_stall(clock: FakeClock) -> None:
+    """The budget refused the second run; the check made after the settle started late as far
+    as the replica is concerned: a ping that then fails without evidence (its socket not looked
+    at in silence) proves nothing, and is asked again rather than taken as hung."""
+    hedges: list[int] = []
+    machine = AttemptMachine(stalled_spec(clock, hedges, candidate=None))
+    late_first_wake(machine, clock, 0.7)
+    settle = machine.send()
+    assert isinstance(settle, Wait)
+    clock.advance(settle.timeout or 0)
+    ping = machine.send()
+    assert isinstance(ping, Ping)
+    clock.advance(ping.timeout)
+    failed = cf.Future[Any]()
+    failed.set_result(PingReading(False, ping.timeout, ping.timeout))
+    again = machine.send(failed)
+    assert isinstance(again, Ping)  # inconclusive: asked again at once, not abandoned
+
+
 # -- the watchdog and a thread driver on the same timeline -----------------------------------------
 
 
@@ -222,7 +343,7 @@ def as_watchdog(spec: AttemptSpec, timeline: Timeline) -> Outcome:
     played by hand on the fake clock."""
     watchdog = Watchdog(lambda index, timeout: True, lambda index, query_id: None, clock=timeline.clock)
     watchdog._checks = _Executor(timeline)  # type: ignore[assignment]
-    entry = _Watched.of_spec(spec, spec.query_id(), timeline.clock.now)
+    entry = Watched.of_spec(spec, spec.query_id(), timeline.clock.now)
     for _ in range(1000):
         if entry.verdict is not None or (entry.due == math.inf and not entry.woken):
             break

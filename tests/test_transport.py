@@ -290,12 +290,13 @@ def test_the_watchdog_plans_an_attempts_first_check_when_it_starts() -> None:
     """A check is stalled when it runs later than planned; the first one is planned at the
     attempt's start plus check_after (planned at the start itself, every hung read would be
     taken for a stall and cost a second ping)."""
-    from clickhouse_lb.pools._watchdog import Watchdog, _Watched
+    from clickhouse_lb.pools._watchdog import Watchdog
+    from clickhouse_lb.pools._watched import Watched
 
     now = [100.0]
     watchdog = Watchdog(lambda index, timeout: True, lambda index, query_id: None, clock=lambda: now[0])
     spec = AttemptSpec(first=0, clock=lambda: now[0], watch=lambda index, started: AttemptWatch(started))
-    entry = _Watched.of_spec(spec, None, 100.0)
+    entry = Watched.of_spec(spec, None, 100.0)
     assert entry.planned == pytest.approx(100.1)
     watchdog.close()
 
@@ -384,3 +385,88 @@ def test_a_refused_connect_is_not_taken_for_a_timeout() -> None:
     with attempt, pytest.raises(NewConnectionError):
         _TrackedHTTPConnection("127.0.0.1", port).connect()
     assert not attempt.connect_timed_out  # the error keeps saying "refused"
+
+
+class _StallingClock:
+    """time.monotonic, moved ahead by hand: the watchdog then wakes up as late as a process
+    that stalled for that long (its waits are real, its readings of the time are these)."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.ahead
+
+
+def _stall_spec(clock: _StallingClock, address: str) -> AttemptSpec:
+    return AttemptSpec(
+        first=0, clock=clock, address=lambda index: address,
+        watch=lambda index, started: AttemptWatch(started, liveness=LivenessPolicy(check_after=0.1, ping_timeout=0.1)),
+        stall_hedge_index=lambda running: None if 1 in running else 1,
+    )
+
+
+def test_the_watchdog_races_a_read_whose_check_came_due_during_a_stall(silent_listener: str) -> None:
+    """The caller's read hangs on replica 0; this process "stalls" 0.5 s (the clock jumps) just
+    as it is sent: the watchdog starts the same read on replica 1 on a thread of its own, whose
+    answer the caller returns, its own connection shut down (it lost the race, no error)."""
+    from clickhouse_lb.pools._watchdog import Watchdog
+
+    manager = tracking_pool_manager({})
+    assert manager is not None
+    clock = _StallingClock()
+    pings: list[int] = []
+
+    def ping(index: int, timeout: float) -> bool:
+        pings.append(index)
+        time.sleep(timeout)
+        return False
+
+    watchdog = Watchdog(ping, lambda index, query_id: None, clock=clock)
+    lost: list[str] = []
+
+    def call(index: int, query_id: str | None) -> Any:
+        if index == 1:
+            return "rows@1"
+        clock.ahead = 0.5  # the stall, as the request goes out
+        try:
+            return manager.request("GET", f"http://{silent_listener}/", timeout=Timeout(connect=1, read=30),
+                                   retries=False)
+        except Exception as exc:
+            lost.append(type(exc).__name__)
+            raise
+
+    started = time.monotonic()
+    assert watchdog.run(_stall_spec(clock, silent_listener), call) == (1, "rows@1")
+    assert time.monotonic() - started < 10.0  # a third of the 30 s read timeout replica 0 would cost
+    assert len(lost) == 1  # replica 0's request was cut, not left running
+    assert pings == [0]  # and replica 0 was still checked
+    watchdog.close()
+
+
+def test_a_raced_read_that_answers_first_keeps_its_answer_and_the_second_run_is_abandoned(
+    silent_listener: str,
+) -> None:
+    from clickhouse_lb.pools._watchdog import Watchdog
+
+    manager = tracking_pool_manager({})
+    assert manager is not None
+    clock = _StallingClock()
+    watchdog = Watchdog(lambda index, timeout: True, lambda index, query_id: None, clock=clock)
+    second_started, second_ended = threading.Event(), threading.Event()
+
+    def call(index: int, query_id: str | None) -> Any:
+        if index == 1:  # the second run hangs until it is abandoned
+            second_started.set()
+            try:
+                return manager.request("GET", f"http://{silent_listener}/", timeout=Timeout(connect=1, read=30),
+                                       retries=False)
+            finally:
+                second_ended.set()
+        clock.ahead = 0.5
+        assert second_started.wait(10)  # the race is on
+        return "rows@0"
+
+    assert watchdog.run(_stall_spec(clock, silent_listener), call) == (0, "rows@0")
+    assert second_ended.wait(10)  # abandoned, not left to its 30 s read timeout
+    watchdog.close()

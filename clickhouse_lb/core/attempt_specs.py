@@ -58,7 +58,8 @@ class StatementPlan:
     came due); :meth:`of` stores six values and two references (the pool's :class:`PlanContext`,
     the statement's attempts), the rest is read through them when asked."""
 
-    __slots__ = ("_context", "_failures", "clock", "deadline", "hedgeable", "query_id", "settings", "statement")
+    __slots__ = ("_context", "_failures", "clock", "deadline", "hedgeable", "query_id", "settings", "stall_hedgeable",
+                 "statement")
 
     def __init__(
         self,
@@ -84,6 +85,10 @@ class StatementPlan:
         self.statement = statement
         #: A read (not pinned) under hedged requests: its attempts may race a second run.
         self.hedgeable = settings.hedging.enabled and not statement.write
+        #: A read may race a second run when its first check came due during a stall of this
+        #: process (see :meth:`~clickhouse_lb.core.watch.AttemptWatch.after_stall`); False for a
+        #: read that must stay on the replicas it was sent to (read-your-writes).
+        self.stall_hedgeable = True
         #: The statement's own query id (from its settings), used for every run; None: the pool
         #: gives each run a fresh one where it may have to KILL it.
         self.query_id = query_id
@@ -103,6 +108,7 @@ class StatementPlan:
         plan.deadline = deadline
         plan.statement = statement
         plan.hedgeable = settings.hedging.enabled and not statement.write
+        plan.stall_hedgeable = True
         plan.query_id = statement.query_id
         return plan
 
@@ -163,6 +169,7 @@ class StatementPlan:
             clock=context.clock,
             watch=watch,
             hedge_index=self._hedge_index if hedge_after is not None else _no_hedge,
+            stall_hedge_index=self._hedge_index if self._stall_hedges(retry_safe) else None,
             query_id=self.run_query_id(hedge_after),
             address=context.addresses.__getitem__,
             write=self.statement.write,
@@ -173,6 +180,13 @@ class StatementPlan:
             on_unanswered=self._unanswered if self.hedgeable else _ignore,
             on_hedge=context.count_hedge,
         )
+
+    def _stall_hedges(self, retry_safe: bool) -> bool:
+        """Whether the attempts may race a second run after a stall: reads only (never a write,
+        whatever its ``idempotent`` setting: two runs at once are not one run repeated), under
+        liveness checks (their first check is what a stall delays)."""
+        return (self.stall_hedgeable and retry_safe and self.settings.liveness.check_after is not None
+                and not self.statement.write)
 
     def _hedge_index(self, running: set[int]) -> int | None:
         """The replica to launch a hedge on, if the retry budget allows one more request."""

@@ -31,7 +31,10 @@ A driver may start the machine on a run it has already started (``running=``): t
 does, when a run outlives its first wake-up, so the common statement, answered before that,
 costs no machine at all.
 
-The decisions of each wait are :class:`~clickhouse_lb.core.watch.AttemptWatch`'s. The first answer
+The decisions of each wait are :class:`~clickhouse_lb.core.watch.AttemptWatch`'s. A read whose
+first check came due while this process stalled is raced on another replica beside that check
+(``AttemptSpec.stall_hedge_index``; see :meth:`~clickhouse_lb.core.watch.AttemptWatch.after_stall`),
+hedging or not: the watchdog carries out that ``Launch`` too. The first answer
 wins; a run that fails while another still runs is reported (``on_failure``) and the other is
 awaited; when the last run fails, :class:`RaceFailure` carries the replica and the error.
 """
@@ -44,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from clickhouse_lb.core.stalls import PingReading, read_check
-from clickhouse_lb.core.watch import AttemptWatch, Wake
+from clickhouse_lb.core.watch import AttemptWatch, StallStep, Wake
 from clickhouse_lb.errors import AttemptAbandonedError
 
 __all__ = ["Abandon", "AttemptMachine", "AttemptSpec", "Launch", "Ping", "RaceFailure", "Run", "Wait",
@@ -119,6 +122,10 @@ class AttemptSpec:
     watch: Callable[[int, float], AttemptWatch]
     #: The replica to hedge to (the next one of the plan not already running), or None.
     hedge_index: Callable[[set[int]], int | None] = lambda running: None
+    #: The replica to race a read on when its first check came due during a stall of this
+    #: process (:meth:`~clickhouse_lb.core.watch.AttemptWatch.after_stall`), or None; the whole
+    #: field None: never (a write, a read that must stay on its replica).
+    stall_hedge_index: Callable[[set[int]], int | None] | None = None
     #: A fresh query id for a run (so a lost hedge can be killed), or None to let the client pick.
     query_id: Callable[[], str | None] = lambda: None
     address: Callable[[int], str] = str
@@ -252,7 +259,19 @@ def run_attempt(
                 yield from launch(index, hedge=True)
             continue
         if wake is Wake.CHECK:
-            run.check_at, run.check_late = now, now - planned
+            late = now - planned
+            if spec.stall_hedge_index is not None and len(runs) == 1:
+                step = run.watch.after_stall(now, late)
+                if step is StallStep.SETTLE:
+                    continue
+                if step is StallStep.HEDGE:
+                    late = max(late, run.watch.stalled_by)  # the check still started after a stall
+                    run.watch.hedged()
+                    index = spec.stall_hedge_index({run.index})
+                    if index is not None:
+                        spec.on_hedge(index)
+                        yield from launch(index, hedge=True)
+            run.check_at, run.check_late = now, late
             run.check_timeout = run.watch.ping_timeout(now)
             run.watch.checking()
             run.ping = yield Ping(run.index, run.check_timeout)

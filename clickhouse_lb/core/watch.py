@@ -43,7 +43,8 @@ from typing import Protocol
 
 from clickhouse_lb.config.liveness import LIVENESS_DEFAULTS, LivenessPolicy
 
-__all__ = ["STALLED_SILENCE", "WRITE_PING_GROWTH", "AttemptWatch", "LivenessPolicy", "Wake", "first_wake"]
+__all__ = ["STALLED_SILENCE", "WRITE_PING_GROWTH", "AttemptWatch", "LivenessPolicy", "StallStep", "Wake",
+           "first_wake"]
 
 
 #: How much longer each further check of an unsafe write waits (see :meth:`AttemptWatch.ping_timeout`).
@@ -71,11 +72,23 @@ class Wake(str, Enum):
     CHECK = "check"
 
 
+class StallStep(str, Enum):
+    """What a read's first liveness check does when its waiter woke up late (:meth:`AttemptWatch.after_stall`)."""
+
+    #: Check as usual.
+    CHECK = "check"
+    #: Wait ``stall_tolerance`` more first: the answer may be in hand, unread.
+    SETTLE = "settle"
+    #: Start the same read on another replica beside the check.
+    HEDGE = "hedge"
+
+
 class AttemptWatch:
     """The waits of one attempt. Times are the driver's clock readings (monotonic seconds)."""
 
-    __slots__ = ("_budget", "_checking", "_failed_checks", "_hedge_deferred", "_inconclusive", "_next_check",
-                 "_silent_since", "deadline_at", "hedge_at", "liveness", "receive_at", "retry_safe", "started")
+    __slots__ = ("_budget", "_checked", "_checking", "_failed_checks", "_hedge_deferred", "_inconclusive",
+                 "_next_check", "_raced", "_silent_since", "_stall_step", "deadline_at", "hedge_at", "liveness",
+                 "receive_at", "retry_safe", "stalled_by", "started")
 
     def __init__(
         self,
@@ -104,6 +117,14 @@ class AttemptWatch:
         self._budget = budget
         self._hedge_deferred = False
         self._checking = False
+        #: A check's outcome was recorded (:meth:`checked`): the replica was asked once already.
+        self._checked = False
+        #: A second run raced this one (a hedge), or this run is that second run.
+        self._raced = False
+        #: Where :meth:`after_stall` is: 0 not asked, 1 settling, 2 decided.
+        self._stall_step = 0
+        #: How late the waiter woke up when the first check came due during a stall (seconds).
+        self.stalled_by = 0.0
 
     def next_wake(self, now: float) -> tuple[Wake, float]:
         """The next reason to wake up and how many seconds from ``now`` (0: it is due).
@@ -156,6 +177,33 @@ class AttemptWatch:
     def hedged(self) -> None:
         """The hedge started (or cannot): no further HEDGE wake for this attempt."""
         self.hedge_at = None
+        self._raced = True
+
+    def after_stall(self, now: float, woke_late: float) -> StallStep:
+        """The check is due and its waiter woke up ``woke_late`` seconds late: what to do.
+
+        A read whose first check came due while this process stalled (over ``stall_tolerance``:
+        another thread held the GIL, the event loop was blocked, the VM was paused) has waited
+        unanswered through the stall, which says nothing yet about its replica. Pinging first
+        costs a ping timeout after the stall before the read can move, and under a GIL held
+        0.8 s every second that wait crossed the next hold: a reader on a stopped replica was
+        stuck 1.9 s, two holds (BENCHMARKS.md). So such a read, not raced yet, waits
+        ``stall_tolerance`` (SETTLE: an answer that came during the stall is in hand, unread,
+        and is read then), and if still unanswered also starts on another replica at once
+        (HEDGE), beside the check: the first answer wins, and a healthy replica's long query
+        loses nothing (it is not abandoned, only raced; the retry budget bounds these extra
+        requests as it bounds hedges). Not for writes (they cannot run twice), nor once the
+        replica has been checked (a live replica running a long query is not raced again)."""
+        if self._stall_step == 1:
+            self._stall_step = 2
+            return StallStep.HEDGE
+        tolerance = self.liveness.stall_tolerance
+        if self._stall_step or self._raced or self._checked or not self.retry_safe or woke_late <= tolerance:
+            return StallStep.CHECK
+        self._stall_step = 1
+        self.stalled_by = woke_late
+        self._next_check = now + tolerance
+        return StallStep.SETTLE
 
     def checked(self, alive: bool, now: float, *, stalled: bool = False, hard: bool = False) -> bool:
         """Record a liveness check's outcome; True: abandon the attempt (the replica is hung).
@@ -163,6 +211,7 @@ class AttemptWatch:
         :func:`clickhouse_lb.core.stalls.read_check`); ``hard``: the ping was refused or reset
         on a fresh connection, the replica is shown gone."""
         self._checking = False
+        self._checked = True
         if alive:
             self._failed_checks = 0
             self._silent_since = None

@@ -19,12 +19,12 @@ from clickhouse_lb.pools._leftovers import release
 from clickhouse_lb.pools._threads import attempt_executor, check_executor
 from clickhouse_lb.pools._transport import AttemptConnections, quiet_transport
 
-__all__ = ["SyncDriver", "kill_quietly"]
+__all__ = ["SyncDriver", "ThreadRun", "abandon_run", "kill_quietly", "launch_on_thread"]
 
 T = TypeVar("T")
 
 
-class _ThreadRun:
+class ThreadRun:
     """A run on a worker thread: its future and the connections it used."""
 
     __slots__ = ("connections", "future")
@@ -96,7 +96,7 @@ class SyncDriver:
         if first == math.inf:
             return index, call(index, query_id)
         connect_timeout = plan.connect_timeout()
-        run = self._launch(call, Launch(index, query_id), connect_timeout)
+        run = launch_on_thread(self._executor, call, Launch(index, query_id), connect_timeout)
         try:
             cf.wait((run.future,), first - started)
         except BaseException:  # KeyboardInterrupt: leave nothing behind
@@ -110,7 +110,7 @@ class SyncDriver:
     def _drive(
         self,
         machine: AttemptMachine,
-        launched: list[_ThreadRun],
+        launched: list[ThreadRun],
         call: Callable[[int, str | None], T],
         ping: Callable[[int, float], bool | PingReading],
         kill: Callable[[int, str], None],
@@ -120,15 +120,15 @@ class SyncDriver:
         try:
             for command in machine:
                 if isinstance(command, Launch):
-                    machine.reply = run = self._launch(call, command, connect_timeout)
+                    machine.reply = run = launch_on_thread(self._executor, call, command, connect_timeout)
                     launched.append(run)
                 elif isinstance(command, Wait):
-                    futures = [h.future if isinstance(h, _ThreadRun) else h for h in command.handles]
+                    futures = [h.future if isinstance(h, ThreadRun) else h for h in command.handles]
                     cf.wait(futures, command.timeout, cf.FIRST_COMPLETED)
                 elif isinstance(command, Ping):
                     machine.reply = check_executor().submit(ping, command.replica, command.timeout)
                 elif isinstance(command, Abandon):
-                    self._abandon(command, kill)
+                    abandon_run(command, kill)
             return machine.outcome
         except BaseException as exc:
             if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: leave nothing behind
@@ -137,25 +137,29 @@ class SyncDriver:
                         run.connections.abandon()
             raise
 
-    def _launch(
-        self, call: Callable[[int, str | None], Any], command: Launch, connect_timeout: float | None
-    ) -> _ThreadRun:
-        connections = AttemptConnections(connect_timeout)
 
-        def work() -> Any:
-            # A worker thread does not inherit the statement's context: mark its attempt as
-            # the pool's here (quiet driver logging, as on the statement's own thread).
-            with connections, handled_by_pool():
-                return call(command.replica, command.query_id)
+def launch_on_thread(
+    executor: cf.Executor, call: Callable[[int, str | None], Any], command: Launch, connect_timeout: float | None
+) -> ThreadRun:
+    """Carry out ``Launch``: the run on a worker thread, its connections abandonable."""
+    connections = AttemptConnections(connect_timeout)
 
-        return _ThreadRun(self._executor.submit(work), connections)
+    def work() -> Any:
+        # A worker thread does not inherit the statement's context: mark its attempt as
+        # the pool's here (quiet driver logging, as on the statement's own thread).
+        with connections, handled_by_pool():
+            return call(command.replica, command.query_id)
 
-    def _abandon(self, command: Abandon, kill: Callable[[int, str], None]) -> None:
-        run: _ThreadRun = command.handle
-        run.connections.abandon()
-        run.future.add_done_callback(_close_late_result)
-        if command.kill and command.query_id:
-            check_executor().submit(kill_quietly, kill, command.replica, command.query_id)
+    return ThreadRun(executor.submit(work), connections)
+
+
+def abandon_run(command: Abandon, kill: Callable[[int, str], None]) -> None:
+    """Carry out ``Abandon`` for a run on a worker thread (:func:`launch_on_thread`)."""
+    run: ThreadRun = command.handle
+    run.connections.abandon()
+    run.future.add_done_callback(_close_late_result)
+    if command.kill and command.query_id:
+        check_executor().submit(kill_quietly, kill, command.replica, command.query_id)
 
 
 def kill_quietly(kill: Callable[[int, str], None], index: int, query_id: str) -> None:

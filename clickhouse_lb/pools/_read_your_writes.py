@@ -108,7 +108,7 @@ class StatementHook:
     def _steer(self, plan: StatementPlan) -> None:
         # A hedge would send the read to a replica that may not have the write, unsynced.
         if self.writes and not self.write:
-            plan.hedgeable = False
+            plan.hedgeable = plan.stall_hedgeable = False
 
     def guard_sync(self, attempt: F, plan: StatementPlan, client_of: Callable[[int], Any]) -> F:
         """``attempt`` preceded by the catch-up its replica needs, followed by the write's record."""

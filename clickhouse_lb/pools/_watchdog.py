@@ -11,12 +11,15 @@ It decides nothing itself. Per statement it only notes when the attempt's first 
 more than the pool's whole bookkeeping); the machine is built, on the watchdog thread, only for
 an attempt that outlives that moment. Hedged reads need two runs at once and go through
 :class:`~clickhouse_lb.pools._drive_sync.SyncDriver`; so does a pool whose connections cannot be
-shut down from outside (no abandonable transport).
+shut down from outside (no abandonable transport). One race starts here all the same: a read
+whose first check came due while this process stalled gets a second run on a worker thread
+(the machine's ``Launch``), and its caller then returns whichever answers first
+(:mod:`clickhouse_lb.pools._watched`).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import concurrent.futures as cf
 import math
 import threading
 import time
@@ -25,89 +28,21 @@ from typing import Any, TypeVar, cast
 
 from clickhouse_lb.core.attempt_specs import StatementPlan
 from clickhouse_lb.core.events import logger
-from clickhouse_lb.core.failover import StatementAttempts
-from clickhouse_lb.core.race import Abandon, AttemptMachine, AttemptSpec, Command, Launch, Ping, RaceFailure, Wait
+from clickhouse_lb.core.race import Abandon, AttemptSpec, Command, Launch, Ping, RaceFailure, Wait
 from clickhouse_lb.core.stalls import PingReading
 from clickhouse_lb.core.watch import first_wake
-from clickhouse_lb.errors import AttemptAbandonedError
-from clickhouse_lb.pools._drive_sync import kill_quietly
+from clickhouse_lb.pools._drive_sync import abandon_run, kill_quietly, launch_on_thread
 from clickhouse_lb.pools._leftovers import release
-from clickhouse_lb.pools._threads import check_executor
-from clickhouse_lb.pools._transport import AttemptConnections, get_ident, running
+from clickhouse_lb.pools._threads import attempt_executor, check_executor
+from clickhouse_lb.pools._transport import get_ident, running
+from clickhouse_lb.pools._watched import Planned, Watched, new_entry, plan_of
 
 __all__ = ["Watchdog"]
 
 T = TypeVar("T")
 
-
-class _Watched(AttemptConnections):
-    """One attempt under watch, and the connections it uses (one object per attempt: this runs
-    for every statement). To its machine it is the run's handle: never ``done()``, because the
-    watchdog stops driving an attempt as soon as its call returns (the caller takes it off)."""
-
-    # What most attempts never set, the class's (see run_planned: one entry per statement).
-    verdict: AttemptAbandonedError | None = None
-    machine: AttemptMachine | None = None
-    #: A ping it waits for came back: resume it now.
-    woken = False
-
-    # Set by whoever builds the entry (by hand, no __init__: one per statement, see run_at).
-    _source: AttemptSpec | Planned  # what its machine is built from, if it outlives its first wake-up
-    index: int
-    query_id: str | None
-    started: float
-    #: When the watchdog next resumes its machine (at first: its first wake-up; inf: never).
-    due: float
-
-    @classmethod
-    def of_spec(cls, spec: AttemptSpec, query_id: str | None, started: float) -> _Watched:
-        """The entry of an attempt run from its spec, starting at ``started``."""
-        entry = _new_entry(cls)
-        entry._source, entry.index, entry.query_id, entry.started, entry.connections = \
-            spec, spec.first, query_id, started, []
-        entry.connect_timeout = spec.connect_timeout
-        entry.due = spec.watch(spec.first, started).next_wake(started)[1] + started
-        return entry
-
-    @property
-    def planned(self) -> float:
-        """When its next wake-up is due."""
-        return self.due
-
-    def start_machine(self) -> AttemptMachine:
-        source = self._source
-        # Never hedged here: a hedge needs a second thread (the pool sends hedged reads to SyncDriver).
-        spec = dataclasses.replace(source, hedge_index=_no_hedge) if isinstance(source, AttemptSpec) else \
-            source.spec(self.index)
-        self.machine = AttemptMachine(spec, running=(self, self.started, self.query_id))
-        return self.machine
-
-    def done(self) -> bool:
-        return False
-
-    def exception(self) -> BaseException | None:  # pragma: no cover - never asked: never done
-        return None
-
-    def result(self) -> Any:  # pragma: no cover - never asked: never done
-        return None
-
-
-def _no_hedge(running: set[int]) -> int | None:
-    return None
-
-
-_new_entry = object.__new__
-
 #: Seconds: the shortest while between two looks of an idle watchdog thread.
 _SHORTEST_LOOK = 0.05
-
-#: What an attempt of a statement is run from: its plan, or its attempts (which build the plan
-#: only when asked: StatementAttempts.plan).
-Planned = StatementPlan | StatementAttempts
-
-
-def _plan_of(planned: Planned) -> StatementPlan:
-    return planned if isinstance(planned, StatementPlan) else planned.plan
 
 
 class Watchdog:
@@ -141,16 +76,22 @@ class Watchdog:
         self._lead = math.inf
         # When the thread last found nothing to watch (None: it found something at its last look).
         self._idle_since: float | None = None
+        #: Entries whose machine started a second run, until their race ends (under the lock).
+        self._racing: set[Watched] = set()
 
     def run(self, spec: AttemptSpec, call: Callable[[int, str | None], T]) -> tuple[int, T]:
-        """Run ``call`` on this thread under watch; raises the machine's verdict when it
-        abandoned the attempt, the call's own error otherwise."""
+        """Run ``call`` on this thread under watch: ``(replica that answered, result)``; raises
+        the machine's verdict when it abandoned the attempt, the call's own error otherwise."""
         query_id = spec.query_id()
         started = self._clock()
+        entry = Watched.of_spec(spec, query_id, started)
         # (the spec stands in for a plan: with its entry given, run_at reads nothing of it)
-        result = self.run_at(cast(Planned, spec), call, spec.first, _Watched.of_spec(spec, query_id, started))
-        spec.on_latency(spec.first, self._clock() - started)
-        return spec.first, result
+        result = self.run_at(cast(Planned, spec), call, spec.first, entry)
+        race = entry.race
+        winner = race.result()[0] if race is not None and race.done() else spec.first
+        if winner == spec.first:  # (a race's machine reported its winner's latency itself)
+            spec.on_latency(spec.first, self._clock() - started)
+        return winner, result
 
     def run_planned(self, plan: StatementPlan, index: int, call: Callable[[int, str | None], T]) -> T:
         """:meth:`run` for an attempt of a statement's plan (not hedged) on replica ``index``,
@@ -159,7 +100,7 @@ class Watchdog:
 
     def run_at(
         self, plan: Planned, call: Callable[[int, str | None], T], index: int,
-        entry: _Watched | None = None,
+        entry: Watched | None = None,
     ) -> T:
         """:meth:`run_planned` with the replica last: ``partial(watchdog.run_at, attempts, call)`` is a
         statement's attempt (no closure of the pool's, one call less). ``plan``: the statement's
@@ -177,7 +118,7 @@ class Watchdog:
         if entry is None:
             settings = plan.settings
             # The entry built by hand (no __init__ call, no keyword arguments: one per statement).
-            entry = _new_entry(_Watched)
+            entry = new_entry(Watched)
             entry._source, entry.index, entry.connections = plan, index, []
             deadline_at = plan.deadline.at
             if deadline_at is None:  # the usual statement: no query id of the pool's, nothing to cut
@@ -185,29 +126,65 @@ class Watchdog:
                 entry.started = started = self._clock()
                 entry.due = started + settings.first_wake_after  # first_wake() without a deadline, computed once
             else:
-                full = _plan_of(plan)
+                full = plan_of(plan)
                 entry.query_id, entry.connect_timeout = full.run_query_id(None)(), full.connect_timeout()
                 entry.started = started = self._clock()
                 entry.due = first_wake(started, settings.liveness, settings.timeouts.receive, deadline_at)
-        entry.watcher = self
+        entry.watcher, entry.call = self, call
         thread = get_ident()
         running[thread] = entry
         first = entry.due
         if first < self._wakes_at:
             self._notify(first, entry.started)
         try:
-            return call(entry.index, entry.query_id)
+            value: T = call(entry.index, entry.query_id)
         except Exception as exc:
-            verdict = entry.verdict
-            if verdict is None:
-                raise
-            release(exc)
-            del exc
-        finally:
             del running[thread]
+            race = entry.claim_end()
             if entry.abandoned:
                 entry.close_abandoned()
+            verdict = entry.verdict
+            if race is None and verdict is None:
+                raise
+            if race is not None:  # raced: the race's end is the attempt's
+                self._ended(entry, exc, None)
+            release(exc)
+            del exc
+        except BaseException as exc:  # KeyboardInterrupt: leave no second run behind
+            del running[thread]
+            if entry.claim_end() is not None:
+                self._ended(entry, exc, None)
+            raise
+        else:
+            del running[thread]
+            if entry.claim_end() is not None:  # this run answered first: the second is abandoned
+                self._ended(entry, None, value)
+            elif entry.abandoned:
+                entry.close_abandoned()
+            return value
+        # (outside the handler: the verdict is not chained to the call's error)
+        if race is not None:
+            return cast(T, self._race_end(entry, race))
+        assert verdict is not None
         raise verdict
+
+    def _ended(self, entry: Watched, error: BaseException | None, value: Any) -> None:
+        """The caller's call of a raced entry ended: its machine decides the race on (wakes now)."""
+        entry.ended_with, entry.value = error, value
+        with self._cond:
+            entry.ended = entry.woken = True
+            self._cond.notify()
+
+    @staticmethod
+    def _race_end(entry: Watched, race: cf.Future[tuple[int, Any]]) -> Any:
+        """Wait for the race the caller's run was part of: the winner's result, or the
+        :class:`RaceFailure` of its last run (which the failover loop reads as that run's)."""
+        try:
+            return race.result()[1]
+        except BaseException:
+            if not race.done():  # interrupted while waiting: nothing of the race is left running
+                entry.abandon()
+            raise
 
     def _notify(self, first: float, started: float) -> None:
         """An attempt started at ``started`` is due at ``first``, sooner than the watchdog means
@@ -221,13 +198,16 @@ class Watchdog:
                 self._wakes_at = first
                 self._cond.notify()
 
-    def _mine(self) -> list[_Watched]:
+    def _mine(self) -> list[Watched]:
         """A snapshot of this watchdog's running attempts (every thread's attempt, read at once),
         but those it will never act on (due never, no machine: nothing to wait for), which must
         not keep it from ending when idle."""
-        return [entry for entry in list(running.values())
-                if isinstance(entry, _Watched) and entry.watcher is self
+        mine = [entry for entry in list(running.values())
+                if isinstance(entry, Watched) and entry.watcher is self
                 and (entry.due != math.inf or entry.machine is not None)]
+        if self._racing:  # (raced entries are driven to the race's end, their caller's call over or not)
+            mine.extend(entry for entry in self._racing if entry not in mine)
+        return mine
 
     # -- the watchdog thread -----------------------------------------------------------------
 
@@ -294,36 +274,65 @@ class Watchdog:
         self._wakes_at = now + tick
         return tick
 
-    def _advance(self, entry: _Watched) -> None:
+    def _advance(self, entry: Watched) -> None:
         """Resume the entry's machine and carry out its commands until it waits again."""
-        if entry.verdict is not None:
+        if entry.over:
             return  # decided (a ping that came back after its deadline woke it again)
         machine = entry.machine or entry.start_machine()
         try:
             command = machine.send()
             while command is not None and not isinstance(command, Wait):
                 command = machine.send(self._carry_out(entry, command))
-        except RaceFailure:
-            return  # given up: its Abandon carried the verdict (the entry stays due never)
-        if command is not None:
-            with self._lock:
-                entry.due = math.inf if command.timeout is None else self._clock() + command.timeout
+        except RaceFailure as failure:
+            # Given up: its Abandon carried the verdict (the entry stays due never); a race's
+            # caller raises the failure of its last run.
+            self._race_over(entry, failure)
+            return
+        if command is None:
+            self._race_over(entry, None)
+            return
+        with self._lock:
+            entry.due = math.inf if command.timeout is None else self._clock() + command.timeout
 
-    def _carry_out(self, entry: _Watched, command: Command) -> Any:
+    def _race_over(self, entry: Watched, failure: RaceFailure | None) -> None:
+        """The entry's machine ended: the end of its race, if it raced, for the caller."""
+        entry.over = True
+        race = entry.race
+        if race is None or race.done():
+            return
+        with self._lock:
+            self._racing.discard(entry)
+            entry.due = math.inf
+        if failure is not None:
+            race.set_exception(failure)
+        else:
+            assert entry.machine is not None
+            race.set_result(entry.machine.outcome)
+
+    def _carry_out(self, entry: Watched, command: Command) -> Any:
         if isinstance(command, Ping):
             future = self._checks.submit(self._ping, command.replica, command.timeout)
             future.add_done_callback(lambda done: self._wake(entry))
             return future
         if isinstance(command, Abandon):
+            if command.handle is not entry:  # the second run of a race
+                abandon_run(command, self._kill)
+                return None
             entry.verdict = command.error  # before the connections close: the caller reads it then
-            entry.abandon()
+            if not entry.ended:  # (a call that ended has nothing left to cut)
+                entry.abandon()
             if command.kill and command.query_id:
                 self._checks.submit(kill_quietly, self._kill, command.replica, command.query_id)
             return None
-        assert not isinstance(command, Launch), "the watchdog's attempts are never hedged"
+        if isinstance(command, Launch):  # the second run of a race (see _claim_race)
+            run = launch_on_thread(attempt_executor(), entry.call, command, entry.connect_timeout)
+            with self._lock:
+                self._racing.add(entry)
+            run.future.add_done_callback(lambda done: self._wake(entry))
+            return run
         return None
 
-    def _wake(self, entry: _Watched) -> None:
+    def _wake(self, entry: Watched) -> None:
         with self._cond:
             entry.woken = True
             self._cond.notify()
