@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
@@ -328,14 +327,14 @@ class RoutedInsert(Generic[P]):
 
     def _part(self, spec: _Spec, *, aside: bool = False) -> InsertPart:
         """``aside``: on the thread beside the writer (lists a slice at a time, pausing)."""
-        from clickhouse_lb.core.shard_split import take, take_aside, take_columns
+        from clickhouse_lb.core.shard_split import pacer, take, take_aside, take_columns
 
         data = take_columns(self.data, spec.indices, self._width) if self._transpose else None
         oriented = data is not None
         if data is None and self._first is not None and spec.position == self._first[0]:
             data = self._first[1]  # taken by the routing thread during the DESCRIBE
         if data is None:
-            data = (take_aside(self.data, self.form, spec.indices, _pause) if aside
+            data = (take_aside(self.data, self.form, spec.indices, pacer()) if aside
                     else take(self.data, self.form, spec.indices))
         return InsertPart(spec.number, spec.position, len(spec.indices), data, spec.settings or None,
                           self.method, self.table, self._part_options(spec.settings, oriented))
@@ -379,15 +378,6 @@ class RoutedInsert(Generic[P]):
             error = ShardedInsertError(self.table, written, failed, rows)
             raise error from next(iter(failed.values()))
         return ShardedInsertSummary({p.shard_num: r for p, r in zip(parts, results)}, rows)
-
-
-#: The thread taking parts aside pauses this long between slices (a sleep gives the GIL up, and
-#: a writer waiting for it gets it; ``sleep(0)`` hands it back before the writer has woken).
-_PAUSE_S = 0.0002
-
-
-def _pause() -> None:
-    time.sleep(_PAUSE_S)
 
 
 def _fresh_token() -> str:
