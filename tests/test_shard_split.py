@@ -352,6 +352,10 @@ def test_lists_and_object_arrays_after_the_first_part_are_taken_aside_a_slice_at
     monkeypatch.setattr(shard_split, "pacer", lambda: lambda: pauses.append(threading.current_thread().name))
     plan = large_plan(data, "columns")
     threads = taking_threads(monkeypatch, data, "columns")
+    if not shard_split._LISTS_ASIDE:  # switched off: every part taken before the first is written
+        assert threads == [threading.current_thread().name] * 3
+        assert not pauses
+        return
     assert threads == [threading.current_thread().name, "clickhouse-lb-parts", "clickhouse-lb-parts"]
     later = sum(len(indices) for indices in route_of(plan)[1:])
     assert len(pauses) >= later // shard_split._SLICE >= 2
