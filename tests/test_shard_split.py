@@ -271,14 +271,16 @@ def same_data(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-@pytest.mark.parametrize("form", ["rows", "columns", "dataframe", "arrow"])
+@pytest.mark.parametrize("form", ["rows", "columns", "numpy objects", "dataframe", "arrow"])
 def test_the_parts_taken_while_the_first_is_written_are_the_parts_taken_at_once(form: str) -> None:
     ids = np.arange(LARGE, dtype=np.int64)
     names = [f"u{i}" for i in range(LARGE)]
     v = (ids % 9).astype(np.uint32)
     data = {"rows": [[int(i), names[i], int(v[i])] for i in range(LARGE)], "columns": [ids, names, v],
+            "numpy objects": [ids, np.array(names, dtype=object), v],
             "dataframe": pd.DataFrame({"id": ids, "name": names, "v": v}),
             "arrow": pa.table({"id": ids, "name": names, "v": v})}[form]
+    form = "columns" if form == "numpy objects" else form
     at_once = large_plan(data, form).parts()
     plan = large_plan(data, form)
     pending = plan.pending()
@@ -299,12 +301,20 @@ def taking_threads(monkeypatch: pytest.MonkeyPatch, data: Any, form: str) -> lis
     from clickhouse_lb.core import shard_split
 
     threads: list[str] = []
-    for name in ("take", "take_columns"):
+    inside: set[str] = set()  # the threads inside a take (take_aside may call take)
+    for name in ("take", "take_aside", "take_columns"):
         real = getattr(shard_split, name)
 
         def recording(*args: Any, _real: Any = real) -> Any:
-            threads.append(threading.current_thread().name)
-            return _real(*args)
+            thread = threading.current_thread().name
+            if thread in inside:
+                return _real(*args)
+            threads.append(thread)
+            inside.add(thread)
+            try:
+                return _real(*args)
+            finally:
+                inside.discard(thread)
 
         monkeypatch.setattr(shard_split, name, recording)
     for future in large_plan(data, form).pending():
@@ -312,22 +322,48 @@ def taking_threads(monkeypatch: pytest.MonkeyPatch, data: Any, form: str) -> lis
     return threads
 
 
-@pytest.mark.parametrize("form", ["columns", "numpy objects", "dataframe objects"])
-def test_parts_whose_take_holds_the_gil_are_all_taken_before_the_first_is_written(
-    monkeypatch: pytest.MonkeyPatch, form: str,
+def test_parts_of_a_frame_whose_take_holds_the_gil_are_all_taken_before_the_first_is_written(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Taken on a thread, they held up the first part's serialisation (BENCHMARKS.md).
+    # Taken on a thread in one call, they held up the first part's serialisation (BENCHMARKS.md).
     import threading
 
     ids = np.arange(LARGE, dtype=np.int64)
-    names = [f"u{i}" for i in range(LARGE)]
-    v = (ids % 9).astype(np.uint32)
-    data = {"columns": [ids, names, v], "numpy objects": [ids, np.array(names, dtype=object), v],
-            "dataframe objects": pd.DataFrame({"id": ids, "name": pd.Series(names, dtype=object), "v": v})}[form]
-    routed_as = {"numpy objects": "columns", "dataframe objects": "dataframe"}.get(form, form)
-    threads = taking_threads(monkeypatch, data, routed_as)
+    data = pd.DataFrame({"id": ids, "name": pd.Series([f"u{i}" for i in range(LARGE)], dtype=object), "v": ids})
+    threads = taking_threads(monkeypatch, data, "dataframe")
     assert len(threads) >= 3
     assert set(threads) == {threading.current_thread().name}
+
+
+@pytest.mark.parametrize("form", ["columns", "numpy objects"])
+def test_lists_and_object_arrays_after_the_first_part_are_taken_aside_a_slice_at_a_time(
+    monkeypatch: pytest.MonkeyPatch, form: str,
+) -> None:
+    # One C call over a part's names held the GIL throughout, and stopped the first part's
+    # serialisation; between two slices the thread pauses, giving the GIL up.
+    import threading
+
+    from clickhouse_lb.core import shard_split
+
+    ids = np.arange(LARGE, dtype=np.int64)
+    names = [f"u{i}" for i in range(LARGE)]
+    data = [ids, names if form == "columns" else np.array(names, dtype=object), (ids % 9).astype(np.uint32)]
+    pauses: list[str] = []
+    monkeypatch.setattr(shard_split, "pacer", lambda: lambda: pauses.append(threading.current_thread().name))
+    plan = large_plan(data, "columns")
+    threads = taking_threads(monkeypatch, data, "columns")
+    if not shard_split._LISTS_ASIDE:  # switched off: every part taken before the first is written
+        assert threads == [threading.current_thread().name] * 3
+        assert not pauses
+        return
+    assert threads == [threading.current_thread().name, "clickhouse-lb-parts", "clickhouse-lb-parts"]
+    later = sum(len(indices) for indices in route_of(plan)[1:])
+    assert len(pauses) >= later // shard_split._SLICE >= 2
+    assert set(pauses) == {"clickhouse-lb-parts"}
+
+
+def route_of(plan: Any) -> list[np.ndarray]:
+    return [spec.indices for spec in plan._route(None)]
 
 
 @pytest.mark.parametrize("form", ["rows", "columns", "dataframe", "arrow"])
@@ -453,7 +489,16 @@ def test_rows_routed_while_the_types_are_read_go_by_the_tables_type(
         routed_on.append(threading.current_thread().name)
         return real_route(*args, **kwargs)
 
+    from clickhouse_lb.core import shard_split
+
+    taken_on, real_take = [], shard_split.take
+
+    def take(*args: Any) -> Any:
+        taken_on.append(threading.current_thread().name)
+        return real_take(*args)
+
     monkeypatch.setattr(sharding, "route", route)
+    monkeypatch.setattr(shard_split, "take", take)
     view = ShardView.of([InsertingPool(), InsertingPool()], [1, 2], [1, 1])  # type: ignore[type-var]
     method = {"dataframe": "insert_df", "arrow": "insert_arrow"}.get(form, "insert")
     plan = RoutedInsert(
@@ -471,6 +516,12 @@ def test_rows_routed_while_the_types_are_read_go_by_the_tables_type(
         assert np.array_equal(np.asarray(taken), ids[indices])
     again = [] if table_type == "Int64" else [threading.current_thread().name]  # routed again by the table's
     assert routed_on == ["clickhouse-lb-route", *again]
+    # The first part is taken on the routing thread too, and kept with its routing only.
+    if again:
+        assert threading.current_thread().name in taken_on
+    else:
+        assert taken_on[0] == "clickhouse-lb-route"
+        assert threading.current_thread().name not in taken_on
 
 
 def test_rows_that_could_not_be_routed_while_the_types_were_read_are_routed_again(

@@ -127,3 +127,37 @@ def test_a_string_column_needs_a_hash() -> None:
 def test_bad_weights_are_refused(weights: list[object]) -> None:
     with pytest.raises(ConfigurationError, match="weight"):
         slot_table(weights)  # type: ignore[arg-type]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    weights=st.lists(st.integers(0, 5), min_size=1, max_size=9).filter(any),
+    power_of_two=st.sampled_from([None, 1, 2, 4, 8, 256, 512]),
+    rows=st.integers(0, 70_000),
+    step=st.sampled_from([1, 3]),
+)
+def test_route_picks_slots_of_the_selector_value_modulo_the_slot_count(
+    weights: list[int], power_of_two: int | None, rows: int, step: int
+) -> None:
+    # The shortcuts (the low byte read in place for a power of two up to 256 slots, one mask
+    # for two shards, the hash block by block past 32k values) against the rule itself.
+    import numpy as np
+
+    from clickhouse_lb.core.sharding import route
+
+    if power_of_two is not None:  # e.g. 256 slots over 2 shards: the low byte alone decides
+        weights = [power_of_two // 2, power_of_two - power_of_two // 2] if power_of_two > 1 else [1]
+    slots = slot_table(weights)
+    values = np.random.default_rng(rows).integers(-(2**63), 2**63 - 1, size=rows * step, dtype=np.int64)[::step]
+    for text in ("id", "cityHash64(id)"):
+        key = parse_sharding_key(text)
+        hashed = key_values(key, values, IntegerType(64, True), rows)
+        expected = [slots[int(h) % len(slots)] for h in hashed.tolist()]
+        groups = route(key, values, IntegerType(64, True), rows, slots=slots, shards=len(weights))
+        got = [0] * rows
+        for shard, indices in enumerate(groups):
+            assert indices.tolist() == sorted(indices.tolist())
+            for i in indices.tolist():
+                got[i] = shard
+        assert sorted(i for g in groups for i in g.tolist()) == list(range(rows))
+        assert got == expected

@@ -73,6 +73,8 @@ class _Guess:
     index: int
     kind: Any
     groups: Future[list[Any]]
+    #: The first part's (position, data), taken on the same thread once routed.
+    first: Future[tuple[int, Any]]
 
     def groups_for(self, index: int, kind: Any) -> list[Any] | None:
         """The routed rows if the table's column is the one guessed, of the type guessed."""
@@ -81,6 +83,13 @@ class _Guess:
         try:
             return self.groups.result()
         except Exception:  # routed again on the caller's thread, which raises it as its own
+            return None
+
+    def first_part(self) -> tuple[int, Any] | None:
+        """The first part's (position, data), when it could be taken (else None)."""
+        try:
+            return self.first.result()
+        except Exception:  # taken again on the caller's thread, which raises it as its own
             return None
 
 
@@ -157,6 +166,8 @@ class RoutedInsert(Generic[P]):
         self._results: dict[int, Any] = {}
         #: The rows routed while the table's types are read (:meth:`_route_while_described`).
         self._guess: _Guess | None = None
+        #: The first part's (position, data) taken with the guess, when it was kept.
+        self._first: tuple[int, Any] | None = None
 
     def __enter__(self) -> None:
         """While the insert runs, its view counts it in flight (see :meth:`ShardedBase._install`)."""
@@ -171,7 +182,7 @@ class RoutedInsert(Generic[P]):
         selector run without the GIL. :meth:`_route` takes the result only if the table's type
         is that one (it alone decides the hash), else routes again; an error there is raised
         by routing again, as without the guess."""
-        from clickhouse_lb.core.shard_split import key_column, row_count
+        from clickhouse_lb.core.shard_split import key_column, row_count, take
         from clickhouse_lb.core.sharding import STRING, dtype_kind, route
 
         key, names = self.key, self.names
@@ -189,14 +200,25 @@ class RoutedInsert(Generic[P]):
         groups: Future[list[Any]] = Future()
         slots, shards = self.view.slots, len(self.view.pools)
 
+        first: Future[tuple[int, Any]] = Future()
+        data, form = self.data, self.form
+
         def run() -> None:
             try:
-                groups.set_result(route(key, values, kind, rows, slots=slots, shards=shards))
+                routed = route(key, values, kind, rows, slots=slots, shards=shards)
             except BaseException as exc:
                 groups.set_exception(exc)
+                first.set_exception(exc)
+                return
+            groups.set_result(routed)
+            try:  # the first part's rows too: the take depends on the indices alone
+                position = next(p for p, indices in enumerate(routed) if len(indices))
+                first.set_result((position, take(data, form, routed[position])))
+            except BaseException as exc:  # (or none: no rows) taken again on the caller's thread
+                first.set_exception(exc)
 
         threading.Thread(target=run, name="clickhouse-lb-route", daemon=True).start()
-        return _Guess(index, kind, groups)
+        return _Guess(index, kind, groups, first)
 
     def __exit__(self, *exc: object) -> None:
         self._in_flight.release(self.view)
@@ -225,16 +247,19 @@ class RoutedInsert(Generic[P]):
 
     def pending(self, described: Any = None) -> list[Future[InsertPart]]:
         """:meth:`parts` as futures, in shard order: the first taken here, and, for a large
-        insert of rows or of parts taken without the GIL (:meth:`_takes_safely`), the others on
-        a thread of their own while the first ones are written (done one after the other, the
-        take and the insert before it add up; see BENCHMARKS.md); otherwise every part here. A
+        insert whose parts can be taken aside
+        (:func:`~clickhouse_lb.core.shard_split.takes_aside`), the others on a thread of their
+        own while the first ones are written (done one after the other, the take and the insert
+        before it add up; see BENCHMARKS.md); otherwise every part here. A
         part whose rows could not be taken on the thread is a part that failed: its future
         holds it with that exception as its outcome (:meth:`settled`)."""
+        from clickhouse_lb.core.shard_split import takes_aside
+
         specs = self._route(described)
         futures: list[Future[InsertPart]] = [Future() for _ in specs]
         if not specs:
             return futures
-        ahead = len(specs) > 1 and self._rows >= _TAKEN_AHEAD and self._takes_safely()
+        ahead = len(specs) > 1 and self._rows >= _TAKEN_AHEAD and takes_aside(self.data, self.form, self._rows)
         for spec, future in zip(specs if not ahead else specs[:1], futures):
             future.set_result(self._part(spec))
         if ahead:
@@ -245,7 +270,7 @@ class RoutedInsert(Generic[P]):
     def _take_ahead(self, specs: list[_Spec], futures: list[Future[InsertPart]]) -> None:
         for spec, future in zip(specs, futures):
             try:
-                future.set_result(self._part(spec))
+                future.set_result(self._part(spec, aside=True))
             except BaseException as exc:  # the part fails, naming itself; the others go on
                 part = InsertPart(spec.number, spec.position, len(spec.indices), None, spec.settings or None,
                                   self.method, self.table)
@@ -255,38 +280,6 @@ class RoutedInsert(Generic[P]):
     def settled(self, part: InsertPart) -> bool:
         """Whether ``part`` already has its outcome (its rows could not be taken)."""
         return part.position in self._results
-
-    def _takes_safely(self) -> bool:
-        """Whether the parts after the first may be taken on a thread while the first is
-        written: where that pays, and can raise nothing that taking them all first would have
-        raised before anything was written.
-
-        - **Where it pays**: takes that run without the GIL (NumPy arrays of numbers,
-          ``col[idx]``; Arrow's ``take``; pandas' takes of numeric or Arrow-backed columns), and
-          rows, whose transposition (:func:`~clickhouse_lb.core.shard_split.take_columns`) is a
-          long loop that gives the GIL up at the interpreter's switch interval: the routed call
-          of 1M rows took 0.99-2.11 s with it on the critical path against 1.27-1.36 s hidden
-          (load 11-12, BENCHMARKS.md). Not a list or an array of Python objects among the
-          columns: one short C call that holds the GIL throughout, stopping the first part's
-          serialisation each time that needs the interpreter back, and on a busy machine for as
-          long as the OS keeps the taking thread off a core: the inserts inside the routed
-          call took 78-188 ms longer than the same parts inserted directly (medians of 15-25
-          pairs, NumPy columns and a list of 1M names, load 8-13), -5 to +28 ms with every part
-          taken first.
-        - **Errors**: rows and columns only as lists, tuples or NumPy arrays (indexed by valid
-          positions, in C), no column shorter than the key's (an IndexError, taken first as
-          before); DataFrames and Arrow tables (their ``take``)."""
-        import numpy as np  # (the sharding extra's: routing imported it already)
-
-        if self.form == "rows":
-            return isinstance(self.data, (list, tuple, np.ndarray))
-        if self.form == "columns":
-            return isinstance(self.data, (list, tuple)) and all(
-                isinstance(column, np.ndarray) and column.dtype.kind != "O" and len(column) >= self._rows
-                for column in self.data)
-        if self.form == "dataframe":
-            return all(_frame_column_without_objects(dtype) for dtype in self.data.dtypes)
-        return True
 
     def _route(self, described: Any) -> list[_Spec]:
         """Which rows go to which shard, with each part's settings: everything but the parts' data."""
@@ -305,6 +298,8 @@ class RoutedInsert(Generic[P]):
             index = _column_index(self.names, key.column, self.table)
             kind = value_type(self.types[index])
             groups = self._guess.groups_for(index, kind) if self._guess is not None else None
+            if groups is not None and self._guess is not None:
+                self._first = self._guess.first_part()
             if groups is None:
                 values = key_column(self.data, self.form, index, kind)
         if groups is None:
@@ -330,13 +325,17 @@ class RoutedInsert(Generic[P]):
         self._parts = [InsertPart(s.number, s.position, len(s.indices), None, None) for s in specs]
         return specs
 
-    def _part(self, spec: _Spec) -> InsertPart:
-        from clickhouse_lb.core.shard_split import take, take_columns
+    def _part(self, spec: _Spec, *, aside: bool = False) -> InsertPart:
+        """``aside``: on the thread beside the writer (lists a slice at a time, pausing)."""
+        from clickhouse_lb.core.shard_split import pacer, take, take_aside, take_columns
 
         data = take_columns(self.data, spec.indices, self._width) if self._transpose else None
         oriented = data is not None
+        if data is None and self._first is not None and spec.position == self._first[0]:
+            data = self._first[1]  # taken by the routing thread during the DESCRIBE
         if data is None:
-            data = take(self.data, self.form, spec.indices)
+            data = (take_aside(self.data, self.form, spec.indices, pacer()) if aside
+                    else take(self.data, self.form, spec.indices))
         return InsertPart(spec.number, spec.position, len(spec.indices), data, spec.settings or None,
                           self.method, self.table, self._part_options(spec.settings, oriented))
 
@@ -379,16 +378,6 @@ class RoutedInsert(Generic[P]):
             error = ShardedInsertError(self.table, written, failed, rows)
             raise error from next(iter(failed.values()))
         return ShardedInsertSummary({p.shard_num: r for p, r in zip(parts, results)}, rows)
-
-
-def _frame_column_without_objects(dtype: Any) -> bool:
-    """Whether a DataFrame column of ``dtype`` is taken without the GIL: not NumPy ``object``,
-    not a string dtype stored as Python objects (pandas' ``str`` is Arrow-backed)."""
-    import numpy as np
-
-    if isinstance(dtype, np.dtype):
-        return dtype.kind != "O"
-    return getattr(dtype, "storage", None) != "python"
 
 
 def _fresh_token() -> str:
