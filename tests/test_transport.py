@@ -416,9 +416,11 @@ def test_the_watchdog_races_a_read_whose_check_came_due_during_a_stall(silent_li
     assert manager is not None
     clock = _StallingClock()
     pings: list[int] = []
+    pinged = threading.Event()
 
     def ping(index: int, timeout: float) -> bool:
         pings.append(index)
+        pinged.set()
         time.sleep(timeout)
         return False
 
@@ -440,7 +442,8 @@ def test_the_watchdog_races_a_read_whose_check_came_due_during_a_stall(silent_li
     assert watchdog.run(_stall_spec(clock, silent_listener), call) == (1, "rows@1")
     assert time.monotonic() - started < 10.0  # a third of the 30 s read timeout replica 0 would cost
     assert len(lost) == 1  # replica 0's request was cut, not left running
-    assert pings == [0]  # and replica 0 was still checked
+    assert pinged.wait(10)  # replica 0 was still checked (on a check thread, maybe after the race ended)
+    assert pings == [0]
     watchdog.close()
 
 
