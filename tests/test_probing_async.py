@@ -124,3 +124,47 @@ async def test_async_delay_read(http_replica: str) -> None:
         assert await pinger.delay(delay_url(http_replica, {})) == (42.0, None)
     finally:
         await pinger.close()
+
+
+async def test_a_ping_does_not_wait_behind_a_slow_delay_read() -> None:
+    """A busy replica answers its replication-delay read (a SQL query) late but ``/ping`` at
+    once: the ping must not queue behind the delay read for a connection (it did, and its
+    timeout ran out in the queue: a healthy replica's probe failed)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    reading, release = threading.Event(), threading.Event()
+
+    class Busy(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.startswith("/?query="):
+                reading.set()
+                release.wait(30)
+            body = b"Ok.\n" if self.path == "/ping" else b"0\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Busy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    address = f"127.0.0.1:{server.server_address[1]}"
+    pinger = AsyncPinger({}, timeout=3.0)
+    try:
+        delay = asyncio.ensure_future(pinger.delay(delay_url(address, {})))
+        assert await asyncio.get_running_loop().run_in_executor(None, reading.wait, 10)  # the delay read is out
+        answer = await pinger.ping(f"http://{address}/ping")
+        assert answer.ok, answer.error
+        # Milliseconds, not the delay read's 3 s timeout (queued behind it, the ping got the
+        # connection only when that read gave up).
+        assert answer.latency < 1.0, answer.latency
+        release.set()
+        await delay
+    finally:
+        release.set()
+        await pinger.close()
+        server.shutdown()
+        server.server_close()

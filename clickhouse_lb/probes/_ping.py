@@ -121,15 +121,19 @@ class SyncPinger:
 
 
 class AsyncPinger:
-    """Pings over one aiohttp session; create and close it on the event loop that uses it."""
+    """Pings over one aiohttp session, replication-delay reads over another; create and close it
+    on the event loop that uses it.
+
+    Two sessions, each with one connection per replica: with one session for both, a ping due
+    while the replica ran its delay read (a SQL query, slow on a busy replica) queued behind it
+    for the one connection, and its timeout ran out in the queue: a healthy replica's health
+    probe failed with "no answer to /ping within 0.5s" (bench_stalls.py's async phase, about one
+    60 s run in three), which the sync pinger, on connections of its own, never did."""
 
     def __init__(self, options: Mapping[str, Any], timeout: float) -> None:
-        import aiohttp
-
         self.timeout = timeout
-        secure = uses_tls(options)
-        connector = aiohttp.TCPConnector(ssl=_ssl_context(options) if secure else False, limit_per_host=1)
-        self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout))
+        self._session = _session(options, timeout)
+        self._delay_session = _session(options, timeout)
         self._headers = auth_headers(options)
 
     async def ping(self, url: str) -> ProbeOutcome:
@@ -149,10 +153,20 @@ class AsyncPinger:
 
     async def delay(self, url: str) -> tuple[float | None, str | None]:
         try:
-            async with self._session.get(url, headers=self._headers) as response:
+            async with self._delay_session.get(url, headers=self._headers) as response:
                 return _delay(response.status, await response.read()), None
         except Exception as exc:
             return None, classify(exc).reason or type(exc).__name__
 
     async def close(self) -> None:
         await self._session.close()
+        await self._delay_session.close()
+
+
+def _session(options: Mapping[str, Any], timeout: float) -> Any:
+    """An aiohttp session keeping one connection per replica (the pool's TLS settings)."""
+    import aiohttp
+
+    ssl = _ssl_context(options) if uses_tls(options) else False
+    connector = aiohttp.TCPConnector(ssl=ssl, limit_per_host=1)
+    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout))
