@@ -81,6 +81,9 @@ def test_a_slow_replica_gets_a_smaller_share_and_wins_it_back(cluster: ClusterBa
         assert [r.in_flight for r in pool.replicas] == [0, 0, 0]
 
 
+# A stall of the test process (tools/busy_machine_tests.py's GIL holder) races the statement away
+# from the slow replica (docs/busy-process.md), and its 2 s answer is then never waited for.
+@pytest.mark.on_time_process
 def test_pool_replicas_show_in_flight_and_the_latency_average(cluster: ClusterBase) -> None:
     with make_pool(cluster) as pool:
         answers(pool, 12)

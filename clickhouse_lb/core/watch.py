@@ -43,8 +43,8 @@ from typing import Protocol
 
 from clickhouse_lb.config.liveness import LIVENESS_DEFAULTS, LivenessPolicy
 
-__all__ = ["STALLED_SILENCE", "WRITE_PING_GROWTH", "AttemptWatch", "LivenessPolicy", "StallStep", "Wake",
-           "first_wake"]
+__all__ = ["STALLED_SILENCE", "STALL_RACE_FACTOR", "WRITE_PING_GROWTH", "AttemptWatch", "LivenessPolicy",
+           "StallStep", "Wake", "first_wake"]
 
 
 #: How much longer each further check of an unsafe write waits (see :meth:`AttemptWatch.ping_timeout`).
@@ -59,6 +59,11 @@ WRITE_PING_GROWTH = 4
 #: live replica answered every ping within 0.38 s (BENCHMARKS.md); a write never counts stalled
 #: checks (it cannot fail over).
 STALLED_SILENCE = 1.0
+
+
+#: How many ``stall_tolerance``s late a read's first check must come due for the read to be raced
+#: after the stall (:meth:`AttemptWatch.after_stall`).
+STALL_RACE_FACTOR = 3
 
 
 class _Budget(Protocol):
@@ -182,7 +187,8 @@ class AttemptWatch:
     def after_stall(self, now: float, woke_late: float) -> StallStep:
         """The check is due and its waiter woke up ``woke_late`` seconds late: what to do.
 
-        A read whose first check came due while this process stalled (over ``stall_tolerance``:
+        A read whose first check came due while this process stalled (``STALL_RACE_FACTOR`` times
+        ``stall_tolerance``, 150 ms by default:
         another thread held the GIL, the event loop was blocked, the VM was paused) has waited
         unanswered through the stall, which says nothing yet about its replica. Pinging first
         costs a ping timeout after the stall before the read can move, and under a GIL held
@@ -198,7 +204,12 @@ class AttemptWatch:
             self._stall_step = 2
             return StallStep.HEDGE
         tolerance = self.liveness.stall_tolerance
-        if self._stall_step or self._raced or self._checked or not self.retry_safe or woke_late <= tolerance:
+        # Only a stall of STALL_RACE_FACTOR tolerances (150 ms by default): over just one, a loaded
+        # machine's lag (an event loop busy with 30 answers at load 7: 50-100 ms) raced healthy
+        # replicas' reads and moved their answers to other replicas (a round_robin spread of 30
+        # came out 9/10/11 in a CI run); a GIL held by another thread stalls for most of a second.
+        if (self._stall_step or self._raced or self._checked or not self.retry_safe
+                or woke_late <= STALL_RACE_FACTOR * tolerance):
             return StallStep.CHECK
         self._stall_step = 1
         self.stalled_by = woke_late
