@@ -171,9 +171,19 @@ def test_a_long_query_on_a_live_replica_is_not_interrupted_by_liveness_checks(cl
         assert pool.command(WHO) == "r1"
         cluster.set_delay(0, 5)
         started = time.monotonic()
-        assert pool.command(WHO) == "r1"  # it answers /ping all along: never abandoned
-        assert time.monotonic() - started >= 4.5
+        answered = pool.command(WHO)
+        took = time.monotonic() - started
+        # It answers /ping all along: never abandoned, never counted an error.
         assert pool.replicas[0].errors_count == 0
+        failovers = pool.stats.failovers
+        if pool.hedged_requests == 0:
+            assert (answered, took >= 4.5) == ("r1", True)
+        else:
+            # This process stalled over 450 ms as the first check came due (a GIL-holding thread
+            # of tools/busy_machine_tests.py): the read was raced on r2 beside r1's run
+            # (docs/busy-process.md), and the first answer won; r1 was raced, not failed over.
+            assert answered in ("r1", "r2")
+        assert failovers == 0
 
 
 def test_hedged_reads_finish_at_the_fast_replicas_speed(cluster: ClusterBase) -> None:
