@@ -209,6 +209,111 @@ def test_an_answer_that_came_during_the_stall_is_taken_without_a_second_run(cloc
     assert hedges == []
 
 
+def test_a_settle_that_woke_late_settles_again_and_takes_the_answer_read_meanwhile(clock: FakeClock) -> None:
+    """After a 0.8 s hold an event loop has many answers to read: where the driver cannot look at
+    the socket (asyncio), the settle's own late wake-up says the process is still catching up,
+    so the read settles again rather than being raced,
+    and the answer its thread reads meanwhile is taken without a second run (a busy-machine run
+    moved 2 of 10 concurrent nearest_hostname reads with a single fixed settle)."""
+    hedges: list[int] = []
+    machine = AttemptMachine(stalled_spec(clock, hedges))
+    first = late_first_wake(machine, clock, 0.7)
+    settle = machine.send()
+    assert isinstance(settle, Wait)
+    clock.advance((settle.timeout or 0) + 0.03)  # woke 30 ms late: still catching up
+    again = machine.send()
+    assert isinstance(again, Wait)
+    assert again.handles == [first]
+    assert again.timeout == pytest.approx(DEFAULTS.stall_tolerance)
+    first.finish("rows@0")
+    clock.advance(0.01)
+    assert machine.send() is None
+    assert machine.outcome == (0, "rows@0")
+    assert hedges == []
+
+
+def test_a_driver_that_sees_an_empty_socket_races_after_one_settle_however_late(clock: FakeClock) -> None:
+    """Where the driver looks at the socket (the sync pool's watchdog), the socket decides, not
+    the settle's lateness: a reader on a paused replica under holds 0.2 s apart lost 0.3 s to a
+    second settle after a late one."""
+    hedges: list[int] = []
+    spec = stalled_spec(clock, hedges)
+    spec.answer_waiting = lambda handle: False
+    machine = AttemptMachine(spec)
+    late_first_wake(machine, clock, 0.7)
+    settle = machine.send()
+    assert isinstance(settle, Wait)
+    clock.advance((settle.timeout or 0) + 0.03)
+    assert machine.send() == Launch(1, "q0")
+    assert hedges == [1]
+
+
+def test_settling_ends_within_a_bound_while_the_process_keeps_running_late(clock: FakeClock) -> None:
+    """Late wake-ups do not postpone the race for ever: after STALL_RACE_FACTOR tolerances of
+    settling (150 ms by default) a read still unanswered is raced."""
+    hedges: list[int] = []
+    machine = AttemptMachine(stalled_spec(clock, hedges))
+    late_first_wake(machine, clock, 0.7)
+    settles = 0
+    command = machine.send()
+    while isinstance(command, Wait):
+        settles += 1
+        assert settles <= 3
+        clock.advance((command.timeout or 0) + 0.02)  # every settle wakes 20 ms late
+        command = machine.send()
+    assert command == Launch(1, "q0")
+    assert settles == 2
+    assert hedges == [1]
+
+
+def test_a_read_whose_answer_is_waiting_on_its_connection_is_not_raced(clock: FakeClock) -> None:
+    """The answer's bytes are in the socket (the caller's thread has yet to get the GIL back to
+    read them): the read settles while they wait, then is checked as usual, never raced; the
+    check counts the stall it follows."""
+    hedges: list[int] = []
+    spec = stalled_spec(clock, hedges)
+    asked: list[Any] = []
+    spec.answer_waiting = lambda handle: asked.append(handle) is None
+    machine = AttemptMachine(spec)
+    first = late_first_wake(machine, clock, 0.7)
+    command = machine.send()
+    while isinstance(command, Wait):  # on time, but the answer is waiting: settle again
+        clock.advance(command.timeout or 0)
+        command = machine.send()
+    assert isinstance(command, Ping)
+    assert command.replica == 0
+    assert hedges == []
+    assert asked
+    assert all(handle is first for handle in asked)
+    clock.advance(command.timeout)
+    failed = cf.Future[Any]()
+    failed.set_result(PingReading(False, command.timeout, command.timeout))
+    assert isinstance(machine.send(failed), Ping)  # a stalled check: asked again, not abandoned
+
+
+def test_the_watchdog_sees_an_answer_waiting_in_the_callers_socket() -> None:
+    """The sync pool's watchdog tells the machine whether the caller's connection has bytes
+    unread, from the socket itself."""
+    import socket
+    from types import SimpleNamespace
+
+    from clickhouse_lb.pools._watched import _answer_waiting
+
+    ours, replica = socket.socketpair()
+    try:
+        entry: Watched = Watched.__new__(Watched)
+        entry.connections = [SimpleNamespace(sock=ours)]  # type: ignore[list-item]
+        assert _answer_waiting(entry) is False
+        replica.sendall(b"HTTP/1.1 200 OK\r\n")
+        assert _answer_waiting(entry) is True
+        entry.connections = [SimpleNamespace(sock=None)]  # type: ignore[list-item]
+        assert _answer_waiting(entry) is False
+        assert _answer_waiting(Pending()) is False  # a second run's handle: cannot tell
+    finally:
+        ours.close()
+        replica.close()
+
+
 @pytest.mark.parametrize("case", ["on time", "a short stall", "a write", "no replica to race", "the budget is spent"])
 def test_no_second_run_starts_where_racing_is_not_for(clock: FakeClock, case: str) -> None:
     """On time (no stall), late by less than a ping timeout (a loaded machine's lag: the ping

@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, NamedTuple, Protocol
 
 from clickhouse_lb.core.stalls import PingReading, read_check
@@ -126,6 +127,9 @@ class AttemptSpec:
     #: process (:meth:`~clickhouse_lb.core.watch.AttemptWatch.after_stall`), or None; the whole
     #: field None: never (a write, a read that must stay on its replica).
     stall_hedge_index: Callable[[set[int]], int | None] | None = None
+    #: Whether a run's connection has bytes waiting, unread (given its handle): a read whose
+    #: answer arrived during a stall is not raced. None: the driver cannot tell.
+    answer_waiting: Callable[[Any], bool] | None = None
     #: A fresh query id for a run (so a lost hedge can be killed), or None to let the client pick.
     query_id: Callable[[], str | None] = lambda: None
     address: Callable[[int], str] = str
@@ -261,11 +265,13 @@ def run_attempt(
         if wake is Wake.CHECK:
             late = now - planned
             if spec.stall_hedge_index is not None and len(runs) == 1:
-                step = run.watch.after_stall(now, late)
+                peek = spec.answer_waiting
+                step = run.watch.after_stall(now, late, None if peek is None else partial(peek, run.handle))
                 if step is StallStep.SETTLE:
                     continue
-                if step is StallStep.HEDGE:
+                if step is not StallStep.CHECK:
                     late = max(late, run.watch.stalled_by)  # the check still started after a stall
+                if step is StallStep.HEDGE:
                     run.watch.hedged()
                     index = spec.stall_hedge_index({run.index})
                     if index is not None:

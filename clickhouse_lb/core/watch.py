@@ -38,13 +38,14 @@ healthy replica is pinged once a second while a long query runs.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from enum import Enum
 from typing import Protocol
 
 from clickhouse_lb.config.liveness import LIVENESS_DEFAULTS, LivenessPolicy
 
-__all__ = ["STALLED_SILENCE", "STALL_RACE_FACTOR", "WRITE_PING_GROWTH", "AttemptWatch", "LivenessPolicy",
-           "StallStep", "Wake", "first_wake"]
+__all__ = ["CAUGHT_UP_SHARE", "STALLED_SILENCE", "STALL_RACE_FACTOR", "WRITE_PING_GROWTH", "AttemptWatch",
+           "LivenessPolicy", "StallStep", "Wake", "first_wake"]
 
 
 #: How much longer each further check of an unsafe write waits (see :meth:`AttemptWatch.ping_timeout`).
@@ -65,6 +66,15 @@ STALLED_SILENCE = 1.0
 #: after the stall (:meth:`AttemptWatch.after_stall`).
 STALL_RACE_FACTOR = 3
 
+#: How late (a share of ``stall_tolerance``) a settle's own wake-up may be for this process to
+#: count as caught up after the stall, where the driver cannot look at the run's socket (the
+#: asyncio driver; :meth:`AttemptWatch.after_stall`). Later than that, it is still reading what
+#: arrived during the stall: an event loop with 10 answers
+#: in hand after a 0.8 s hold took longer than one 50 ms settle to read them, and the reads whose
+#: answers were in hand were raced (moved to other replicas: a busy-machine run's 10 concurrent
+#: nearest_hostname reads came out 8 / 1 / 1).
+CAUGHT_UP_SHARE = 0.25
+
 
 class _Budget(Protocol):
     def available(self) -> bool: ...
@@ -82,6 +92,9 @@ class StallStep(str, Enum):
 
     #: Check as usual.
     CHECK = "check"
+    #: Check as usual, counting the stall it follows as the check's own (a settle found the
+    #: run's answer waiting on its connection: nothing to race).
+    STALLED_CHECK = "stalled_check"
     #: Wait ``stall_tolerance`` more first: the answer may be in hand, unread.
     SETTLE = "settle"
     #: Start the same read on another replica beside the check.
@@ -92,8 +105,8 @@ class AttemptWatch:
     """The waits of one attempt. Times are the driver's clock readings (monotonic seconds)."""
 
     __slots__ = ("_budget", "_checked", "_checking", "_failed_checks", "_hedge_deferred", "_inconclusive",
-                 "_next_check", "_raced", "_silent_since", "_stall_step", "deadline_at", "hedge_at", "liveness",
-                 "receive_at", "retry_safe", "stalled_by", "started")
+                 "_next_check", "_raced", "_settle_began", "_silent_since", "_stall_step", "deadline_at", "hedge_at",
+                 "liveness", "receive_at", "retry_safe", "stalled_by", "started")
 
     def __init__(
         self,
@@ -128,6 +141,8 @@ class AttemptWatch:
         self._raced = False
         #: Where :meth:`after_stall` is: 0 not asked, 1 settling, 2 decided.
         self._stall_step = 0
+        #: When the settle after a stall began.
+        self._settle_began = 0.0
         #: How late the waiter woke up when the first check came due during a stall (seconds).
         self.stalled_by = 0.0
 
@@ -184,8 +199,12 @@ class AttemptWatch:
         self.hedge_at = None
         self._raced = True
 
-    def after_stall(self, now: float, woke_late: float) -> StallStep:
+    def after_stall(
+        self, now: float, woke_late: float, answer_waiting: Callable[[], bool] | None = None
+    ) -> StallStep:
         """The check is due and its waiter woke up ``woke_late`` seconds late: what to do.
+        ``answer_waiting``: whether the run's connection has bytes waiting (its answer arrived
+        and is not read yet); None: the driver cannot tell.
 
         A read whose first check came due while this process stalled (``STALL_RACE_FACTOR`` times
         ``stall_tolerance``, 150 ms by default:
@@ -193,17 +212,31 @@ class AttemptWatch:
         unanswered through the stall, which says nothing yet about its replica. Pinging first
         costs a ping timeout after the stall before the read can move, and under a GIL held
         0.8 s every second that wait crossed the next hold: a reader on a stopped replica was
-        stuck 1.9 s, two holds (BENCHMARKS.md). So such a read, not raced yet, waits
-        ``stall_tolerance`` (SETTLE: an answer that came during the stall is in hand, unread,
-        and is read then), and if still unanswered also starts on another replica at once
-        (HEDGE), beside the check: the first answer wins, and a healthy replica's long query
-        loses nothing (it is not abandoned, only raced; the retry budget bounds these extra
-        requests as it bounds hedges). Not for writes (they cannot run twice), nor once the
-        replica has been checked (a live replica running a long query is not raced again)."""
-        if self._stall_step == 1:
-            self._stall_step = 2
-            return StallStep.HEDGE
+        stuck 1.9 s, two holds (BENCHMARKS.md). So such a read, not raced yet, settles first
+        (SETTLE: an answer that came during the stall is in hand, unread, and is read then):
+        ``stall_tolerance``, and again while this process is still catching up, up to
+        ``STALL_RACE_FACTOR`` tolerances in all: while its answer is waiting on its connection
+        (this process has yet to read it), or, where the driver cannot look, while the settle's
+        own wake-up comes more than ``CAUGHT_UP_SHARE`` of a tolerance late. Then, if the answer
+        is still waiting, it is checked
+        as usual (STALLED_CHECK: its replica answered, nothing to race); otherwise
+        it also starts on another replica at once (HEDGE), beside the check: the first answer
+        wins, and a healthy replica's long query loses nothing (it is not abandoned, only raced;
+        the retry budget bounds these extra requests as it bounds hedges). Not for writes
+        (they cannot run twice), nor once the replica has been checked (a live replica running
+        a long query is not raced again)."""
         tolerance = self.liveness.stall_tolerance
+        if self._stall_step == 1:
+            # The socket says exactly whether an answer is waiting; a driver that cannot look
+            # goes by its own lateness (a settle after a late settle cost a reader on a paused
+            # replica 0.3 s more under 0.8 s holds 0.2 s apart, where the socket was empty).
+            waiting = answer_waiting() if answer_waiting is not None else False
+            behind = waiting if answer_waiting is not None else woke_late > CAUGHT_UP_SHARE * tolerance
+            if behind and now + tolerance - self._settle_began <= STALL_RACE_FACTOR * tolerance:
+                self._next_check = now + tolerance  # still catching up: settle again
+                return StallStep.SETTLE
+            self._stall_step = 2
+            return StallStep.STALLED_CHECK if waiting else StallStep.HEDGE
         # Only a stall of STALL_RACE_FACTOR tolerances (150 ms by default): over just one, a loaded
         # machine's lag (an event loop busy with 30 answers at load 7: 50-100 ms) raced healthy
         # replicas' reads and moved their answers to other replicas (a round_robin spread of 30
@@ -213,6 +246,7 @@ class AttemptWatch:
             return StallStep.CHECK
         self._stall_step = 1
         self.stalled_by = woke_late
+        self._settle_began = now
         self._next_check = now + tolerance
         return StallStep.SETTLE
 

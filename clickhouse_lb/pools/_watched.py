@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
+import select
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -88,7 +89,8 @@ class Watched(AttemptConnections):
         spec = source if isinstance(source, AttemptSpec) else source.spec(self.index)
         pick = spec.stall_hedge_index
         spec = dataclasses.replace(spec, hedge_index=_no_hedge,
-                                   stall_hedge_index=None if pick is None else partial(_claim_race, self, pick))
+                                   stall_hedge_index=None if pick is None else partial(_claim_race, self, pick),
+                                   answer_waiting=_answer_waiting)
         self.machine = AttemptMachine(spec, running=(self, self.started, self.query_id))
         return self.machine
 
@@ -121,3 +123,16 @@ def _claim_race(entry: Watched, pick: Callable[[set[int]], int | None], running:
 
 def _no_hedge(running: set[int]) -> int | None:
     return None
+
+
+def _answer_waiting(handle: Any) -> bool:
+    """The machine's ``answer_waiting``: whether the caller's connection has bytes in its socket
+    that the caller's thread has not read (it is waiting for the GIL after a stall)."""
+    connections = handle.connections if isinstance(handle, Watched) else None
+    sock = getattr(connections[-1], "sock", None) if connections else None
+    if sock is None:
+        return False
+    try:
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):  # closed meanwhile: the caller's read fails, nothing waits
+        return False
