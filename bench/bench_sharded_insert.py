@@ -239,8 +239,15 @@ def main() -> None:
             assert json.loads(process.stdout.readline())["ready"]
 
         def truncate() -> None:
+            # Each run starts on an empty table (a table that grows by a million rows a run
+            # inserts slower and slower), warmed as a user's table is between batches: the first
+            # DESCRIBE of a local replica after a TRUNCATE took 8-10 ms against 1.6-3.5 ms
+            # for the next ones (chdb), and only the routed side makes one (insert_arrow reads
+            # the key's type), so without this the bench's own TRUNCATE was half of Arrow
+            # routing's measured cost. Both sides start from the same warmed table.
             for cluster in clusters:
                 cluster.query(0, f"TRUNCATE TABLE {TABLE}")
+                cluster.query(0, f"DESCRIBE TABLE {TABLE}")
 
         def run(label: str, form: str, key: str, side: str) -> dict[str, float]:
             process = workers[label]

@@ -59,9 +59,18 @@ def test_an_explicit_query_retries_retries_on_the_chosen_replica(
     with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", share_state=False, query_retries=2) as pool:
         first = pool.command(WHO)
         attempts = resets(pool, disconnect_count, monkeypatch)
-        assert pool.query(WHO).result_rows[0][0] == first  # no failover
-        assert attempts() == disconnect_count + 1  # as clickhouse-connect's suite counts them
+        answered = pool.query(WHO).result_rows[0][0]
+        # The resets were retried on the chosen replica: no failover, no error counted.
+        assert pool.stats.failovers == 0
         assert [r.errors_count for r in pool.replicas] == [0, 0, 0]
+        if pool.hedged_requests == 0:
+            assert answered == first
+            assert attempts() == disconnect_count + 1  # as clickhouse-connect's suite counts them
+        else:
+            # This process stalled over 450 ms as the read's first check came due (the GIL-holding
+            # thread of tools/busy_machine_tests.py): the read was raced on the next replica beside
+            # its retries (docs/busy-process.md), and the first answer won; raced, not failed over.
+            assert attempts() >= disconnect_count + 1
 
 
 def test_by_default_a_second_reset_in_a_row_fails_over(
