@@ -238,7 +238,7 @@ def test_a_driver_that_sees_an_empty_socket_races_after_one_settle_however_late(
     second settle after a late one."""
     hedges: list[int] = []
     spec = stalled_spec(clock, hedges)
-    spec.answer_waiting = lambda handle: False
+    spec.waiting_on_us = lambda handle: False
     machine = AttemptMachine(spec)
     late_first_wake(machine, clock, 0.7)
     settle = machine.send()
@@ -273,7 +273,7 @@ def test_a_read_whose_answer_is_waiting_on_its_connection_is_not_raced(clock: Fa
     hedges: list[int] = []
     spec = stalled_spec(clock, hedges)
     asked: list[Any] = []
-    spec.answer_waiting = lambda handle: asked.append(handle) is None
+    spec.waiting_on_us = lambda handle: asked.append(handle) is None
     machine = AttemptMachine(spec)
     first = late_first_wake(machine, clock, 0.7)
     command = machine.send()
@@ -291,27 +291,54 @@ def test_a_read_whose_answer_is_waiting_on_its_connection_is_not_raced(clock: Fa
     assert isinstance(machine.send(failed), Ping)  # a stalled check: asked again, not abandoned
 
 
-def test_the_watchdog_sees_an_answer_waiting_in_the_callers_socket() -> None:
-    """The sync pool's watchdog tells the machine whether the caller's connection has bytes
-    unread, from the socket itself."""
+def test_the_watchdog_tells_a_run_that_waits_on_this_process_from_its_socket() -> None:
+    """The sync pool's watchdog tells the machine whether the caller's run waits on this process:
+    its request has not gone out yet, or its connection has bytes unread (the socket itself)."""
     import socket
     from types import SimpleNamespace
 
-    from clickhouse_lb.pools._watched import _answer_waiting
+    from clickhouse_lb.pools._watched import _waiting_on_us
 
     ours, replica = socket.socketpair()
     try:
         entry: Watched = Watched.__new__(Watched)
         entry.connections = [SimpleNamespace(sock=ours)]  # type: ignore[list-item]
-        assert _answer_waiting(entry) is False
+        assert _waiting_on_us(entry) is True  # the request has yet to go out
+        entry.request_sent = True
+        assert _waiting_on_us(entry) is False  # sent, nothing back: waiting on the replica
         replica.sendall(b"HTTP/1.1 200 OK\r\n")
-        assert _answer_waiting(entry) is True
+        assert _waiting_on_us(entry) is True  # the answer is in the socket, unread
         entry.connections = [SimpleNamespace(sock=None)]  # type: ignore[list-item]
-        assert _answer_waiting(entry) is False
-        assert _answer_waiting(Pending()) is False  # a second run's handle: cannot tell
+        assert _waiting_on_us(entry) is False
+        assert _waiting_on_us(Pending()) is False  # a second run's handle: cannot tell
     finally:
         ours.close()
         replica.close()
+
+
+def test_a_tracked_connection_marks_its_attempts_request_sent_once_it_went_out() -> None:
+    from clickhouse_lb.pools._transport import AttemptConnections, _TrackedHTTPConnection
+
+    listener = socket_listening()
+    try:
+        host, port = listener.getsockname()
+        connection = _TrackedHTTPConnection(host, port)
+        with AttemptConnections() as attempt:
+            assert attempt.request_sent is False
+            connection.request("GET", "/ping")
+            assert attempt.request_sent is True
+        connection.close()
+    finally:
+        listener.close()
+
+
+def socket_listening() -> Any:
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    return listener
 
 
 @pytest.mark.parametrize("case", ["on time", "a short stall", "a write", "no replica to race", "the budget is spent"])

@@ -19,7 +19,12 @@ from clickhouse_lb.core.race import AttemptSpec, RaceFailure
 from clickhouse_lb.core.watch import AttemptWatch
 from clickhouse_lb.errors import AttemptAbandonedError
 from clickhouse_lb.pools._drive_sync import SyncDriver
-from clickhouse_lb.pools._transport import AttemptConnections, set_client_timeouts, tracking_pool_manager
+from clickhouse_lb.pools._transport import (
+    AttemptConnections,
+    current_attempt,
+    set_client_timeouts,
+    tracking_pool_manager,
+)
 
 #: Quick liveness checks that never take the machine's own stalls into account (these tests are
 #: about what an abandon does, not about telling a stall from a hang).
@@ -466,6 +471,9 @@ def test_a_raced_read_that_answers_first_keeps_its_answer_and_the_second_run_is_
                                        retries=False)
             finally:
                 second_ended.set()
+        attempt = current_attempt()
+        assert attempt is not None
+        attempt.request_sent = True  # as the transport marks a request that went out (no answer yet)
         clock.ahead = 0.5
         assert second_started.wait(10)  # the race is on
         return "rows@0"

@@ -127,9 +127,10 @@ class AttemptSpec:
     #: process (:meth:`~clickhouse_lb.core.watch.AttemptWatch.after_stall`), or None; the whole
     #: field None: never (a write, a read that must stay on its replica).
     stall_hedge_index: Callable[[set[int]], int | None] | None = None
-    #: Whether a run's connection has bytes waiting, unread (given its handle): a read whose
-    #: answer arrived during a stall is not raced. None: the driver cannot tell.
-    answer_waiting: Callable[[Any], bool] | None = None
+    #: Whether a run (given its handle) waits on this process, not on its replica: its request
+    #: has yet to go out, or its answer's bytes are in the socket unread. Such a read is not raced
+    #: after a stall. None: the driver cannot tell.
+    waiting_on_us: Callable[[Any], bool] | None = None
     #: A fresh query id for a run (so a lost hedge can be killed), or None to let the client pick.
     query_id: Callable[[], str | None] = lambda: None
     address: Callable[[int], str] = str
@@ -265,7 +266,7 @@ def run_attempt(
         if wake is Wake.CHECK:
             late = now - planned
             if spec.stall_hedge_index is not None and len(runs) == 1:
-                peek = spec.answer_waiting
+                peek = spec.waiting_on_us
                 step = run.watch.after_stall(now, late, None if peek is None else partial(peek, run.handle))
                 if step is StallStep.SETTLE:
                     continue

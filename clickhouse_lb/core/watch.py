@@ -92,8 +92,8 @@ class StallStep(str, Enum):
 
     #: Check as usual.
     CHECK = "check"
-    #: Check as usual, counting the stall it follows as the check's own (a settle found the
-    #: run's answer waiting on its connection: nothing to race).
+    #: Check as usual, counting the stall it follows as the check's own (a settle found the run
+    #: waiting on this process, not on its replica: nothing to race).
     STALLED_CHECK = "stalled_check"
     #: Wait ``stall_tolerance`` more first: the answer may be in hand, unread.
     SETTLE = "settle"
@@ -200,11 +200,12 @@ class AttemptWatch:
         self._raced = True
 
     def after_stall(
-        self, now: float, woke_late: float, answer_waiting: Callable[[], bool] | None = None
+        self, now: float, woke_late: float, waiting_on_us: Callable[[], bool] | None = None
     ) -> StallStep:
         """The check is due and its waiter woke up ``woke_late`` seconds late: what to do.
-        ``answer_waiting``: whether the run's connection has bytes waiting (its answer arrived
-        and is not read yet); None: the driver cannot tell.
+        ``waiting_on_us``: whether the run waits on this process, not on its replica (its request
+        has yet to go out, or its answer's bytes are in the socket unread); None: the driver
+        cannot tell.
 
         A read whose first check came due while this process stalled (``STALL_RACE_FACTOR`` times
         ``stall_tolerance``, 150 ms by default:
@@ -215,11 +216,11 @@ class AttemptWatch:
         stuck 1.9 s, two holds (BENCHMARKS.md). So such a read, not raced yet, settles first
         (SETTLE: an answer that came during the stall is in hand, unread, and is read then):
         ``stall_tolerance``, and again while this process is still catching up, up to
-        ``STALL_RACE_FACTOR`` tolerances in all: while its answer is waiting on its connection
-        (this process has yet to read it), or, where the driver cannot look, while the settle's
-        own wake-up comes more than ``CAUGHT_UP_SHARE`` of a tolerance late. Then, if the answer
-        is still waiting, it is checked
-        as usual (STALLED_CHECK: its replica answered, nothing to race); otherwise
+        ``STALL_RACE_FACTOR`` tolerances in all: while it waits on this process (its answer is
+        in the socket unread, or its request has yet to go out), or, where the driver cannot
+        look, while the settle's own wake-up comes more than ``CAUGHT_UP_SHARE`` of a tolerance
+        late. Then, if it still waits on this process, it is checked
+        as usual (STALLED_CHECK: its replica owes it nothing, nothing to race); otherwise
         it also starts on another replica at once (HEDGE), beside the check: the first answer
         wins, and a healthy replica's long query loses nothing (it is not abandoned, only raced;
         the retry budget bounds these extra requests as it bounds hedges). Not for writes
@@ -227,11 +228,10 @@ class AttemptWatch:
         a long query is not raced again)."""
         tolerance = self.liveness.stall_tolerance
         if self._stall_step == 1:
-            # The socket says exactly whether an answer is waiting; a driver that cannot look
-            # goes by its own lateness (a settle after a late settle cost a reader on a paused
-            # replica 0.3 s more under 0.8 s holds 0.2 s apart, where the socket was empty).
-            waiting = answer_waiting() if answer_waiting is not None else False
-            behind = waiting if answer_waiting is not None else woke_late > CAUGHT_UP_SHARE * tolerance
+            # Where the driver can look (the request gone out or not, the socket), that says it;
+            # one that cannot goes by its own lateness.
+            waiting = waiting_on_us() if waiting_on_us is not None else False
+            behind = waiting if waiting_on_us is not None else woke_late > CAUGHT_UP_SHARE * tolerance
             if behind and now + tolerance - self._settle_began <= STALL_RACE_FACTOR * tolerance:
                 self._next_check = now + tolerance  # still catching up: settle again
                 return StallStep.SETTLE

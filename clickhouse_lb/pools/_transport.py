@@ -59,6 +59,9 @@ class AttemptConnections:
     # No ``__slots__``: the flags most attempts never set stay the class's (one per statement).
     abandoned = False
     connect_timed_out = False
+    #: A request of the attempt went out whole (the watchdog: a read whose request has yet to be
+    #: sent after a stall of this process waits on this process, not on its replica).
+    request_sent = False
     connect_timeout: float | None = None
     #: Who watches the attempt while it runs (the sync pool's watchdog; None: nobody).
     watcher: object | None = None
@@ -149,7 +152,7 @@ class _Tracked(HTTPConnection):
     both tracked connection classes: in ``_TrackedHTTPSConnection(_Tracked, HTTPSConnection)``
     its ``super()`` is ``HTTPSConnection``."""
 
-    def _register(self) -> None:
+    def _register(self) -> AttemptConnections | None:
         attempt = running.get(get_ident())  # current_attempt(), inlined: once per request
         if attempt is not None:
             connections = attempt.connections  # attempt.add(self), inlined
@@ -158,6 +161,7 @@ class _Tracked(HTTPConnection):
             if attempt.abandoned:
                 _shutdown(self)
                 raise ConnectionAbortedError("attempt abandoned by clickhouse-lb")
+        return attempt
 
     def connect(self) -> None:
         attempt = current_attempt()
@@ -178,8 +182,11 @@ class _Tracked(HTTPConnection):
         self._register()
 
     def request(self, *args: Any, **kwargs: Any) -> Any:
-        self._register()
-        return super().request(*args, **kwargs)
+        attempt = self._register()
+        sent = super().request(*args, **kwargs)
+        if attempt is not None:
+            attempt.request_sent = True
+        return sent
 
     # No getresponse() of its own: it follows request() on the same connection, registered
     # there; an attempt abandoned in between has that connection shut down already.

@@ -90,7 +90,7 @@ class Watched(AttemptConnections):
         pick = spec.stall_hedge_index
         spec = dataclasses.replace(spec, hedge_index=_no_hedge,
                                    stall_hedge_index=None if pick is None else partial(_claim_race, self, pick),
-                                   answer_waiting=_answer_waiting)
+                                   waiting_on_us=_waiting_on_us)
         self.machine = AttemptMachine(spec, running=(self, self.started, self.query_id))
         return self.machine
 
@@ -125,10 +125,16 @@ def _no_hedge(running: set[int]) -> int | None:
     return None
 
 
-def _answer_waiting(handle: Any) -> bool:
-    """The machine's ``answer_waiting``: whether the caller's connection has bytes in its socket
-    that the caller's thread has not read (it is waiting for the GIL after a stall)."""
-    connections = handle.connections if isinstance(handle, Watched) else None
+def _waiting_on_us(handle: Any) -> bool:
+    """The machine's ``waiting_on_us``: whether the caller's run waits on this process, not on
+    its replica: its request has yet to go out (the caller's thread stalled before it sent it),
+    or its connection has bytes in the socket that the caller's thread has not read (it is
+    waiting for the GIL after a stall)."""
+    if not isinstance(handle, Watched):
+        return False  # a second run's handle: cannot tell
+    if not handle.request_sent:
+        return True
+    connections = handle.connections
     sock = getattr(connections[-1], "sock", None) if connections else None
     if sock is None:
         return False
