@@ -3,7 +3,7 @@ smaller share under concurrent load, and wins it back once the delay is removed.
 
 Shares are counted by asking each answering replica its name. ``random`` and ``round_robin``
 would give the slow replica a third of the statements whatever its latency; the bounds below
-(under 12% while slow, over 15% after) sit far from both that third and from what
+(under 12% while slow; after, over 10% and twice its slowed share) sit far from both that third and from what
 least_loaded does (a few percent, then about a third), so that a loaded 2-core machine does not
 flake them. Everything is driven by statements: no sleep waits for the balancer.
 """
@@ -76,8 +76,10 @@ def test_a_slow_replica_gets_a_smaller_share_and_wins_it_back(cluster: ClusterBa
         while share(answers(pool, 60), slow) < 0.2:
             assert time.monotonic() < deadline, "the replica's share did not recover within 30 s"
         recovered = answers(pool, 360)
-        # About a third on an idle machine; a replica that never recovered would get ~0.
-        assert share(recovered, slow) > 0.15, recovered
+        # About a third on an idle machine; while slow it had a few percent (under 12%). On a busy
+        # machine the fast replicas share unevenly too (a busy-machine run: 188 / 120 / 52, the
+        # recovered one 14%), so the bound is twice its slowed share and over 10%, not a third.
+        assert share(recovered, slow) > max(0.10, 2 * share(slowed, slow)), (recovered, slowed)
         assert [r.in_flight for r in pool.replicas] == [0, 0, 0]
 
 
