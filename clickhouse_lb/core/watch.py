@@ -69,10 +69,9 @@ STALL_RACE_FACTOR = 3
 #: How late (a share of ``stall_tolerance``) a settle's own wake-up may be for this process to
 #: count as caught up after the stall, where the driver cannot look at the run's socket (the
 #: asyncio driver; :meth:`AttemptWatch.after_stall`). Later than that, it is still reading what
-#: arrived during the stall: an event loop with 10 answers
-#: in hand after a 0.8 s hold took longer than one 50 ms settle to read them, and the reads whose
-#: answers were in hand were raced (moved to other replicas: a busy-machine run's 10 concurrent
-#: nearest_hostname reads came out 8 / 1 / 1).
+#: arrived during the stall: an event loop with 10 answers in hand after a 0.8 s hold took longer
+#: than one 50 ms settle to read them, and the reads whose answers were in hand were raced (moved
+#: to other replicas: a busy-machine run's 10 concurrent nearest_hostname reads came out 8 / 1 / 1).
 CAUGHT_UP_SHARE = 0.25
 
 
@@ -219,13 +218,13 @@ class AttemptWatch:
         ``STALL_RACE_FACTOR`` tolerances in all: while it waits on this process (its answer is
         in the socket unread, or its request has yet to go out), or, where the driver cannot
         look, while the settle's own wake-up comes more than ``CAUGHT_UP_SHARE`` of a tolerance
-        late. Then, if it still waits on this process, it is checked
-        as usual (STALLED_CHECK: its replica owes it nothing, nothing to race); otherwise
-        it also starts on another replica at once (HEDGE), beside the check: the first answer
-        wins, and a healthy replica's long query loses nothing (it is not abandoned, only raced;
-        the retry budget bounds these extra requests as it bounds hedges). Not for writes
-        (they cannot run twice), nor once the replica has been checked (a live replica running
-        a long query is not raced again)."""
+        late. Then, if it still waits on this process, it is checked as usual (STALLED_CHECK:
+        its replica owes it nothing, nothing to race); otherwise it also starts on another
+        replica at once (HEDGE), beside the check: the first answer wins, and a healthy
+        replica's long query loses nothing (it is not abandoned, only raced; the retry budget
+        bounds these extra requests as it bounds hedges). Not for writes (they cannot run
+        twice), nor once the replica has been checked (a live replica running a long query is
+        not raced again)."""
         tolerance = self.liveness.stall_tolerance
         if self._stall_step == 1:
             # Where the driver can look (the request gone out or not, the socket), that says it;
