@@ -177,3 +177,95 @@ def test_raw_insert_is_refused_naming_the_alternatives_and_writes_nothing(
     # The alternative it names works: one shard's pool writes the bytes as they are.
     sharded.shard(2).raw_insert(TABLE, NAMES, b"1\tx\t0\n", fmt="TabSeparated")
     assert all(ids_on(cluster, i) == [1] for i in cluster.shard_indices(2))
+
+
+NARROW = "narrow_key_local"
+
+
+def _count_describes(pool: clickhouse_lb.ShardedPool) -> list[str]:
+    """The tables each shard pool was asked to describe (a spy on the real call)."""
+    asked: list[str] = []
+    for shard in pool.shards:
+        real = shard.create_insert_context
+
+        def spy(table: str, *args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            asked.append(table)
+            return _real(table, *args, **kwargs)
+
+        shard.create_insert_context = spy  # type: ignore[method-assign]
+    return asked
+
+
+@pytest.mark.parametrize("cache_ms", [60_000, 0])
+def test_an_arrow_insert_remembers_the_tables_key_type_not_arrows_and_routes_the_next_batch_as_the_engine(
+    cluster: LocalCluster, cache_ms: int
+) -> None:
+    """The key column is Int32 in the table and int64 in the Arrow data: a negative id hashes
+    differently by width, so a batch routed by Arrow's type would land on the wrong shard."""
+    pa = pytest.importorskip("pyarrow")
+    cluster.query(0, f"CREATE TABLE {NARROW} ON CLUSTER lb_cluster (id Int32, v UInt32) "
+                     "ENGINE = ReplicatedMergeTree ORDER BY id")
+    batches = [list(range(-300, -150)), list(range(-150, 0)), list(range(0, 150))]
+    try:
+        with clickhouse_lb.get_sharded_pool(hosts=[cluster.hosts[0]], cluster="lb_cluster",
+                                            sharding_key_type_cache_ms=cache_ms) as sharded:
+            asked = _count_describes(sharded)
+            for ids in batches[:2]:
+                sharded.insert_arrow(NARROW, pa.table({"id": pa.array(ids, pa.int64()), "v": [0] * len(ids)}),
+                                     sharding_key="cityHash64(id)")
+            assert asked == [NARROW] * (1 if cache_ms else 2)  # read once while remembered
+            sharded.forget_key_types()
+            ids = batches[2]
+            sharded.insert_arrow(NARROW, pa.table({"id": pa.array(ids, pa.int64()), "v": [0] * len(ids)}),
+                                 sharding_key="cityHash64(id)")
+            assert asked == [NARROW] * (2 if cache_ms else 3)  # forgotten: read again
+        every = [i for batch in batches for i in batch]
+        slots = [shard for shard, weight in enumerate(WEIGHTS) for _ in range(weight)]
+        body = cluster.query(0, f"SELECT x, cityHash64(toInt32(x)) % {len(slots)} "
+                                f"FROM (SELECT arrayJoin([{','.join(map(str, every))}]::Array(Int64)) AS x)")
+        expected = {int(x): slots[int(s)] for x, s in (line.split("\t") for line in body.splitlines())}
+        for position in range(2):
+            want = sorted(i for i in every if expected[i] == position)
+            for replica in cluster.shard_indices(position + 1):
+                cluster.query(replica, f"SYSTEM SYNC REPLICA {NARROW}")
+                got = [int(x) for x in cluster.query(replica, f"SELECT id FROM {NARROW} ORDER BY id").split()]
+                assert got == want, (position, replica)
+    finally:
+        cluster.query(0, f"DROP TABLE IF EXISTS {NARROW} ON CLUSTER lb_cluster SYNC")
+
+
+async def test_the_async_sharded_pool_remembers_the_key_type_too(cluster: LocalCluster) -> None:
+    pa = pytest.importorskip("pyarrow")
+    cluster.query(0, f"CREATE TABLE {NARROW} ON CLUSTER lb_cluster (id Int32, v UInt32) "
+                     "ENGINE = ReplicatedMergeTree ORDER BY id")
+    try:
+        async with await clickhouse_lb.get_async_sharded_pool(hosts=[cluster.hosts[0]], cluster="lb_cluster") as pool:
+            asked: list[str] = []
+            real = pool.shards[0].create_insert_context
+
+            async def spy(table: str, *args: Any, **kwargs: Any) -> Any:
+                asked.append(table)
+                return await real(table, *args, **kwargs)
+
+            pool.shards[0].create_insert_context = spy  # type: ignore[method-assign]
+            for start in (-100, 0):
+                ids = list(range(start, start + 100))
+                await pool.insert_arrow(NARROW, pa.table({"id": pa.array(ids, pa.int64()), "v": [0] * 100}),
+                                        sharding_key="cityHash64(id)")
+        assert asked == [NARROW]
+        counts = []
+        for replica in (cluster.shard_indices(1)[0], cluster.shard_indices(2)[0]):
+            cluster.query(replica, f"SYSTEM SYNC REPLICA {NARROW}")
+            counts.append(int(cluster.query(replica, f"SELECT count() FROM {NARROW}").strip()))
+        assert sum(counts) == 200
+    finally:
+        cluster.query(0, f"DROP TABLE IF EXISTS {NARROW} ON CLUSTER lb_cluster SYNC")
+
+
+@pytest.mark.parametrize("bad", [-1, "soon", 1.5])
+def test_a_bad_key_type_cache_time_is_refused_naming_it_before_any_io(bad: Any) -> None:
+    with pytest.raises(ConfigurationError, match=rf"sharding_key_type_cache_ms {bad!r}"):
+        clickhouse_lb.get_sharded_pool(hosts=["127.0.0.1:1"], cluster="lb_cluster", sharding_key_type_cache_ms=bad)
+    with pytest.raises(ConfigurationError, match=rf"sharding_key_type_cache_ms {bad!r}"):
+        clickhouse_lb.get_async_sharded_pool(hosts=["127.0.0.1:1"], cluster="lb_cluster",
+                                             sharding_key_type_cache_ms=bad)

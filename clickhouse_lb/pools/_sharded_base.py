@@ -7,11 +7,14 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, cast
 
+from clickhouse_lb.config._values import as_int
 from clickhouse_lb.core.discovery import InFlight
 from clickhouse_lb.core.events import logger
+from clickhouse_lb.core.key_types import KeyTypeMemo
 from clickhouse_lb.core.shard_split import Form
 from clickhouse_lb.errors import ConfigurationError
 from clickhouse_lb.pools._sharded_insert import InsertPart, RoutedInsert, ShardedInsertSummary
@@ -30,6 +33,9 @@ M = TypeVar("M", bound=Callable[..., Any])
 __all__ = [
     "InsertPart", "RoutedInsert", "ShardView", "ShardedBase", "ShardedInsertSummary", "routed_async", "routed_sync",
 ]
+
+#: How long an Arrow insert's sharding key type is remembered: ``sharding_key_type_cache_ms``.
+DEFAULT_KEY_TYPE_CACHE_MS = 60_000
 
 #: A plan method of :class:`ShardedBase`: a routed insert's parameters in, its plan out.
 Plan = Callable[Concatenate[Any, A], "RoutedInsert[Any]"]
@@ -99,7 +105,10 @@ class ShardedBase(Generic[P]):
     def __init__(
         self, shards: Sequence[P], shard_nums: Sequence[int], weights: Sequence[int], *,
         cluster: str | None = None, seeds: Sequence[str | Replica] = (), options: Mapping[str, Any] | None = None,
+        sharding_key_type_cache_ms: int = DEFAULT_KEY_TYPE_CACHE_MS,
     ) -> None:
+        #: The key column's type per table, for Arrow inserts (see clickhouse_lb.core.key_types).
+        self._key_types = KeyTypeMemo(as_int("sharding_key_type_cache_ms", sharding_key_type_cache_ms) / 1000.0)
         self._view: ShardView[P] = ShardView.of(shards, shard_nums, weights)
         #: Discovery of the shard set (None: given shard by shard, fixed).
         self._cluster = cluster
@@ -322,11 +331,25 @@ class ShardedBase(Generic[P]):
             options={"database": database}, describe=True,
         ))
 
-    @staticmethod
-    def _typed_by_server(plan: RoutedInsert[P]) -> RoutedInsert[P]:
-        if plan.key.column is None:  # rand(): no type to know, and Arrow carries the parts' own
+    def _typed_by_server(self, plan: RoutedInsert[P]) -> RoutedInsert[P]:
+        """An Arrow insert: its parts carry their own types, so the DESCRIBE is only for the key
+        column's type, which is remembered per table (:class:`~clickhouse_lb.core.key_types.KeyTypeMemo`)."""
+        if plan.key.column is None:  # rand(): no type to know
             plan.describe = None
+            return plan
+        memo, entry = self._key_types, (plan.options.get("database"), plan.table, plan.key.column)
+        plan.key_type = memo.lookup(entry, time.monotonic())
+        if plan.key_type is not None:
+            plan.describe = None
+        else:
+            plan.on_key_type = lambda type_name: memo.remember(entry, type_name, time.monotonic())
         return plan
+
+    def forget_key_types(self) -> None:
+        """Forget the sharding key columns' types read for Arrow inserts (kept
+        ``sharding_key_type_cache_ms``): after changing a key column's type, the next Arrow
+        insert of each table reads it again."""
+        self._key_types.forget()
 
     def raw_insert(self, *args: Any, **kwargs: Any) -> Any:
         """Refused: ``raw_insert``'s data is already encoded in a format (``fmt``), so it cannot

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from clickhouse_lb.core.discovery import InFlight
 from clickhouse_lb.core.shard_split import Form
@@ -168,6 +168,10 @@ class RoutedInsert(Generic[P]):
         self._guess: _Guess | None = None
         #: The first part's (position, data) taken with the guess, when it was kept.
         self._first: tuple[int, Any] | None = None
+        #: The key column's ClickHouse type (from the DESCRIBE, or remembered), and who is told
+        #: the type a DESCRIBE read (:meth:`ShardedBase._typed_by_server`).
+        self.key_type: str | None = None
+        self.on_key_type: Callable[[str], None] | None = None
 
     def __enter__(self) -> None:
         """While the insert runs, its view counts it in flight (see :meth:`ShardedBase._install`)."""
@@ -293,10 +297,14 @@ class RoutedInsert(Generic[P]):
         self._rows = rows
         values, kind, groups = None, None, None
         if key.column is not None:
-            if self.names is None or self.types is None:
+            if self.names is None or (self.types is None and self.key_type is None):
                 raise ConfigurationError(f"The columns of {self.table} are needed to route by {key.text}")
             index = _column_index(self.names, key.column, self.table)
-            kind = value_type(self.types[index])
+            if self.key_type is None:
+                self.key_type = cast("list[str]", self.types)[index]
+                if self.on_key_type is not None:
+                    self.on_key_type(self.key_type)
+            kind = value_type(self.key_type)
             groups = self._guess.groups_for(index, kind) if self._guess is not None else None
             if groups is not None and self._guess is not None:
                 self._first = self._guess.first_part()

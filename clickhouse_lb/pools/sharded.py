@@ -13,10 +13,11 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from clickhouse_lb.config._values import as_int
 from clickhouse_lb.config.replicas import Replica
 from clickhouse_lb.core.events import logger
 from clickhouse_lb.errors import ConfigurationError
-from clickhouse_lb.pools._sharded_base import ShardedBase, routed_sync
+from clickhouse_lb.pools._sharded_base import DEFAULT_KEY_TYPE_CACHE_MS, ShardedBase, routed_sync
 from clickhouse_lb.pools._sharded_insert import RoutedInsert, ShardedInsertSummary
 from clickhouse_lb.pools.pool import ReplicaPool, get_pool
 
@@ -176,7 +177,8 @@ def shard_pool_arguments(
 
 def get_sharded_pool(
     hosts: HostList | None = None, *, cluster: str | None = None, shards: Sequence[HostList] | None = None,
-    shard_weights: Sequence[int] | None = None, **options: Any,
+    shard_weights: Sequence[int] | None = None, sharding_key_type_cache_ms: int = DEFAULT_KEY_TYPE_CACHE_MS,
+    **options: Any,
 ) -> ShardedPool:
     """A :class:`ShardedPool` over every shard of ``cluster``, read from ``system.clusters`` on
     the first of ``hosts`` (seeds) that answers (each shard's pool then keeps discovering its
@@ -184,7 +186,10 @@ def get_sharded_pool(
     shard set every ``cluster_discovery_interval_ms``, replacing its view whole when shards,
     weights or replicas changed: see docs/sharding.md), or over ``shards`` given shard
     by shard (``[["ch-1:8123", "ch-2:8123"], ["ch-3:8123", "ch-4:8123"]]``, weights 1 unless
-    ``shard_weights``). Every other keyword is ``get_pool``'s, for every shard's pool."""
+    ``shard_weights``). ``sharding_key_type_cache_ms``: how long an Arrow insert's key column
+    type, read from the first shard, is remembered per table (0: read for every insert). Every
+    other keyword is ``get_pool``'s, for every shard's pool."""
+    as_int("sharding_key_type_cache_ms", sharding_key_type_cache_ms)  # refused before any I/O
     layout = shard_layout(hosts, shards, shard_weights, cluster, options)
     pools: list[ReplicaPool] = []
     try:
@@ -195,7 +200,8 @@ def get_sharded_pool(
             pool.close()
         raise
     sharded = ShardedPool(pools, [n for n, _, _ in layout], [w for _, w, _ in layout],
-                          cluster=cluster, seeds=_seeds(hosts), options=options)
+                          cluster=cluster, seeds=_seeds(hosts), options=options,
+                          sharding_key_type_cache_ms=sharding_key_type_cache_ms)
     sharded._start_refresh()
     return sharded
 

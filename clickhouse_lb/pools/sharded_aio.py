@@ -8,8 +8,9 @@ import asyncio
 from collections.abc import Generator, Sequence
 from typing import Any
 
+from clickhouse_lb.config._values import as_int
 from clickhouse_lb.core.events import logger
-from clickhouse_lb.pools._sharded_base import ShardedBase, routed_async
+from clickhouse_lb.pools._sharded_base import DEFAULT_KEY_TYPE_CACHE_MS, ShardedBase, routed_async
 from clickhouse_lb.pools._sharded_insert import RoutedInsert, ShardedInsertSummary
 from clickhouse_lb.pools.aio import AsyncReplicaPool, get_async_pool
 from clickhouse_lb.pools.sharded import HostList, _seeds, shard_layout, shard_pool_arguments
@@ -105,8 +106,10 @@ class _Pending:
     """``await get_async_sharded_pool(...)``: builds (and connects) every shard's pool."""
 
     def __init__(self, hosts: HostList | None, cluster: str | None, shards: Sequence[HostList] | None,
-                 shard_weights: Sequence[int] | None, options: dict[str, Any]) -> None:
+                 shard_weights: Sequence[int] | None, options: dict[str, Any], *, key_type_cache_ms: int) -> None:
+        as_int("sharding_key_type_cache_ms", key_type_cache_ms)  # refused before any I/O
         self._args = (hosts, cluster, shards, shard_weights, options)
+        self._key_type_cache_ms = key_type_cache_ms
 
     def __await__(self) -> Generator[Any, None, AsyncShardedPool]:
         return self._build().__await__()
@@ -123,15 +126,17 @@ class _Pending:
             await asyncio.gather(*(pool.close() for pool in pools))
             raise
         sharded = AsyncShardedPool(pools, [n for n, _, _ in layout], [w for _, w, _ in layout],
-                                   cluster=cluster, seeds=_seeds(hosts), options=options)
+                                   cluster=cluster, seeds=_seeds(hosts), options=options,
+                                   sharding_key_type_cache_ms=self._key_type_cache_ms)
         sharded._start_refresh()
         return sharded
 
 
 def get_async_sharded_pool(
     hosts: HostList | None = None, *, cluster: str | None = None, shards: Sequence[HostList] | None = None,
-    shard_weights: Sequence[int] | None = None, **options: Any,
+    shard_weights: Sequence[int] | None = None, sharding_key_type_cache_ms: int = DEFAULT_KEY_TYPE_CACHE_MS,
+    **options: Any,
 ) -> _Pending:
     """``sharded = await get_async_sharded_pool(...)``: as :func:`~clickhouse_lb.get_sharded_pool`,
     with an :class:`~clickhouse_lb.AsyncReplicaPool` per shard (``get_async_pool``'s keywords)."""
-    return _Pending(hosts, cluster, shards, shard_weights, dict(options))
+    return _Pending(hosts, cluster, shards, shard_weights, dict(options), key_type_cache_ms=sharding_key_type_cache_ms)
