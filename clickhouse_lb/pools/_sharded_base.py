@@ -37,6 +37,12 @@ __all__ = [
 #: How long an Arrow insert's sharding key type is remembered: ``sharding_key_type_cache_ms``.
 DEFAULT_KEY_TYPE_CACHE_MS = 60_000
 
+
+def key_type_cache_ms(value: object) -> int:
+    """``sharding_key_type_cache_ms`` checked (the factories call it before any I/O)."""
+    return as_int("sharding_key_type_cache_ms", value)
+
+
 #: A plan method of :class:`ShardedBase`: a routed insert's parameters in, its plan out.
 Plan = Callable[Concatenate[Any, A], "RoutedInsert[Any]"]
 
@@ -108,7 +114,7 @@ class ShardedBase(Generic[P]):
         sharding_key_type_cache_ms: int = DEFAULT_KEY_TYPE_CACHE_MS,
     ) -> None:
         #: The key column's type per table, for Arrow inserts (see clickhouse_lb.core.key_types).
-        self._key_types = KeyTypeMemo(as_int("sharding_key_type_cache_ms", sharding_key_type_cache_ms) / 1000.0)
+        self._key_types = KeyTypeMemo(key_type_cache_ms(sharding_key_type_cache_ms) / 1000.0)
         self._view: ShardView[P] = ShardView.of(shards, shard_nums, weights)
         #: Discovery of the shard set (None: given shard by shard, fixed).
         self._cluster = cluster

@@ -13,11 +13,10 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from clickhouse_lb.config._values import as_int
 from clickhouse_lb.config.replicas import Replica
 from clickhouse_lb.core.events import logger
 from clickhouse_lb.errors import ConfigurationError
-from clickhouse_lb.pools._sharded_base import DEFAULT_KEY_TYPE_CACHE_MS, ShardedBase, routed_sync
+from clickhouse_lb.pools._sharded_base import DEFAULT_KEY_TYPE_CACHE_MS, ShardedBase, key_type_cache_ms, routed_sync
 from clickhouse_lb.pools._sharded_insert import RoutedInsert, ShardedInsertSummary
 from clickhouse_lb.pools.pool import ReplicaPool, get_pool
 
@@ -189,7 +188,7 @@ def get_sharded_pool(
     ``shard_weights``). ``sharding_key_type_cache_ms``: how long an Arrow insert's key column
     type, read from the first shard, is remembered per table (0: read for every insert). Every
     other keyword is ``get_pool``'s, for every shard's pool."""
-    as_int("sharding_key_type_cache_ms", sharding_key_type_cache_ms)  # refused before any I/O
+    key_type_cache_ms(sharding_key_type_cache_ms)  # refused before any I/O
     layout = shard_layout(hosts, shards, shard_weights, cluster, options)
     pools: list[ReplicaPool] = []
     try:

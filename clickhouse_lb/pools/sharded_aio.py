@@ -8,9 +8,8 @@ import asyncio
 from collections.abc import Generator, Sequence
 from typing import Any
 
-from clickhouse_lb.config._values import as_int
 from clickhouse_lb.core.events import logger
-from clickhouse_lb.pools._sharded_base import DEFAULT_KEY_TYPE_CACHE_MS, ShardedBase, routed_async
+from clickhouse_lb.pools._sharded_base import DEFAULT_KEY_TYPE_CACHE_MS, ShardedBase, key_type_cache_ms, routed_async
 from clickhouse_lb.pools._sharded_insert import RoutedInsert, ShardedInsertSummary
 from clickhouse_lb.pools.aio import AsyncReplicaPool, get_async_pool
 from clickhouse_lb.pools.sharded import HostList, _seeds, shard_layout, shard_pool_arguments
@@ -106,10 +105,9 @@ class _Pending:
     """``await get_async_sharded_pool(...)``: builds (and connects) every shard's pool."""
 
     def __init__(self, hosts: HostList | None, cluster: str | None, shards: Sequence[HostList] | None,
-                 shard_weights: Sequence[int] | None, options: dict[str, Any], *, key_type_cache_ms: int) -> None:
-        as_int("sharding_key_type_cache_ms", key_type_cache_ms)  # refused before any I/O
+                 shard_weights: Sequence[int] | None, options: dict[str, Any], *, cache_ms: int) -> None:
+        self._key_type_cache_ms = key_type_cache_ms(cache_ms)  # refused before any I/O
         self._args = (hosts, cluster, shards, shard_weights, options)
-        self._key_type_cache_ms = key_type_cache_ms
 
     def __await__(self) -> Generator[Any, None, AsyncShardedPool]:
         return self._build().__await__()
@@ -139,4 +137,4 @@ def get_async_sharded_pool(
 ) -> _Pending:
     """``sharded = await get_async_sharded_pool(...)``: as :func:`~clickhouse_lb.get_sharded_pool`,
     with an :class:`~clickhouse_lb.AsyncReplicaPool` per shard (``get_async_pool``'s keywords)."""
-    return _Pending(hosts, cluster, shards, shard_weights, dict(options), key_type_cache_ms=sharding_key_type_cache_ms)
+    return _Pending(hosts, cluster, shards, shard_weights, dict(options), cache_ms=sharding_key_type_cache_ms)
