@@ -1,50 +1,46 @@
-"""The Client-like surface shared by :class:`~clickhouse_lb.ReplicaPool` and its pinned sessions.
+"""The Client-like surfaces of the pools: :class:`SyncClientAPI` (:class:`~clickhouse_lb.ReplicaPool`
+and its pinned sessions) and :class:`AsyncClientAPI` (the asyncio pool and its sessions).
 
-Each statement method is made by :func:`statement` from clickhouse-connect's own method: it
-takes that method's parameters and returns its type (to type checkers, through a ParamSpec,
-and to ``help()``/IDEs, through ``__wrapped__``), and its body only hands the call to
-``_call``, which decides on which replica it runs. :mod:`clickhouse_lb.pools._async_client_api`
-builds the asyncio twin with :func:`async_statement`.
+The statement methods are declared once, in :class:`ClientStatements`: each line names
+clickhouse-connect's ``Client`` method and its ``AsyncClient`` twin. A type checker reads each
+as a descriptor (:class:`Statement`) whose type depends on the surface it is read from: the
+Client method's parameters and result on a sync pool, the AsyncClient's as a coroutine on an
+async one. At run time each surface holds plain functions made from them (:func:`statement`,
+:func:`async_statement`: no descriptor call per statement), whose body only hands the call to
+``_call``, which decides on which replica it runs; ``help()`` and IDEs see the real parameters
+through ``__wrapped__``.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from clickhouse_connect.driver.client import Client
 
-__all__ = ["STATEMENT_METHODS", "SyncClientAPI", "async_statement", "statement"]
+if TYPE_CHECKING:
+    from clickhouse_connect.driver.asyncclient import AsyncClient
+else:
+
+    class _ByName:
+        """``AsyncClient`` in the declarations below, at run time: ``AsyncClient.query`` is the
+        name ``"query"``. The sync pool must import under clickhouse-connect 0.x (Superset's
+        range), whose AsyncClient lacks methods the list names; the async pool, which needs
+        1.10+, takes each from the real class (:func:`make_async_methods`)."""
+
+        def __getattr__(self, name: str) -> str:
+            return name
+
+    AsyncClient = _ByName()
+
+__all__ = ["STATEMENT_METHODS", "AsyncClientAPI", "ClientStatements", "SyncClientAPI", "async_statement",
+           "make_async_methods", "statement"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-#: The Client methods a pool balances (each one statement, each with failover); the
-#: AsyncClient's have the same names.
-STATEMENT_METHODS = (
-    "query",
-    "query_np",
-    "query_df",
-    "query_df_arrow",
-    "query_arrow",
-    "raw_query",
-    "raw_stream",
-    "query_column_block_stream",
-    "query_row_block_stream",
-    "query_rows_stream",
-    "query_np_stream",
-    "query_df_stream",
-    "query_arrow_stream",
-    "query_df_arrow_stream",
-    "command",
-    "insert",
-    "insert_df",
-    "insert_arrow",
-    "insert_df_arrow",
-    "raw_insert",
-    "data_insert",
-)
+AP = ParamSpec("AP")
+AR = TypeVar("AR")
 
 
 def statement(
@@ -91,30 +87,93 @@ def async_statement(
     return method
 
 
-class SyncClientAPI:
+class Statement(Generic[P, R, AP, AR]):
+    """One statement method of both surfaces: ``Client``'s method and ``AsyncClient``'s.
+
+    Only a type checker reads it through ``__get__``: each surface replaces it with the function
+    :func:`statement` or :func:`async_statement` makes (see :func:`_made`). At run time the
+    AsyncClient method is known by its name only (see ``_ByName``)."""
+
+    __slots__ = ("sync",)
+
+    def __init__(
+        self, sync: Callable[Concatenate[Any, P], R], asynchronous: Callable[Concatenate[Any, AP], Awaitable[AR]]
+    ) -> None:
+        name = getattr(asynchronous, "__name__", asynchronous)  # (a name at run time)
+        if sync.__name__ != name:
+            raise TypeError(f"{sync.__qualname__} and AsyncClient.{name} are not one statement")
+        self.sync: Callable[Concatenate[Any, P], R] = sync
+
+    if TYPE_CHECKING:
+
+        @overload
+        def __get__(self, obj: None, owner: type) -> Statement[P, R, AP, AR]: ...
+        @overload
+        def __get__(self, obj: SyncClientAPI, owner: type) -> Callable[P, R]: ...
+        @overload
+        def __get__(self, obj: AsyncClientAPI, owner: type) -> Callable[AP, Coroutine[Any, Any, AR]]: ...
+        def __get__(self, obj: object, owner: type) -> Any: ...
+
+
+class ClientStatements:
+    """The statements a pool balances (each one statement, each with failover), declared once."""
+
+    query = Statement(Client.query, AsyncClient.query)
+    query_np = Statement(Client.query_np, AsyncClient.query_np)
+    query_df = Statement(Client.query_df, AsyncClient.query_df)
+    query_df_arrow = Statement(Client.query_df_arrow, AsyncClient.query_df_arrow)
+    query_arrow = Statement(Client.query_arrow, AsyncClient.query_arrow)
+    raw_query = Statement(Client.raw_query, AsyncClient.raw_query)
+    raw_stream = Statement(Client.raw_stream, AsyncClient.raw_stream)
+    query_column_block_stream = Statement(Client.query_column_block_stream, AsyncClient.query_column_block_stream)
+    query_row_block_stream = Statement(Client.query_row_block_stream, AsyncClient.query_row_block_stream)
+    query_rows_stream = Statement(Client.query_rows_stream, AsyncClient.query_rows_stream)
+    query_np_stream = Statement(Client.query_np_stream, AsyncClient.query_np_stream)
+    query_df_stream = Statement(Client.query_df_stream, AsyncClient.query_df_stream)
+    query_arrow_stream = Statement(Client.query_arrow_stream, AsyncClient.query_arrow_stream)
+    query_df_arrow_stream = Statement(Client.query_df_arrow_stream, AsyncClient.query_df_arrow_stream)
+    command = Statement(Client.command, AsyncClient.command)
+    insert = Statement(Client.insert, AsyncClient.insert)
+    insert_df = Statement(Client.insert_df, AsyncClient.insert_df)
+    insert_arrow = Statement(Client.insert_arrow, AsyncClient.insert_arrow)
+    insert_df_arrow = Statement(Client.insert_df_arrow, AsyncClient.insert_df_arrow)
+    raw_insert = Statement(Client.raw_insert, AsyncClient.raw_insert)
+    data_insert = Statement(Client.data_insert, AsyncClient.data_insert)
+
+
+_DECLARED: dict[str, Statement[Any, Any, Any, Any]] = {
+    name: value for name, value in vars(ClientStatements).items() if isinstance(value, Statement)
+}
+#: The Client methods a pool balances, in declaration order; the AsyncClient's have the same names.
+STATEMENT_METHODS = tuple(_DECLARED)
+
+
+def _made(surface: type, make: Callable[[Statement[Any, Any, Any, Any]], Callable[..., Any]]) -> None:
+    """Give ``surface`` each declared statement as the plain function ``make`` builds from it."""
+    for name, declared in _DECLARED.items():
+        setattr(surface, name, make(declared))
+
+
+class SyncClientAPI(ClientStatements):
     """clickhouse-connect's Client statement methods, each routed through ``_call``."""
 
     def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         raise NotImplementedError
 
-    query = statement(Client.query)
-    query_np = statement(Client.query_np)
-    query_df = statement(Client.query_df)
-    query_df_arrow = statement(Client.query_df_arrow)
-    query_arrow = statement(Client.query_arrow)
-    raw_query = statement(Client.raw_query)
-    raw_stream = statement(Client.raw_stream)
-    query_column_block_stream = statement(Client.query_column_block_stream)
-    query_row_block_stream = statement(Client.query_row_block_stream)
-    query_rows_stream = statement(Client.query_rows_stream)
-    query_np_stream = statement(Client.query_np_stream)
-    query_df_stream = statement(Client.query_df_stream)
-    query_arrow_stream = statement(Client.query_arrow_stream)
-    query_df_arrow_stream = statement(Client.query_df_arrow_stream)
-    command = statement(Client.command)
-    insert = statement(Client.insert)
-    insert_df = statement(Client.insert_df)
-    insert_arrow = statement(Client.insert_arrow)
-    insert_df_arrow = statement(Client.insert_df_arrow)
-    raw_insert = statement(Client.raw_insert)
-    data_insert = statement(Client.data_insert)
+
+class AsyncClientAPI(ClientStatements):
+    """clickhouse-connect's AsyncClient statement methods, each awaiting ``_call``. The streaming
+    methods, like ``AsyncClient``'s, are awaited for a ``StreamContext`` that is then used with
+    ``async with`` and ``async for``."""
+
+    async def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+
+_made(SyncClientAPI, lambda declared: statement(declared.sync))
+
+
+def make_async_methods(client_class: type) -> None:
+    """Give :class:`AsyncClientAPI` its statement methods, made from ``client_class``'s (the
+    real ``AsyncClient``: the async pool's module calls this once, at import)."""
+    _made(AsyncClientAPI, lambda declared: async_statement(getattr(client_class, declared.sync.__name__)))

@@ -39,14 +39,13 @@ from clickhouse_lb.core._statements import settings_positions
 from clickhouse_lb.core.failover import async_policy, run_async
 from clickhouse_lb.core.stalls import PingReading
 from clickhouse_lb.errors import ConfigurationError
-from clickhouse_lb.pools._async_client_api import AsyncClientAPI
 from clickhouse_lb.pools._base import (
     ClientSlot,
     ReplicaSetView,
     client_options_for,
     kill_query_sql,
 )
-from clickhouse_lb.pools._client_api import STATEMENT_METHODS, async_statement
+from clickhouse_lb.pools._client_api import STATEMENT_METHODS, AsyncClientAPI, async_statement, make_async_methods
 from clickhouse_lb.pools._drive_async import AsyncDriver
 from clickhouse_lb.pools._factory_arguments import factory_arguments, pool_factory
 from clickhouse_lb.pools._liveness import async_reading
@@ -82,6 +81,7 @@ def require_native_async_client(installed: str | None = None) -> None:
 
 
 _SETTINGS_POSITION = settings_positions(AsyncClient, list(STATEMENT_METHODS))
+make_async_methods(AsyncClient)
 
 
 class _Slot(ClientSlot[AsyncClient]):
