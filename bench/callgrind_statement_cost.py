@@ -15,9 +15,13 @@ statement's cost (start-up, imports and first-use work cancel out). The pool's o
 pool's per-statement count less the bare client's. The process's other threads (the pool's
 watchdog) are counted apart, over the whole run, and reported per statement run ("other
 threads"): they run when the scheduler lets them, so counted with the phases they moved the
-figure from run to run (see :func:`measure`).
+figure from run to run (see :func:`measure`). No garbage collection runs during the phases
+(see :func:`run_phases`), and each target is measured in ``--layouts`` memory layouts, the
+median reported with each layout's figure (see :data:`LAYOUT_PADS`: where objects land moves the
+count by up to a tenth of the pool's own): two runs of one tree then agree within about 1,000
+instructions, while a change of the code is judged over layouts, not by one layout's luck.
 
-    python bench/callgrind_statement_cost.py [--n 100] [--record]
+    python bench/callgrind_statement_cost.py [--n 50] [--layouts 3] [--jobs 2] [--record]
 
 ``query`` is charged the reading of its one-row result, which the pool does inside the attempt
 (``clickhouse_lb.pools._leftovers.settled``) and the bare client never does unless asked;
@@ -39,11 +43,13 @@ import json
 import os
 import re
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_plus
@@ -165,9 +171,12 @@ def make_target(kind: str, hosts: list[str]) -> Any:
                                   liveness_check_after_ms=60_000)
 
 
-def run_phases(kind: str, n: int) -> None:
+def run_phases(kind: str, n: int, pad: int = 0) -> None:
     """The process callgrind watches: warm up, then each statement kind N and 2N times, each
-    phase ended by ``os.getppid()`` (the C function callgrind dumps its counters after)."""
+    phase ended by ``os.getppid()`` (the C function callgrind dumps its counters after).
+    ``pad``: objects made before anything is imported, which moves where everything after them
+    lands in memory (see :data:`LAYOUT_PADS`)."""
+    padding = [str(i) * 3 for i in range(pad)]  # noqa: F841 (kept alive: the layout it makes must last)
     install_fake_transport()
     target = make_target(kind, HOSTS)
     calls = statements(target)
@@ -179,6 +188,12 @@ def run_phases(kind: str, n: int) -> None:
     # cost of millions of instructions. The young generations are collected as usual.
     gc.collect()
     gc.freeze()
+    # No collection during the phases either: a young collection lands in whichever phase the
+    # process's allocations (the other threads' included) reach the threshold in, and moved the
+    # figure by up to 9,000 instructions between runs of one tree; without, two runs of one tree
+    # agree within 700. The statements measured leave no cyclic garbage (reads, commands; an
+    # insert 7 objects, in the bare client's code and the pool's alike), so nothing is left out.
+    gc.disable()
     os.getppid()  # dump 1: start-up and warm-up
     for name in KINDS:
         call = calls[name]
@@ -218,7 +233,7 @@ def statements_run(n: int) -> int:
     return len(KINDS) * (20 + 3 * n)
 
 
-def measure(kind: str, n: int) -> dict[str, float]:
+def measure(kind: str, n: int, pad: int = 0) -> dict[str, float]:
     """Instructions per statement of each kind for one target (``pool`` or ``bare``), counted
     on the thread that runs the statements; ``"other threads"``: what the process's other
     threads ran over the whole run, per statement run.
@@ -228,15 +243,13 @@ def measure(kind: str, n: int) -> dict[str, float]:
     watchdog look or a thread start landed in whichever phase it happened to (main's watchdog
     thread ran 10.5 million instructions in one run of 720 statements, and the figure moved by
     up to 15,000 instructions between runs of one tree). The other threads' is reported beside
-    it, as an average. The caller's count still moves with the speed callgrind runs at (by up to
-    9,000 between two pairs; likely the paths taken on the clock, the retry budget's buckets and
-    the healthy set's half-life): compare trees run at the same time."""
+    it, as an average."""
     with tempfile.TemporaryDirectory() as tmp:
         prefix = os.path.join(tmp, "callgrind.out")
         command = [
             "valgrind", "--tool=callgrind", f"--callgrind-out-file={prefix}", "--dump-after=os_getppid",
             "--dump-instr=no", "--compress-strings=no", "--separate-threads=yes",
-            sys.executable, __file__, "--phases", kind, "--n", str(n),
+            sys.executable, __file__, "--phases", kind, "--n", str(n), "--pad", str(pad),
         ]
         # A fixed hash seed: set and dict layouts (and so their probing) repeat from run to run.
         env = {**os.environ, "PYTHONHASHSEED": "0"}
@@ -307,14 +320,29 @@ def record() -> None:
     print(f"recorded {len(answers)} answers into {RESPONSES}")
 
 
+#: The layouts each target is measured in (objects made before the imports, see run_phases).
+#: CPython's type attribute cache is indexed by a type's version tag and the *address* of the
+#: attribute's name, so where the interpreter's objects land decides which of a statement's
+#: attribute look-ups collide there and walk the class hierarchy instead, and which dict look-ups
+#: probe further: 1,000 strings made before the imports moved the pool's own count of one
+#: tree by 7,500 instructions for a read and 14,000 for an insert, with the same bytecodes
+#: run. Any change to the code moves that layout too, so a single layout cannot tell a change's
+#: cost from its luck: the figure is the median over several, with their range.
+LAYOUT_PADS = (0, 1000, 2311, 4099, 6007)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, default=100, help="statements per phase (and 2N)")
+    parser.add_argument("--n", type=int, default=50, help="statements per phase (and 2N)")
+    parser.add_argument("--layouts", type=int, default=3, choices=range(1, len(LAYOUT_PADS) + 1),
+                        metavar=f"1..{len(LAYOUT_PADS)}", help="memory layouts per target (the median is reported)")
+    parser.add_argument("--jobs", type=int, default=2, help="processes under callgrind at once")
     parser.add_argument("--record", action="store_true", help="re-record the replica's answers")
     parser.add_argument("--phases", choices=("pool", "bare"), help=argparse.SUPPRESS)
+    parser.add_argument("--pad", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.phases:
-        run_phases(args.phases, args.n)
+        run_phases(args.phases, args.n, args.pad)
         return 0
     if args.record:
         record()
@@ -322,14 +350,22 @@ def main() -> int:
     import clickhouse_lb
 
     started = time.monotonic()
-    bare = measure("bare", args.n)
-    pool = measure("pool", args.n)
-    print(f"clickhouse_lb from {Path(clickhouse_lb.__file__).parent}; N={args.n}; "
+    pads = LAYOUT_PADS[: args.layouts]
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as runs:
+        pending = {(target, pad): runs.submit(measure, target, args.n, pad)
+                   for pad in pads for target in ("bare", "pool")}
+        counts = {key: future.result() for key, future in pending.items()}
+    print(f"clickhouse_lb from {Path(clickhouse_lb.__file__).parent}; N={args.n}; layouts {len(pads)}; "
           f"{time.monotonic() - started:.0f} s under callgrind")
-    print("| statement | bare client (instr/stmt) | pool (instr/stmt) | pool's own (instr/stmt) |")
-    print("|---|---:|---:|---:|")
+    print("| statement | bare client (instr/stmt) | pool (instr/stmt) | pool's own (instr/stmt) "
+          "| pool's own, per layout |")
+    print("|---|---:|---:|---:|---|")
     for name in (*KINDS, "other threads"):
-        print(f"| {name} | {bare[name]:,.0f} | {pool[name]:,.0f} | {pool[name] - bare[name]:,.0f} |")
+        bare = [counts["bare", pad][name] for pad in pads]
+        pool = [counts["pool", pad][name] for pad in pads]
+        own = [p - b for p, b in zip(pool, bare)]
+        print(f"| {name} | {statistics.median(bare):,.0f} | {statistics.median(pool):,.0f} | "
+              f"{statistics.median(own):,.0f} | {' / '.join(f'{o:,.0f}' for o in own)} |")
     return 0
 
 
