@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from clickhouse_connect.driver.exceptions import NotSupportedError, OperationalError, ProgrammingError
 
@@ -65,6 +65,30 @@ def did_you_mean(value: object, choices: Iterable[str]) -> str:
     return f" (did you mean {' or '.join(repr(by_lower[c]) for c in close)}?)"
 
 
+_E = TypeVar("_E", bound="_Remade")
+
+
+def _remade(cls: type[BaseException], args: tuple[Any, ...], kwargs: dict[str, Any]) -> BaseException:
+    return cls(*args, **kwargs)
+
+
+class _Remade(Exception):
+    """An error made again from its constructor's arguments when unpickled (``multiprocessing``,
+    process pools, task queues): ``BaseException`` pickles ``args``, the message here, which
+    these constructors do not take, so such an error could not cross a process boundary."""
+
+    _made_with: tuple[tuple[Any, ...], dict[str, Any]]
+
+    def __new__(cls: type[_E], *args: Any, **kwargs: Any) -> _E:
+        error = super().__new__(cls, *args)
+        error._made_with = (args, kwargs)
+        return error
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        args, kwargs = self._made_with
+        return _remade, (type(self), args, kwargs), self.__dict__
+
+
 class ConfigurationError(ProgrammingError, ValueError):
     """Bad pool configuration: raised at ``get_pool``/``create_engine``, before any I/O.
 
@@ -110,7 +134,7 @@ class _StatementOutcome(TypedDict, total=False):
     operation: str | None
 
 
-class AllReplicasUnavailableError(OperationalError):
+class AllReplicasUnavailableError(_Remade, OperationalError):
     """Every attempt of one statement failed with a replica failure.
 
     ``failures`` lists each attempt in order; ``last_errors`` maps every replica of the pool to
@@ -206,7 +230,7 @@ class RetryBudgetExhaustedError(AllReplicasUnavailableError):
         )
 
 
-class AttemptAbandonedError(OperationalError):
+class AttemptAbandonedError(_Remade, OperationalError):
     """The pool stopped waiting for one attempt's answer and closed its connection.
 
     ``kind`` says why: ``"hung"`` (the replica did not answer ``/ping`` while the attempt
@@ -236,7 +260,7 @@ def _write_outcome(write: bool, may_have_been_applied: bool) -> str:
     return "\nThe write was not applied: no replica received it."
 
 
-class WriteOutcomeUnknownError(OperationalError):
+class WriteOutcomeUnknownError(_Remade, OperationalError):
     """A write failed on a replica after its request was sent, and was not retried elsewhere
     (it is not repeatable: no ``insert_deduplication_token``, not declared idempotent). It may
     have been applied: ``may_have_been_applied`` is always True. ``address`` is the replica,
@@ -252,7 +276,7 @@ class WriteOutcomeUnknownError(OperationalError):
                          + _MAY_HAVE_BEEN_APPLIED)
 
 
-class SessionLostError(OperationalError):
+class SessionLostError(_Remade, OperationalError):
     """The replica behind a pinned session failed; the session's state is gone with it.
 
     Raised instead of moving the session to another replica, where its temporary tables and
@@ -280,7 +304,7 @@ class SessionLostError(OperationalError):
         super().__init__(told + (" " + _MAY_HAVE_BEEN_APPLIED if may_have_been_applied else ""))
 
 
-class ReplicaConnectError(OperationalError):
+class ReplicaConnectError(_Remade, OperationalError):
     """Creating a replica's client failed with a replica failure (the client talks to the
     server while it is created), so the statement was never sent there: failover treats it as
     safe to retry, even for a write. Threads or tasks that waited for that same creation share
@@ -295,7 +319,7 @@ class ReplicaConnectError(OperationalError):
         super().__init__(f"Could not connect to replica {address}: {reason}")
 
 
-class AllReplicasStaleError(OperationalError):
+class AllReplicasStaleError(_Remade, OperationalError):
     """Every replica lags at least ``max_replica_delay_for_distributed_queries`` seconds and
     ``fallback_to_stale_replicas_for_distributed_queries`` is 0 (the server's
     ``ALL_REPLICAS_ARE_STALE``, code 369). ``delays`` maps each replica to its delay in seconds."""
@@ -324,7 +348,7 @@ class PoolMemberError(NotSupportedError, AttributeError):
     whose attribute cannot be read."""
 
 
-class ShardedInsertError(OperationalError):
+class ShardedInsertError(_Remade, OperationalError):
     """A routed insert (``sharded.insert(..., sharding_key=...)``) wrote some of its parts and
     not others. ``written`` maps each shard number whose part was acknowledged to its row
     count; ``failed`` maps each shard number whose part failed to that failure (each one's
@@ -352,7 +376,7 @@ class ShardedInsertError(OperationalError):
         )
 
 
-class ReadYourWritesError(OperationalError):
+class ReadYourWritesError(_Remade, OperationalError):
     """A read under ``read_your_writes`` could not be served by a replica known to have this
     thread's or task's recent write: the replica that acknowledged it (``writer``) failed, and
     ``replica`` was not made to catch up with ``table`` (``SYSTEM SYNC REPLICA``) within
