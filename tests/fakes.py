@@ -71,6 +71,7 @@ class FakeReplica:
         self.created = 0
         self.fail_creation: Callable[[], BaseException] | None = None
         self.creation_gate: threading.Event | None = None  # creation waits for it, then fails
+        self.answer_gate: threading.Event | None = None  # statements wait for it before answering
         self.lock = threading.Lock()
 
     def next_outcome(self) -> str | Callable[[], BaseException]:
@@ -87,6 +88,9 @@ class FakeClient:
     def _run(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         with self.replica.lock:
             self.replica.calls.append((method, args, kwargs))
+        gate = self.replica.answer_gate
+        if gate is not None and method != "ping":
+            gate.wait(timeout=30)
         outcome = self.replica.next_outcome()
         if outcome != "ok":
             raise outcome()  # type: ignore[operator]

@@ -481,3 +481,39 @@ def test_a_raced_read_that_answers_first_keeps_its_answer_and_the_second_run_is_
     assert watchdog.run(_stall_spec(clock, silent_listener), call) == (0, "rows@0")
     assert second_ended.wait(10)  # abandoned, not left to its 30 s read timeout
     watchdog.close()
+
+
+def test_a_pool_read_raced_after_a_stall_names_the_winner_for_its_success(silent_listener: str) -> None:
+    """The sync pool's per-statement path (``partial(watchdog.run_at, attempts, run)``): a read
+    on replica 0 stalls, is raced on replica 1, and replica 1 answers first. The statement's
+    attempts are told so, and their success is replica 1's: recorded for replica 0, a stopped
+    replica that had failed before was announced back in rotation (see tests/test_race_winner.py)."""
+    from clickhouse_lb.pools._watchdog import Watchdog
+    from tests.fakes import FakeCluster, make_pool
+
+    manager = tracking_pool_manager({})
+    assert manager is not None
+    clock = _StallingClock()
+    pool = make_pool(FakeCluster("a", "b"), load_balancing="in_order", liveness_check_after_ms=100,
+                     liveness_ping_timeout_ms=100)
+    watchdog = Watchdog(lambda index, timeout: time.sleep(timeout) or False, lambda index, query_id: None,
+                        clock=clock)
+
+    def call(index: int, query_id: str | None) -> Any:
+        if index == 1:
+            return "rows@b"
+        clock.ahead = 0.5  # the stall, as the request goes out
+        return manager.request("GET", f"http://{silent_listener}/", timeout=Timeout(connect=1, read=30),
+                               retries=False)
+
+    _, attempts, _ = pool._begin("query", ("SELECT 1",), {}, pool._view)
+    attempts.plan_context = attempts.plan_context._replace(clock=clock)  # the plan on the stalling clock too
+    token, first = attempts.enter()
+    assert first == 0
+    started = time.monotonic()
+    assert watchdog.run_at(attempts, call, first) == "rows@b"
+    assert time.monotonic() - started < 10.0  # raced, not left to the 30 s read timeout
+    assert attempts.answered_by == 1
+    attempts.left(token, first, "rows@b")
+    watchdog.close()
+    pool.close()

@@ -75,6 +75,8 @@ class StatementAttempts:
     _budget: RetryBudget | None = None
     _replayed: BaseException | None = None
     _attempt_started = 0.0
+    #: The replica whose answer ended a raced attempt when it was not the attempt's own (its success).
+    answered_by: int | None = None
     #: The statement's deadline (its policy's, for the attempts' waits).
     deadline: Deadline = NO_DEADLINE
     #: The attempt settings in force (the pool's, or the statement's own applied to them) and
@@ -200,7 +202,7 @@ class StatementAttempts:
 
     def succeeded(self, index: int) -> None:
         self._load.finish(index, self._attempt_started)
-        self._balancer.record_success(index)
+        self._balancer.record_success(index if self.answered_by is None else self.answered_by)
 
     def enter(self) -> tuple[Token[bool], int]:
         """The statement starts (its attempts are the pool's, :mod:`clickhouse_lb.core._driver_logs`),
@@ -218,7 +220,7 @@ class StatementAttempts:
     def left(self, token: Token[bool], index: int, result: T) -> T:
         """The first attempt (:meth:`enter`) succeeded with ``result``: the statement's end."""
         self._load.finish(index, self._attempt_started)
-        self._balancer.record_success(index)
+        self._balancer.record_success(index if self.answered_by is None else self.answered_by)
         leave_pool(token)
         return result
 

@@ -190,11 +190,12 @@ class PoolSteps(PoolBase):
                            self._budget)
 
     @staticmethod
-    def _raced(view: ReplicaSetView, index: int, outcome: tuple[int, Any]) -> Any:
-        """An attempt's result from its race: a hedge that answered first is that replica's success."""
+    def _raced(attempts: StatementAttempts, index: int, outcome: tuple[int, Any]) -> Any:
+        """An attempt's result from its race: a hedge that answered first is that replica's
+        success, not the slower replica's the attempt began on."""
         winner, result = outcome
         if winner != index:
-            view.balancer.record_success(winner)
+            attempts.answered_by = winner
         return result
 
     def _read_steps(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Steps[Any]:

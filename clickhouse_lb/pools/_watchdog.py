@@ -28,6 +28,7 @@ from typing import Any, TypeVar, cast
 
 from clickhouse_lb.core.attempt_specs import StatementPlan
 from clickhouse_lb.core.events import logger
+from clickhouse_lb.core.failover import StatementAttempts
 from clickhouse_lb.core.race import Abandon, AttemptSpec, Command, Launch, Ping, RaceFailure, Wait
 from clickhouse_lb.core.stalls import PingReading
 from clickhouse_lb.core.watch import first_wake
@@ -165,7 +166,10 @@ class Watchdog:
             return value
         # (outside the handler: the verdict is not chained to the call's error)
         if race is not None:
-            return cast(T, self._race_end(entry, race))
+            winner, value = self._race_end(entry, race)
+            if winner != entry.index and isinstance(plan, StatementAttempts):  # (run() reads the winner itself)
+                plan.answered_by = winner
+            return value
         assert verdict is not None
         raise verdict
 
@@ -177,11 +181,11 @@ class Watchdog:
             self._cond.notify()
 
     @staticmethod
-    def _race_end(entry: Watched, race: cf.Future[tuple[int, Any]]) -> Any:
-        """Wait for the race the caller's run was part of: the winner's result, or the
+    def _race_end(entry: Watched, race: cf.Future[tuple[int, Any]]) -> tuple[int, Any]:
+        """Wait for the race the caller's run was part of: ``(the winner, its result)``, or the
         :class:`RaceFailure` of its last run (which the failover loop reads as that run's)."""
         try:
-            return race.result()[1]
+            return race.result()
         except BaseException:
             if not race.done():  # interrupted while waiting: nothing of the race is left running
                 entry.abandon()

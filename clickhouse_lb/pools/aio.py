@@ -251,7 +251,7 @@ class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolSteps):
 
         async def attempt(index: int) -> Any:
             outcome = await self._driver.run_planned(plan, index, run, self._replica_alive, self._kill_query)
-            return self._raced(view, index, outcome)
+            return self._raced(attempts, index, outcome)
 
         if ryw is not None:
             attempt = ryw.guard_async(attempt, plan, lambda index: self._client(index, view))

@@ -234,7 +234,7 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolSteps):
         else:
             def attempt(index: int) -> Any:
                 outcome = self._driver.run_planned(attempts.plan, index, run, self._replica_alive, self._kill_query)
-                return self._raced(view, index, outcome)
+                return self._raced(attempts, index, outcome)
 
         if ryw is not None:
             attempt = ryw.guard_sync(attempt, attempts.plan, lambda index: self._client(index, view))
