@@ -6,7 +6,6 @@ was still failing (noticed in four stops' notes, left until now)."""
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 from clickhouse_lb.core.events import ReplicaRecoveredEvent
 from tests.fakes import FakeCluster, make_pool, refused
