@@ -6,8 +6,10 @@ for every data form, and for two source trees side by side in one run.
 Two shards (one local replica each, plain MergeTree: replication is not what is measured),
 started once. Each ``--tree`` (default: this checkout only) gets a worker process of its own
 (``PYTHONPATH`` = that tree) that builds the data once and times what it is told; the rounds
-alternate the trees and the sides, each first in turn, and each side's work (the direct side's
-untimed split included) starts after a full garbage collection. Per data form and key:
+alternate the trees and the sides (side by side, the trees taking turns: with several trees every
+run follows another worker's), each first in turn, and each side's work starts after a full
+garbage collection and the direct side's untimed split (which the routed side makes too, and
+drops: both sides' timed work then starts in the same process state). Per data form and key:
 
 - **routed**: the sharded pool's public call as a user makes it (``insert`` of rows or columns,
   ``insert_df``, ``insert_arrow``: the split, each part through its shard's pool), given what
@@ -157,15 +159,22 @@ def worker(hosts: list[list[str]], rows: int, cases: list[str]) -> None:
             # load 4-7), as much as the routed call's inserts were slower than it; the routed
             # call's own split has no collection after it either.
             gc.collect()
+            # Split anew for every run (untimed), as a user's parts are: parts inserted before,
+            # kept and inserted again, went in 15-25% faster (1M rows, NumPy columns, load 17;
+            # the insert alone), which is the benchmark's doing, not the user's. The routed side
+            # makes the same split and drops it, so that both sides' timed work starts in the
+            # same process state (the data read, the allocator's pages mapped): without it the
+            # routed call started cold (in a run of two trees, after the other worker's runs)
+            # and the direct insert right after its split: an Arrow routed call then took
+            # 2,000-3,400 page faults, against 340-870 after the dropped split, and routing's
+            # own time measured 16-23 ms against 11-13 (BENCHMARKS.md, 2026-12-07).
+            parts: list[Any] = user_parts(values, form, key, len(shards)) if side != "describe" else []
             if side == "routed":
+                parts.clear()
                 call = routed_call(sharded, form, key, values)
             elif side == "describe":
                 call = lambda: shards[0].create_insert_context(TABLE, NAMES)  # noqa: E731
             else:
-                # Split anew for every run (untimed), as a user's parts are: parts inserted
-                # before, kept and inserted again, went in 15-25% faster (1M rows, NumPy columns,
-                # load 17; the insert alone), which is the benchmark's doing, not the user's.
-                parts = user_parts(values, form, key, len(shards))
                 if side == "columns":
                     parts = [[list(column) for column in zip(*part)] for part in parts]
                 call = direct_call(shards, form, parts, oriented=side == "columns")
@@ -278,7 +287,15 @@ def main() -> None:
             # The inserts rotate; the DESCRIBE is timed after them: inside the rotation, every
             # routed call followed a DESCRIBE and every direct one an insert (the cyclic order
             # stays the same when rotated), which is not the same start for both sides.
-            order = [k for k in times if k[1] != "describe"]
+            # Side by side, the trees taking turns (tree a routed, tree b routed, a direct, b
+            # direct): with two trees or more every run follows another worker's run (but a
+            # round's first, which follows the previous round's last, of its own worker: each
+            # tree's each side in turn), and with one tree its own worker's. Tree by tree (a
+            # routed, a direct, b routed, ...), every routed call followed the other worker and
+            # every direct insert its own worker's routed call: in an instrumented copy with two
+            # workers, Arrow's routed / direct (paired) was 1.154 where the routed call followed
+            # the other worker and 1.092 where it followed its own (60 rounds, one run, load 3.6).
+            order = [(label, side) for side in sides if side != "describe" for label in labels]
             for round_ in range(args.rounds):
                 shift = round_ % len(order)
                 for label, side in order[shift:] + order[:shift]:
