@@ -20,7 +20,7 @@ import clickhouse_lb
 from clickhouse_lb.config.pool_config import async_client_option_names
 from clickhouse_lb.config.settings import BALANCING_SETTING_NAMES
 from clickhouse_lb.core.classify import classify
-from clickhouse_lb.core.events import FailoverEvent
+from clickhouse_lb.core.events import FailoverEvent, ReplicaRecoveredEvent
 from clickhouse_lb.errors import ConfigurationError, ReplicaConnectError, SessionLostError
 from clickhouse_lb.pools._base import connect_failure
 from clickhouse_lb.pools.aio import AsyncReplicaPool
@@ -275,6 +275,36 @@ async def test_replica_failure_fails_over_and_counts_one_error(
     assert pool.replicas[0].is_up is False
     assert [(e.address, e.next_address) for e in recorder.failovers] == [("a:8123", "b:8123")]
     assert pool.plan() == ["b:8123", "c:8123", "a:8123"]  # routed away until it decays
+
+
+class Recoveries:
+    def __init__(self) -> None:
+        self.addresses: list[str] = []
+
+    def on_replica_recovered(self, event: ReplicaRecoveredEvent) -> None:
+        self.addresses.append(event.address)
+
+
+async def test_a_hedge_that_answers_first_is_its_replicas_success_not_the_slow_ones() -> None:
+    """As tests/test_race_winner.py for the sync pool: replica "a" failed once (one ignored error
+    keeps it first), then is slow; the hedge on "b" answers. The success is b's: "a" stays marked
+    as failing and is not announced back in rotation."""
+    cluster = AsyncFakeCluster("a", "b")
+    recoveries = Recoveries()
+    pool = make_pool(cluster, load_balancing="in_order", use_hedged_requests=1, receive_data_timeout_ms=20,
+                     distributed_replica_max_ignored_errors=1, listeners=[recoveries])
+    cluster["a"].outcomes = [refused, "ok"]
+    assert await pool.command("SELECT 1", settings={"use_hedged_requests": 0}) == "command@b"
+    assert pool.replicas[0].is_up is False
+    gate = cluster.gates["a"] = asyncio.Event()  # "a" answers only when let go: slow
+    try:
+        assert await pool.command("SELECT 1") == "command@b"
+    finally:
+        gate.set()
+    assert pool.hedged_requests == 1
+    assert pool.replicas[0].is_up is False
+    assert recoveries.addresses == []
+    await pool.close()
 
 
 # -- cancellation ----------------------------------------------------------------------------
