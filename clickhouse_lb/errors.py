@@ -336,7 +336,7 @@ class AllReplicasStaleError(_Remade, OperationalError):
         self.code = 369  # after the base class, which may set its own
 
 
-class PoolMemberError(NotSupportedError, AttributeError):
+class PoolMemberError(_Remade, NotSupportedError, AttributeError):
     """A clickhouse-connect Client member used on a pool in a way that has no pool meaning
     (assigning ``pool.server_version``: a fact the replicas report), or read before the pool
     has anything to answer it with (``pool.server_version`` before any replica answered, with

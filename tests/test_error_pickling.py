@@ -55,6 +55,8 @@ def _public(error: BaseException) -> dict[str, Any]:
     """What a caller reads of an error: its type, message and public attributes (errors inside
     it, a routed insert's failed parts, compared the same way)."""
     fields = {name: value for name, value in vars(error).items() if not name.startswith("_")}
+    if isinstance(error, AttributeError):  # (kept by AttributeError itself, not in __dict__)
+        fields["name"] = error.name
     for name, value in fields.items():
         if isinstance(value, dict):
             fields[name] = {k: _public(v) if isinstance(v, BaseException) else v for k, v in value.items()}
