@@ -225,12 +225,12 @@ class StatementAttempts:
         return result
 
     def failed(self, index: int, exc: BaseException, *, ran_on: int | None = None) -> BaseException:
-        """An attempt ended with ``exc``: count it and decide (:attr:`verdict`); returns the error
-        the attempt raises. A cancelled or interrupted attempt (not an ``Exception``) only leaves
-        the in-flight count. ``ran_on``: the replica the attempt's last run failed on, when a hedge
-        took it elsewhere (an attempt run through :mod:`clickhouse_lb.core.race` ends with a
-        :class:`RaceFailure` that names it and carries the error)."""
+        """An attempt ended with ``exc``: count it and decide (:attr:`verdict`); returns the error the
+        attempt raises. A cancelled or interrupted attempt (not an ``Exception``) only leaves the
+        in-flight count. ``ran_on``: the replica the attempt's last run failed on, when a hedge took
+        it elsewhere (a run through :mod:`clickhouse_lb.core.race` ends with a :class:`RaceFailure`)."""
         self._load.finish(index, self._attempt_started)
+        self.answered_by = None  # (a winner noted before the attempt failed is no later attempt's)
         if isinstance(exc, RaceFailure):
             ran_on, exc = exc.index, exc.error
         if not isinstance(exc, Exception):
