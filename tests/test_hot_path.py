@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import threading
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from clickhouse_lb.config.replicas import parse_host
 from clickhouse_lb.config.settings import LoadBalancing, parse_balancing_settings, split_statement_settings
 from clickhouse_lb.core._statements import new_insert_token, prepare_call
 from clickhouse_lb.core.balancer import Balancer
-from clickhouse_lb.core.ordering import plan_order, tie_free_order
+from clickhouse_lb.core.ordering import MAX_LISTED_ORDERS, plan_order, rank_orders
 from clickhouse_lb.core.state import ReplicaSetState
 from clickhouse_lb.core.stats import PoolStats
 
@@ -27,28 +28,46 @@ class Clock:
         return self.now
 
 
-def balancer(strategy: str, clock: Clock, *, half_life: int = 60, seed: int = 3) -> Balancer:
+def balancer(
+    strategy: str, clock: Clock, *, half_life: int = 60, seed: int = 3, draw: Callable[[], float] | None = None
+) -> Balancer:
     replicas = [parse_host(f"r{i}.example:8123") for i in range(4)]
     settings = parse_balancing_settings({
         "load_balancing": strategy, "distributed_replica_error_half_life": half_life, "local_hostname": "r2.example",
     })
-    return Balancer(replicas, settings, clock=clock, random=random.Random(seed).random)
+    return Balancer(replicas, settings, clock=clock, random=draw or random.Random(seed).random)
 
 
 def test_tie_free_ranks_are_the_plan_of_a_healthy_set_whatever_random_draws() -> None:
     ranks = [2, 0, 3, 1]
-    assert tie_free_order(ranks) == [1, 3, 0, 2]
+    assert rank_orders(ranks) == [[1, 3, 0, 2]]
     draws = random.Random(5)
     for _ in range(50):
         assert plan_order([0, 0, 0, 0], ranks, 0, draws.random) == [1, 3, 0, 2]
-    assert tie_free_order([0, 1, 1]) is None
+
+
+def test_the_listed_orders_are_those_a_healthy_sort_draws() -> None:
+    """rank_orders lists exactly the orders plan_order gives with zero counts (every tie in
+    every permutation), and none when they are too many to list."""
+    for ranks in ([0, 1, 1], [0, 0, 0], [1, 0, 1, 0], [2, 0, 2, 1, 2]):
+        listed = rank_orders(ranks)
+        assert listed is not None
+        assert len(listed) == len({tuple(order) for order in listed})
+        draws = random.Random(7)
+        drawn = {tuple(plan_order([0] * len(ranks), ranks, 0, draws.random)) for _ in range(2000)}
+        assert drawn == {tuple(order) for order in listed}
+    assert len(rank_orders([0] * 5) or []) == MAX_LISTED_ORDERS
+    assert rank_orders([0] * 6) is None
 
 
 @pytest.mark.parametrize("strategy", [s.value for s in LoadBalancing])
 def test_every_strategy_plans_as_the_general_path_does(strategy: str) -> None:
+    """Drawing 0.0 every time, the general path's sort keeps tied replicas in index order and the
+    shortcut draws the first listed order: the two agree step by step (healthy, with errors,
+    with a slowdown), so the shortcut changes no order, only how it is drawn."""
     clock = Clock()
-    fast, general = balancer(strategy, clock), balancer(strategy, clock)
-    general._clear_plan = None  # the general path only
+    fast, general = balancer(strategy, clock, draw=lambda: 0.0), balancer(strategy, clock, draw=lambda: 0.0)
+    general._clear_ranks = None  # the general path only
     general.state._set.round_robin = fast.state._set.round_robin  # (a random start per state)
     for step in range(40):
         clock.now += 7.0
@@ -63,12 +82,58 @@ def test_every_strategy_plans_as_the_general_path_does(strategy: str) -> None:
     assert fast.plan_indices(overrides) == general.plan_indices(overrides)
 
 
+def test_a_healthy_random_set_draws_every_order_uniformly() -> None:
+    """The shortcut's one draw per statement gives each of random's 24 orders of 4 replicas
+    (as the sort's four draws would): each within a loose band of its 1/24 share."""
+    clock = Clock()
+    b = balancer("random", clock, seed=11)
+    b.plan_indices()  # the first look starts the decay clock
+    counts: dict[tuple[int, ...], int] = {}
+    for _ in range(24_000):
+        order = tuple(b.plan_indices())
+        counts[order] = counts.get(order, 0) + 1
+    assert len(counts) == 24
+    assert all(800 <= n <= 1200 for n in counts.values()), counts
+
+
+@pytest.mark.parametrize("strategy", ["random", "nearest_hostname", "first_or_random", "in_order"])
+def test_a_healthy_set_is_planned_without_a_snapshot_of_the_counts(
+    strategy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ranks that tie (random, the hostname strategies, first_or_random's others) take the
+    shortcut too: no snapshot while every count is zero, ties drawn at random; a count
+    recorded brings the snapshot back."""
+    clock = Clock()
+    b = balancer(strategy, clock)
+    b.plan_indices()  # the first look starts the decay clock (a snapshot)
+    snapshots: list[bool] = []
+    original = ReplicaSetState.select
+
+    def counted(state: ReplicaSetState, **kwargs: Any) -> Any:
+        snapshots.append(True)
+        return original(state, **kwargs)
+
+    monkeypatch.setattr(ReplicaSetState, "select", counted)
+    firsts = set()
+    for _ in range(40):
+        clock.now += 1.0
+        plan = b.plan_indices()
+        assert sorted(plan) == [0, 1, 2, 3]
+        firsts.add(plan[0])
+    assert snapshots == []
+    if strategy == "random":
+        assert firsts == {0, 1, 2, 3}  # ties broken at random, not in one fixed order
+    b.record_error(firsts.pop(), "down")
+    b.plan_indices()
+    assert snapshots == [True]
+
+
 def test_the_shortcut_keeps_the_decay_clock_as_a_snapshot_would() -> None:
     """A healthy set planned from the computed list still restarts the decay clock once per
     half-life, so an error counted later decays a whole half-life after that restart."""
     clock = Clock()
     b = balancer("in_order", clock)
-    assert b._clear_plan == [0, 1, 2, 3]
+    assert b._clear_orders == [[0, 1, 2, 3]]
     b.plan_indices()  # the first look starts the decay clock
     for _ in range(7):  # 70 s of healthy statements: one restart at 60 s
         clock.now += 10.0

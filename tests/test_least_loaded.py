@@ -10,12 +10,14 @@ import random
 from collections import Counter
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import clickhouse_lb
 from clickhouse_lb.config.settings import BalancingSettings, LoadBalancing, parse_balancing_settings
 from clickhouse_lb.core.balancer import Balancer
 from clickhouse_lb.core.failover import StatementAttempts, run_async, run_sync
-from clickhouse_lb.core.load import ReplicaLoad, decayed, load_scores, peak_ewma
+from clickhouse_lb.core.load import ReplicaLoad, decay_factor, decayed, load_scores, peak_ewma
 from clickhouse_lb.core.ordering import least_loaded_order
 from clickhouse_lb.core.shared_state import state_key
 from clickhouse_lb.errors import ConfigurationError
@@ -54,6 +56,35 @@ def test_idle_decay_halves_every_decay_time_ln2() -> None:
     assert decayed(0.8, 10.0 * math.log(2), 10.0) == pytest.approx(0.4)
     assert decayed(0.8, 0.0, 10.0) == 0.8
     assert decayed(0.8, -1.0, 10.0) == 0.8  # a clock that went back changes nothing
+
+
+@given(
+    elapsed=st.one_of(st.floats(min_value=-1.0, max_value=1e6), st.floats(min_value=0.0, max_value=0.2)),
+    decay_time=st.floats(min_value=0.001, max_value=1000.0),
+)
+def test_the_decay_factor_is_exp_to_within_float_noise(elapsed: float, decay_time: float) -> None:
+    """The series used for short gaps (no libm table read per statement) agrees with exp on
+    both sides of the switch, and a clock that went back decays nothing."""
+    expected = math.exp(-elapsed / decay_time) if elapsed > 0 else 1.0
+    assert decay_factor(elapsed, decay_time) == pytest.approx(expected, rel=1e-9, abs=1e-300)
+
+
+def test_finishing_an_attempt_blends_as_the_pure_functions_do(clock: FakeClock) -> None:
+    """finish() inlines decayed(), peak_ewma() and decay_factor(): the same average, for gaps on
+    either side of the series' switch."""
+    load = ReplicaLoad(1, decay_time=10.0, clock=clock)
+    expected: float | None = None
+    stamp = clock()
+    for gap, latency in [(0.0, 0.5), (0.02, 0.1), (0.5, 0.05), (3.0, 0.2), (0.001, 0.01)]:
+        clock.advance(gap)
+        started = load.start(0)
+        clock.advance(latency)
+        load.finish(0, started)
+        now = clock()
+        expected = latency if expected is None else peak_ewma(decayed(expected, now - stamp, 10.0), latency,
+                                                               now - stamp, 10.0)
+        stamp = now
+        assert load.snapshot()[0].latency_ewma == pytest.approx(expected, rel=1e-12)
 
 
 def test_scores_weight_in_flight_by_the_average() -> None:

@@ -19,7 +19,14 @@ from clickhouse_lb.config.replicas import Replica
 from clickhouse_lb.config.settings import NO_OVERRIDES, BalancingSettings, LoadBalancing, StatementOverrides
 from clickhouse_lb.core.classify import PING_DISPROVABLE_KINDS, Failure, classify
 from clickhouse_lb.core.events import ErrorRecordedEvent, Listener, ListenerSet, ReplicaRecoveredEvent, logger
-from clickhouse_lb.core.ordering import least_loaded_order, plan_order, round_robin_order, static_ranks, tie_free_order
+from clickhouse_lb.core.ordering import (
+    least_loaded_order,
+    plan_order,
+    rank_order,
+    rank_orders,
+    round_robin_order,
+    static_ranks,
+)
 from clickhouse_lb.core.state import Clock, HealthReading, ReplicaSetState
 from clickhouse_lb.core.strategies import default_local_hostname, hostname_scores, strategy_priorities
 from clickhouse_lb.errors import ConfigurationError
@@ -111,9 +118,12 @@ class Balancer:
         self._ranks: dict[tuple[LoadBalancing, int], list[int]] = {}
         self._local_hostname = settings.local_hostname
         self._default_ranks: list[int] | None = None
-        #: The default strategy's plan while every count is zero, when its ranks never tie (None:
-        #: they may, or the strategy is round_robin or least_loaded): see ordering.tie_free_order.
-        self._clear_plan: list[int] | None = None
+        #: The default strategy's ranks, when its order while every count is zero follows from
+        #: them alone (None: round_robin or least_loaded, or not computed yet): see plan_indices.
+        self._clear_ranks: list[int] | None = None
+        #: The orders those ranks allow, one drawn per statement (None: too many to list, see
+        #: ordering.rank_orders; one order when no two ranks tie).
+        self._clear_orders: list[list[int]] | None = None
         if not settings.load_balancing.uses_hostnames:  # a hostname default may need a DNS lookup
             self._default_ranks = self._static_ranks(settings.load_balancing, settings.load_balancing_first_offset)
 
@@ -141,15 +151,21 @@ class Balancer:
             if strategy is self.settings.load_balancing and first_offset == self.settings.load_balancing_first_offset:
                 self._default_ranks = ranks
                 if strategy is not _ROUND_ROBIN and strategy is not _LEAST_LOADED:
-                    self._clear_plan = tie_free_order(ranks)
+                    self._clear_ranks, self._clear_orders = ranks, rank_orders(ranks)
         return ranks
 
     def plan_indices(self, overrides: StatementOverrides = NO_OVERRIDES, *, advance: bool = True) -> list[int]:
         """Replica indices in the order the next statement tries them. ``advance``: this is a
         statement (round_robin takes one step); False for a look (``pool.plan()``)."""
-        clear_plan = self._clear_plan
-        if clear_plan is not None and overrides is NO_OVERRIDES and self.state.clear():
-            return clear_plan[:]  # the fast path: a healthy set under a strategy whose ranks never tie
+        clear_ranks = self._clear_ranks
+        if clear_ranks is not None and overrides is NO_OVERRIDES and self.state.clear():
+            # The fast path, a healthy set: no snapshot of the counts (all zero, nothing to decay),
+            # the order of the ranks alone, as plan_order gives it for zero counts: one of the
+            # orders listed once, drawn uniformly (no draw when there is one), else drawn by a sort.
+            orders = self._clear_orders
+            if orders is None:
+                return rank_order(clear_ranks, self._random)
+            return (orders[0] if len(orders) == 1 else orders[int(self._random() * len(orders))])[:]
         settings = self.settings
         if overrides is not NO_OVERRIDES and overrides:
             strategy = overrides.load_balancing or settings.load_balancing

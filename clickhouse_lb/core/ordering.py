@@ -15,10 +15,15 @@ the random term lies in [0, 1), so the float orders exactly like the tuple.
 
 from __future__ import annotations
 
+import itertools
+import math
 import random as _random
 from collections.abc import Callable, Sequence
 
-__all__ = ["least_loaded_order", "plan_order", "round_robin_order", "static_ranks", "tie_free_order"]
+__all__ = [
+    "MAX_LISTED_ORDERS", "least_loaded_order", "plan_order", "rank_order", "rank_orders", "round_robin_order",
+    "static_ranks",
+]
 
 
 def static_ranks(priorities: Sequence[int], strategy_priorities: Sequence[int]) -> list[int]:
@@ -28,14 +33,36 @@ def static_ranks(priorities: Sequence[int], strategy_priorities: Sequence[int]) 
     return [rank_of[pair] for pair in pairs]
 
 
-def tie_free_order(ranks: Sequence[int]) -> list[int] | None:
-    """The replicas by rank when no two ranks are equal (``in_order``, ``first_or_random``
-    over distinct priorities ...); None when some tie. Then the random term never decides, and
-    while no replica has errors or slowdowns :func:`plan_order` returns exactly this list,
-    whatever it draws: the plan of a healthy replica set, computed once."""
-    if len(set(ranks)) != len(ranks):
-        return None
-    return sorted(range(len(ranks)), key=ranks.__getitem__)
+#: A healthy set's possible orders are listed once (and one drawn per statement) when they are
+#: at most this many: 5 replicas of one rank (120 orders), or any grouping with as few orders.
+MAX_LISTED_ORDERS = 120
+
+
+def rank_orders(ranks: Sequence[int]) -> list[list[int]] | None:
+    """Every order :func:`rank_order` can give for ``ranks``: the replicas by rank, each group of
+    equal ranks in each of its permutations (one order when no two ranks are equal: ``in_order``,
+    ``first_or_random`` over distinct priorities ...), in lexicographic order; None when there
+    are more than :data:`MAX_LISTED_ORDERS`. While no replica has errors or slowdowns,
+    :func:`plan_order` gives each of them with the same probability, so drawing one of this list
+    uniformly is the plan of a healthy replica set: one draw, where a sort needs one per replica."""
+    groups: dict[int, list[int]] = {}
+    for index, rank in enumerate(ranks):
+        groups.setdefault(rank, []).append(index)
+    ordered = [groups[rank] for rank in sorted(groups)]
+    count = 1
+    for group in ordered:
+        count *= math.factorial(len(group))
+        if count > MAX_LISTED_ORDERS:
+            return None
+    return [[index for part in parts for index in part]
+            for parts in itertools.product(*(itertools.permutations(group) for group in ordered))]
+
+
+def rank_order(ranks: Sequence[int], random: Callable[[], float] = _random.random) -> list[int]:
+    """The order while no replica has an error or a slowdown: by rank, ties at random (a
+    uniformly random permutation of each group of equal ranks)."""
+    keys = [r + random() for r in ranks]
+    return sorted(range(len(keys)), key=keys.__getitem__)
 
 
 def plan_order(
@@ -53,8 +80,8 @@ def plan_order(
         ]
         return sorted(range(n), key=hedged_keys.__getitem__)
     if not any(errors):
-        keys = [r + random() for r in ranks]
-    elif max_ignored_errors:
+        return rank_order(ranks, random)
+    if max_ignored_errors:
         keys = [
             (e - max_ignored_errors if e > max_ignored_errors else 0) * n + r + random()
             for e, r in zip(errors, ranks)
