@@ -229,8 +229,10 @@ class AttemptWatch:
         if self._stall_step == 1:
             # Where the driver can look (the request gone out or not, the socket), that says it;
             # one that cannot goes by its own lateness.
-            waiting = waiting_on_us() if waiting_on_us is not None else False
-            behind = waiting if waiting_on_us is not None else woke_late > CAUGHT_UP_SHARE * tolerance
+            if waiting_on_us is not None:
+                waiting = behind = waiting_on_us()
+            else:
+                waiting, behind = False, woke_late > CAUGHT_UP_SHARE * tolerance
             if behind and now + tolerance - self._settle_began <= STALL_RACE_FACTOR * tolerance:
                 self._next_check = now + tolerance  # still catching up: settle again
                 return StallStep.SETTLE
