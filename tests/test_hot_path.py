@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +16,13 @@ from clickhouse_lb.config.replicas import parse_host
 from clickhouse_lb.config.settings import LoadBalancing, parse_balancing_settings, split_statement_settings
 from clickhouse_lb.core._statements import new_insert_token, prepare_call
 from clickhouse_lb.core.balancer import Balancer
-from clickhouse_lb.core.ordering import MAX_LISTED_ORDERS, plan_order, rank_orders
+from clickhouse_lb.core.ordering import (
+    MAX_LISTED_ORDERS,
+    plan_order,
+    rank_orders,
+    round_robin_order,
+    round_robin_rotations,
+)
 from clickhouse_lb.core.state import ReplicaSetState
 from clickhouse_lb.core.stats import PoolStats
 
@@ -67,7 +74,7 @@ def test_every_strategy_plans_as_the_general_path_does(strategy: str) -> None:
     with a slowdown), so the shortcut changes no order, only how it is drawn."""
     clock = Clock()
     fast, general = balancer(strategy, clock, draw=lambda: 0.0), balancer(strategy, clock, draw=lambda: 0.0)
-    general._clear_ranks = None  # the general path only
+    general._clear_ranks = general._clear_rotations = None  # the general path only
     general.state._set.round_robin = fast.state._set.round_robin  # (a random start per state)
     for step in range(40):
         clock.now += 7.0
@@ -80,6 +87,43 @@ def test_every_strategy_plans_as_the_general_path_does(strategy: str) -> None:
         assert fast.plan_indices() == general.plan_indices(), (strategy, step)
     overrides, _ = split_statement_settings({"load_balancing": "in_order"})
     assert fast.plan_indices(overrides) == general.plan_indices(overrides)
+
+
+def test_round_robins_listed_orders_repeat_with_the_counter() -> None:
+    """The orders listed once are round_robin_order's for every counter (their period: the lcm
+    of the best priority's replica count and n), and none when the period is too long to list."""
+    for ranks in ([0, 0, 0, 0], [0, 1, 0, 1], [1, 0, 0, 2, 0], [0, 1, 2]):
+        rotations = round_robin_rotations(ranks)
+        assert rotations is not None
+        for counter in range(3 * len(rotations) + 5):
+            expected = round_robin_order([0] * len(ranks), ranks, 0, counter)
+            assert rotations[counter % len(rotations)] == expected, (ranks, counter)
+    assert len(round_robin_rotations([0] * 7 + [1] * 4) or []) == 77  # lcm(7, 11)
+    assert round_robin_rotations([0] * 11 + [1] * 2) is None  # lcm(11, 13) = 143: too many to list
+
+
+def test_a_healthy_round_robin_set_takes_exact_turns_across_threads() -> None:
+    """The shortcut steps the shared counter under the set's lock: 4 threads of 250 plans each
+    give each of 4 replicas exactly 250 first places, as the snapshot's step did."""
+    clock = Clock()
+    b = balancer("round_robin", clock)
+    b.plan_indices()  # the first look starts the decay clock
+    firsts: list[int] = []
+    lock = threading.Lock()
+    start = threading.Barrier(4)
+
+    def plans() -> None:
+        start.wait()
+        mine = [b.plan_indices()[0] for _ in range(250)]
+        with lock:
+            firsts.extend(mine)
+
+    threads = [threading.Thread(target=plans) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(Counter(firsts).values()) == [250, 250, 250, 250]
 
 
 def test_a_healthy_random_set_draws_every_order_uniformly() -> None:
@@ -96,7 +140,7 @@ def test_a_healthy_random_set_draws_every_order_uniformly() -> None:
     assert all(800 <= n <= 1200 for n in counts.values()), counts
 
 
-@pytest.mark.parametrize("strategy", ["random", "nearest_hostname", "first_or_random", "in_order"])
+@pytest.mark.parametrize("strategy", ["random", "nearest_hostname", "first_or_random", "in_order", "round_robin"])
 def test_a_healthy_set_is_planned_without_a_snapshot_of_the_counts(
     strategy: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -25,6 +25,7 @@ from clickhouse_lb.core.ordering import (
     rank_order,
     rank_orders,
     round_robin_order,
+    round_robin_rotations,
     static_ranks,
 )
 from clickhouse_lb.core.state import Clock, HealthReading, ReplicaSetState
@@ -124,6 +125,9 @@ class Balancer:
         #: The orders those ranks allow, one drawn per statement (None: too many to list, see
         #: ordering.rank_orders; one order when no two ranks tie).
         self._clear_orders: list[list[int]] | None = None
+        #: round_robin's orders while every count is zero, one per counter step modulo their
+        #: period (None: another strategy, or too many: see ordering.round_robin_rotations).
+        self._clear_rotations: list[list[int]] | None = None
         if not settings.load_balancing.uses_hostnames:  # a hostname default may need a DNS lookup
             self._default_ranks = self._static_ranks(settings.load_balancing, settings.load_balancing_first_offset)
 
@@ -150,7 +154,9 @@ class Balancer:
             self._ranks[key] = ranks
             if strategy is self.settings.load_balancing and first_offset == self.settings.load_balancing_first_offset:
                 self._default_ranks = ranks
-                if strategy is not _ROUND_ROBIN and strategy is not _LEAST_LOADED:
+                if strategy is _ROUND_ROBIN:
+                    self._clear_rotations = round_robin_rotations(self._priority_ranks)
+                elif strategy is not _LEAST_LOADED:
                     self._clear_ranks, self._clear_orders = ranks, rank_orders(ranks)
         return ranks
 
@@ -166,6 +172,10 @@ class Balancer:
             if orders is None:
                 return rank_order(clear_ranks, self._random)
             return (orders[0] if len(orders) == 1 else orders[int(self._random() * len(orders))])[:]
+        rotations = self._clear_rotations
+        if rotations is not None and overrides is NO_OVERRIDES and self.state.clear():
+            # round_robin on a healthy set: the counter's step alone, the order listed once.
+            return rotations[self.state.round_robin_step(advance) % len(rotations)][:]
         settings = self.settings
         if overrides is not NO_OVERRIDES and overrides:
             strategy = overrides.load_balancing or settings.load_balancing

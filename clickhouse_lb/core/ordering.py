@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 __all__ = [
     "MAX_LISTED_ORDERS", "least_loaded_order", "plan_order", "rank_order", "rank_orders", "round_robin_order",
-    "static_ranks",
+    "round_robin_rotations", "static_ranks",
 ]
 
 
@@ -119,6 +119,21 @@ def round_robin_order(
     shift = counter % n
     rest = sorted((i for i in range(n) if group[i] != best), key=lambda i: group[i] * n + (i - shift) % n)
     return head + rest
+
+
+def round_robin_rotations(priority_ranks: Sequence[int]) -> list[list[int]] | None:
+    """:func:`round_robin_order` with every count zero, for counter 0, 1, ...: it depends on the
+    counter only through ``counter mod k`` (the k replicas of the best priority) and ``counter
+    mod n``, so the orders repeat every ``lcm(k, n)`` steps (n, when the priorities are equal),
+    and ``orders[counter % len(orders)]`` is the order for any counter. None when more than
+    :data:`MAX_LISTED_ORDERS`."""
+    n = len(priority_ranks)
+    k = list(priority_ranks).count(min(priority_ranks))
+    period = math.lcm(k, n)
+    if period > MAX_LISTED_ORDERS:
+        return None
+    zeros = [0] * n
+    return [round_robin_order(zeros, priority_ranks, 0, counter) for counter in range(period)]
 
 
 def least_loaded_order(

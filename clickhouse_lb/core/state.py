@@ -190,6 +190,16 @@ class ReplicaSetState:
             # tuple.__new__: a Selection without the Python-level __new__ NamedTuple gives it.
             return _new_tuple(Selection, (errors, slowdowns, slowed, counter, recovered))
 
+    def round_robin_step(self, advance: bool) -> int:
+        """The round-robin counter as :meth:`select` takes it (one step on when ``advance``),
+        without a snapshot: for a set found :meth:`clear`."""
+        clock = self._set
+        with clock.lock:
+            counter = clock.round_robin
+            if advance:
+                clock.round_robin = counter + 1
+        return counter
+
     def clear(self) -> bool:
         """Whether :meth:`select` would find every error and slowdown count at zero and decay
         nothing (the usual statement, on a healthy replica set): no snapshot is needed then.
