@@ -75,6 +75,7 @@ def test_every_strategy_plans_as_the_general_path_does(strategy: str) -> None:
     clock = Clock()
     fast, general = balancer(strategy, clock, draw=lambda: 0.0), balancer(strategy, clock, draw=lambda: 0.0)
     general._clear_ranks = general._clear_rotations = None  # the general path only
+    general._clear_least_loaded = False
     general.state._set.round_robin = fast.state._set.round_robin  # (a random start per state)
     for step in range(40):
         clock.now += 7.0
@@ -140,7 +141,9 @@ def test_a_healthy_random_set_draws_every_order_uniformly() -> None:
     assert all(800 <= n <= 1200 for n in counts.values()), counts
 
 
-@pytest.mark.parametrize("strategy", ["random", "nearest_hostname", "first_or_random", "in_order", "round_robin"])
+@pytest.mark.parametrize(
+    "strategy", ["random", "nearest_hostname", "first_or_random", "in_order", "round_robin", "least_loaded"]
+)
 def test_a_healthy_set_is_planned_without_a_snapshot_of_the_counts(
     strategy: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

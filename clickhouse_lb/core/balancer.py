@@ -128,6 +128,9 @@ class Balancer:
         #: round_robin's orders while every count is zero, one per counter step modulo their
         #: period (None: another strategy, or too many: see ordering.round_robin_rotations).
         self._clear_rotations: list[list[int]] | None = None
+        #: least_loaded is the default: on a healthy set its order needs the loads, not the counts.
+        self._clear_least_loaded = False
+        self._zero_counts = [0] * len(self.replicas)
         if not settings.load_balancing.uses_hostnames:  # a hostname default may need a DNS lookup
             self._default_ranks = self._static_ranks(settings.load_balancing, settings.load_balancing_first_offset)
 
@@ -156,7 +159,9 @@ class Balancer:
                 self._default_ranks = ranks
                 if strategy is _ROUND_ROBIN:
                     self._clear_rotations = round_robin_rotations(self._priority_ranks)
-                elif strategy is not _LEAST_LOADED:
+                elif strategy is _LEAST_LOADED:
+                    self._clear_least_loaded = True
+                else:
                     self._clear_ranks, self._clear_orders = ranks, rank_orders(ranks)
         return ranks
 
@@ -176,6 +181,10 @@ class Balancer:
         if rotations is not None and overrides is NO_OVERRIDES and self.state.clear():
             # round_robin on a healthy set: the counter's step alone, the order listed once.
             return rotations[self.state.round_robin_step(advance) % len(rotations)][:]
+        if self._clear_least_loaded and overrides is NO_OVERRIDES and self.state.clear():
+            # least_loaded on a healthy set: no snapshot of the counts (all zero), the loads decide.
+            return least_loaded_order(self._zero_counts, self._priority_ranks, 0, self.state.replica_load.order_keys(),
+                                      self._random)
         settings = self.settings
         if overrides is not NO_OVERRIDES and overrides:
             strategy = overrides.load_balancing or settings.load_balancing
