@@ -90,6 +90,34 @@ def test_every_strategy_plans_as_the_general_path_does(strategy: str) -> None:
     assert fast.plan_indices(overrides) == general.plan_indices(overrides)
 
 
+def test_least_loaded_on_a_healthy_set_orders_as_the_general_path_does() -> None:
+    """With loads recorded (answers of 300, 100, 200 and 50 ms, one in flight), the shortcut
+    (no snapshot of the counts) makes the same draws and gives the same orders as the general
+    path, statement by statement, until an error brings the snapshot back."""
+    clock = Clock()
+    fast, general = balancer("least_loaded", clock, seed=5), balancer("least_loaded", clock, seed=5)
+    general._clear_least_loaded = False
+    loads = [b.state.replica_load for b in (fast, general)]
+    for b in (fast, general):
+        b.plan_indices()
+    for index, latency in enumerate([0.3, 0.1, 0.2, 0.05]):
+        started = [load.start(index) for load in loads]
+        clock.now += latency
+        for load, start in zip(loads, started):
+            load.finish(index, start)
+    for load in loads:
+        load.start(3)  # one statement in flight on the fastest
+    plans = []
+    for step in range(30):
+        clock.now += 0.5
+        if step == 20:
+            for b in (fast, general):
+                b.record_error(1, "down")
+        plans.append(fast.plan_indices())
+        assert plans[-1] == general.plan_indices(), step
+    assert len({plan[0] for plan in plans}) > 1  # the two choices are drawn, not fixed
+
+
 def test_round_robins_listed_orders_repeat_with_the_counter() -> None:
     """The orders listed once are round_robin_order's for every counter (their period: the lcm
     of the best priority's replica count and n), and none when the period is too long to list."""
