@@ -130,7 +130,6 @@ class Balancer:
         self._clear_rotations: list[list[int]] | None = None
         #: least_loaded is the default: on a healthy set its order needs the loads, not the counts.
         self._clear_least_loaded = False
-        self._zero_counts = [0] * len(self.replicas)
         if not settings.load_balancing.uses_hostnames:  # a hostname default may need a DNS lookup
             self._default_ranks = self._static_ranks(settings.load_balancing, settings.load_balancing_first_offset)
 
@@ -183,7 +182,7 @@ class Balancer:
             return rotations[self.state.round_robin_step(advance) % len(rotations)][:]
         if self._clear_least_loaded and overrides is NO_OVERRIDES and self.state.clear():
             # least_loaded on a healthy set: no snapshot of the counts (all zero), the loads decide.
-            return least_loaded_order(self._zero_counts, self._priority_ranks, 0, self.state.replica_load.order_keys(),
+            return least_loaded_order(self.state.zeros, self._priority_ranks, 0, self.state.replica_load.order_keys(),
                                       self._random)
         settings = self.settings
         if overrides is not NO_OVERRIDES and overrides:

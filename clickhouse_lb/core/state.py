@@ -105,7 +105,7 @@ class ReplicaSetState:
     """The records of one set of replicas (one pool, or every pool sharing them), shared by
     all threads and tasks using it; ``records[i]`` is replica ``i``'s."""
 
-    __slots__ = ("_clock", "_set", "_zeros", "error_cap", "half_life", "records", "replica_load", "size")
+    __slots__ = ("_clock", "_set", "error_cap", "half_life", "records", "replica_load", "size", "zeros")
 
     def __init__(
         self,
@@ -126,9 +126,10 @@ class ReplicaSetState:
         #: The lock, decay stamp and round-robin counter (carried over by discovery with the records).
         self._set = set_clock if set_clock is not None else SetClock(round_robin_start)
         self.half_life, self.error_cap, self._clock = half_life, error_cap, clock
-        # The slowdowns of a Selection while none is stored: one list, never mutated (no
-        # allocation per statement for a vector nobody reads then).
-        self._zeros = [0] * size
+        #: A count of zero per replica, one list shared by every reader, never changed: a
+        #: Selection's slowdowns while none is stored, a healthy set's errors for least_loaded
+        #: (no allocation per statement for a vector of zeros).
+        self.zeros = [0] * size
         #: In-flight statements and latency averages (``least_loaded``): the same records, the same lock.
         self.replica_load = ReplicaLoad.over(self.records, self._set, decay_time=load_decay_time, clock=clock)
 
@@ -186,7 +187,7 @@ class ReplicaSetState:
                 if not any(slowdowns):
                     slowed = clock.slowed = False
             else:
-                slowdowns = self._zeros
+                slowdowns = self.zeros
             # tuple.__new__: a Selection without the Python-level __new__ NamedTuple gives it.
             return _new_tuple(Selection, (errors, slowdowns, slowed, counter, recovered))
 
