@@ -43,10 +43,11 @@ IMPORT_MARKS = "from clickhouse_lb._segment_marks import M as _M, now as _now\n"
 
 class Anchor(NamedTuple):
     """A mark named ``name`` put ``where`` (``before``/``after``) the line of ``file`` that holds
-    ``line`` (stripped): the only one, or with ``nth`` the nth of them (0: the first)."""
+    ``line`` (stripped; a tuple: any of these, for trees from before and after a change): the
+    only one, or with ``nth`` the nth of them (0: the first)."""
 
     file: str
-    line: str
+    line: str | tuple[str, ...]
     where: str
     name: str
     nth: int | None = None
@@ -66,9 +67,10 @@ ANCHORS = [
     Anchor("pools/pool.py", "call, attempts, ryw = self._begin(method, args, kwargs, view)", "after",
            "attempts made (and the retry budget counted)"),
     Anchor("pools/pool.py", "if not self._track_views:", "before", "the attempt's callable built"),
-    Anchor("core/failover.py", "token, index = attempts.enter()", "before", "run_sync entered", nth=0),
+    Anchor("core/failover.py", ("token, index = attempts.enter()", "index = attempts.enter()"), "before",
+           "run_sync entered", nth=0),
     Anchor("core/failover.py", "if not DIRECT_FIRST_ATTEMPT:", "before",
-           "feature: driver-log marker set (ContextVar)"),
+           "feature: driver-log marker set (ContextVar; none since 2026-12-07's last stop)"),
     Anchor("core/failover.py", "failure: BaseException | None = None", "before",
            "feature: load accounting, attempt started", nth=0),
     Anchor("pools/_watchdog.py", "value: T = call(entry.index, entry.query_id)", "before",
@@ -83,7 +85,8 @@ ANCHORS = [
     Anchor("pools/_watchdog.py", "return value", "before", "feature: watchdog entry ended", nth=0),
     Anchor("core/failover.py", "self._balancer.record_success(index if self.answered_by is None else self.answered_by)",
            "before", "feature: load accounting, attempt finished", nth=1),
-    Anchor("core/failover.py", "leave_pool(token)", "before", "success recorded", nth=0),
+    Anchor("core/failover.py", "self._balancer.record_success(index if self.answered_by is None else self.answered_by)",
+           "after", "success recorded", nth=1),
     Anchor("pools/pool.py", "return run_sync(attempts, attempt, self._policy)", "after",
            "feature: driver-log marker reset, back in _call", nth=0),
 ]
@@ -97,7 +100,8 @@ def instrument(tree: Path, into: Path) -> Path:
     sources: dict[str, list[str]] = {}
     for number, anchor in enumerate(ANCHORS):
         lines = sources.setdefault(anchor.file, (package / anchor.file).read_text().splitlines())
-        found = [i for i, text in enumerate(lines) if text.strip() == anchor.line]
+        wanted_lines = (anchor.line,) if isinstance(anchor.line, str) else anchor.line
+        found = [i for i, text in enumerate(lines) if text.strip() in wanted_lines]
         wanted = 1 if anchor.nth is None else anchor.nth + 1
         if len(found) != wanted and (anchor.nth is None or len(found) < wanted):
             raise SystemExit(f"anchor {anchor.line!r} of {anchor.file}: found {len(found)} times, not as "

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
 import clickhouse_lb  # noqa: F401  (importing the library installs the filter)
-from clickhouse_lb.core._driver_logs import DRIVER_LOGGERS, handled_by_pool
+from clickhouse_lb.core._driver_logs import DRIVER_LOGGERS, handled_by_pool, in_pool_attempt
+
+from .fakes import FakeCluster, make_pool, refused
 
 SYNC_DRIVER = "clickhouse_connect.driver._backend.http_sync"
 
@@ -92,3 +96,62 @@ def test_the_mark_belongs_to_the_task_that_runs_the_attempt(root_handler: Collec
 
     asyncio.run(main())
     assert root_handler.messages == ["WARNING plain client"]
+
+
+# A sync statement sets no mark: its frame on the logging thread's stack is the mark.
+
+def _logs_then_refuses(message: str) -> Callable[[], BaseException]:
+    def outcome() -> BaseException:
+        logging.getLogger(SYNC_DRIVER).warning(message)
+        return refused()
+    return outcome
+
+
+def test_a_sync_statements_failed_attempt_logs_nothing_of_the_drivers(root_handler: Collect) -> None:
+    cluster = FakeCluster("a", "b")
+    cluster.replicas["a"].outcomes = [_logs_then_refuses("Unexpected Http Driver Exception"), "ok"]
+    pool = make_pool(cluster, load_balancing="in_order")
+    try:
+        assert pool.query("SELECT 1") == "query@b"
+    finally:
+        pool.close()
+    assert not [m for m in root_handler.messages if "Unexpected Http Driver Exception" in m]
+    assert any("a" in m and "b" in m for m in root_handler.messages)  # the pool's own WARNING says it
+
+
+def test_a_sync_statement_does_not_silence_another_thread(root_handler: Collect) -> None:
+    """While a statement's attempt runs on one thread, a plain client's warning on another
+    thread is shown: the stack looked at is the logging thread's own."""
+    entered, logged = threading.Event(), threading.Event()
+
+    def waits_then_refuses() -> BaseException:
+        entered.set()
+        logged.wait(timeout=30)
+        logging.getLogger(SYNC_DRIVER).warning("inside the attempt")
+        return refused()
+
+    cluster = FakeCluster("a", "b")
+    cluster.replicas["a"].outcomes = [waits_then_refuses, "ok"]
+    pool = make_pool(cluster, load_balancing="in_order", liveness_check_after_ms=0)
+    answered: list[Any] = []
+    statement = threading.Thread(target=lambda: answered.append(pool.query("SELECT 1")))
+    statement.start()
+    try:
+        assert entered.wait(timeout=30)  # the attempt is in the client, on the other thread
+        logging.getLogger(SYNC_DRIVER).warning("plain client")
+    finally:
+        logged.set()
+        statement.join(timeout=30)
+        pool.close()
+    assert answered == ["query@b"]
+    assert "WARNING plain client" in root_handler.messages
+    assert not [m for m in root_handler.messages if "inside the attempt" in m]
+
+
+def test_outside_a_statement_the_pool_on_the_stack_does_not_count(root_handler: Collect) -> None:
+    """Only a frame of a registered runner counts: a listener called after the statement, or any
+    code of the pool's, is not an attempt."""
+    assert not in_pool_attempt()
+    with handled_by_pool():
+        assert in_pool_attempt()
+    assert not in_pool_attempt()

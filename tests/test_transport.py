@@ -508,12 +508,12 @@ def test_a_pool_read_raced_after_a_stall_names_the_winner_for_its_success(silent
 
     _, attempts, _ = pool._begin("query", ("SELECT 1",), {}, pool._view)
     attempts.plan_context = attempts.plan_context._replace(clock=clock)  # the plan on the stalling clock too
-    token, first = attempts.enter()
+    first = attempts.enter()
     assert first == 0
     started = time.monotonic()
     assert watchdog.run_at(attempts, call, first) == "rows@b"
     assert time.monotonic() - started < 10.0  # raced, not left to the 30 s read timeout
     assert attempts.answered_by == 1
-    attempts.left(token, first, "rows@b")
+    attempts.left(first, "rows@b")
     watchdog.close()
     pool.close()

@@ -10,8 +10,11 @@ as well, so one failover printed dozens of lines.
 
 A filter on those driver loggers drops such records, but only:
 
-* while a pool attempt runs (a context variable, so other threads and tasks using plain
-  clickhouse-connect clients are unaffected), and
+* while a pool attempt runs, on the thread or task that runs it, so that other threads and
+  tasks using plain clickhouse-connect clients are unaffected: a sync statement is found on
+  the logging thread's stack (:func:`runs_attempts`), anything else is marked with a context
+  variable (an async statement, whose client logs from tasks of its own that copy the
+  variable but not the stack; a hedge's run on a worker thread), and
 * when the application has not configured those loggers itself: a level or a handler set on
   ``clickhouse_connect`` or one of its children (``logging.getLogger("clickhouse_connect")
   .setLevel(logging.WARNING)``) shows them again, every one. Configuring only the root logger
@@ -27,10 +30,18 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar, Token
+from types import CodeType, FrameType
+from typing import TypeVar
 
-__all__ = ["DRIVER_LOGGERS", "attach_filter", "enter_pool", "handled_by_pool", "install", "leave_pool"]
+__all__ = [
+    "DRIVER_LOGGERS", "attach_filter", "enter_pool", "handled_by_pool", "in_pool_attempt", "install", "leave_pool",
+    "runs_attempts",
+]
+
+F = TypeVar("F", bound=Callable[..., object])
 
 #: The loggers that report transport failures per attempt: clickhouse-connect 1.x sync and
 #: async backends, and 0.x's HTTP client (the Superset line).
@@ -61,6 +72,35 @@ enter_pool: Callable[[], Token[bool]] = functools.partial(_IN_POOL_ATTEMPT.set, 
 leave_pool: Callable[[Token[bool]], None] = _IN_POOL_ATTEMPT.reset
 
 
+#: The code of the functions that run a statement's attempts on the thread that called the pool
+#: (:func:`runs_attempts`). Looking for them costs only when a driver logger logs (a failure),
+#: where the context variable cost every sync statement a set and a reset, both cold between
+#: statements (BENCHMARKS.md, "the driver-log marker").
+_ATTEMPT_RUNNERS: set[CodeType] = set()
+
+
+def runs_attempts(function: F) -> F:
+    """Register ``function`` (returned as it is) as one that runs a statement's attempts on
+    its caller's thread: a driver record logged on a thread whose stack holds its frame is the
+    pool's to report, with no mark set per statement."""
+    _ATTEMPT_RUNNERS.add(function.__code__)
+    return function
+
+
+def in_pool_attempt() -> bool:
+    """Whether the calling thread or task is running a pool attempt: marked (the context
+    variable), or below a registered runner on this thread's stack."""
+    if _IN_POOL_ATTEMPT.get():
+        return True
+    frame: FrameType | None = sys._getframe(1)
+    runners = _ATTEMPT_RUNNERS
+    while frame is not None:
+        if frame.f_code in runners:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def configured_by_application(name: str) -> bool:
     """Whether ``name`` or an ancestor below the root has a level or a handler of its own."""
     logger: logging.Logger | None = logging.getLogger(name)
@@ -73,7 +113,7 @@ def configured_by_application(name: str) -> bool:
 
 class _HandledByPool(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno > logging.WARNING or not _IN_POOL_ATTEMPT.get():
+        if record.levelno > logging.WARNING or not in_pool_attempt():
             return True
         return configured_by_application(record.name)
 

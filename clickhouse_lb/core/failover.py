@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from contextvars import Token
 from functools import partial
 from typing import Any, TypeVar, cast
 
 from tenacity import AsyncRetrying, RetryCallState, Retrying
 
 from clickhouse_lb.config.attempt_settings import AttemptSettings
-from clickhouse_lb.core._driver_logs import enter_pool, leave_pool
+from clickhouse_lb.core._driver_logs import enter_pool, leave_pool, runs_attempts
 from clickhouse_lb.core._statement_end import announce_failover, stopped_error, unconfirmed_write
 from clickhouse_lb.core._statements import StatementKind
 from clickhouse_lb.core._steps import Steps, drive, drive_async
@@ -204,24 +203,21 @@ class StatementAttempts:
         self._load.finish(index, self._attempt_started)
         self._balancer.record_success(index if self.answered_by is None else self.answered_by)
 
-    def enter(self) -> tuple[Token[bool], int]:
-        """The statement starts (its attempts are the pool's, :mod:`clickhouse_lb.core._driver_logs`),
-        and with it its first attempt, on the returned replica index (-1: none of its own, tenacity
-        runs every attempt: see :data:`DIRECT_FIRST_ATTEMPT`)."""
-        token = enter_pool()
+    def enter(self) -> int:
+        """The statement starts, and with it its first attempt, on the returned replica index
+        (-1: none of its own, tenacity runs every attempt: see :data:`DIRECT_FIRST_ATTEMPT`)."""
         if not DIRECT_FIRST_ATTEMPT:
-            return token, -1
+            return -1
         index = self._order[0]
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("%s: attempt 1 on %s", self.operation, self._balancer.addresses[index])
         self._attempt_started = self._load.start(index)
-        return token, index
+        return index
 
-    def left(self, token: Token[bool], index: int, result: T) -> T:
+    def left(self, index: int, result: T) -> T:
         """The first attempt (:meth:`enter`) succeeded with ``result``: the statement's end."""
         self._load.finish(index, self._attempt_started)
         self._balancer.record_success(index if self.answered_by is None else self.answered_by)
-        leave_pool(token)
         return result
 
     def failed(self, index: int, exc: BaseException, *, ran_on: int | None = None) -> BaseException:
@@ -345,39 +341,45 @@ def _bound(loop: Any, attempts: StatementAttempts) -> Any:
 
 # The runners: the first attempt, as short as it can be; the rest is one body (_failing_over).
 
+@runs_attempts
 def run_sync(attempts: StatementAttempts, call: Callable[[int], T], policy: Retrying = _SYNC_POLICY) -> T:
     """Run ``call(replica_index)`` until it succeeds, per the statement's failover rules.
-    clickhouse-connect's per-attempt transport warnings are the pool's to report meanwhile
-    (:mod:`clickhouse_lb.core._driver_logs`)."""
-    token, index = attempts.enter()
+    clickhouse-connect's per-attempt transport warnings logged below this frame are the pool's
+    to report (:mod:`clickhouse_lb.core._driver_logs` finds it on the stack: no mark to set)."""
+    index = attempts.enter()
     failure: BaseException | None = None
     try:
         if index >= 0:  # the direct first attempt (see DIRECT_FIRST_ATTEMPT)
-            return attempts.left(token, index, call(index))
+            return attempts.left(index, call(index))
     except BaseException as exc:
         failure = exc
-    return cast(T, drive(_failing_over(attempts, token, index, failure, loop=policy, attempt=attempts.attempt,
-                                       call=call)))
+    return cast(T, drive(_failing_over(attempts, index, failure, loop=policy, attempt=attempts.attempt, call=call)))
 
 
 async def run_async(
     attempts: StatementAttempts, call: Callable[[int], Awaitable[T]], policy: AsyncRetrying = _ASYNC_POLICY
 ) -> T:
     """:func:`run_sync` on tenacity's AsyncRetrying. A cancelled attempt is not a replica
-    failure: it counts nothing and cancels the statement."""
-    token, index = attempts.enter()
-    failure: BaseException | None = None
+    failure: it counts nothing and cancels the statement. The statement is marked as the
+    pool's with the context variable of :mod:`clickhouse_lb.core._driver_logs` (the async
+    client logs from tasks of its own, which copy it but not this stack)."""
+    token = enter_pool()
     try:
-        if index >= 0:
-            return attempts.left(token, index, await call(index))
-    except BaseException as exc:
-        failure = exc
-    steps = _failing_over(attempts, token, index, failure, loop=policy, attempt=attempts.attempt_async, call=call)
-    return cast(T, await drive_async(steps))
+        index = attempts.enter()
+        failure: BaseException | None = None
+        try:
+            if index >= 0:
+                return attempts.left(index, await call(index))
+        except BaseException as exc:
+            failure = exc
+        steps = _failing_over(attempts, index, failure, loop=policy, attempt=attempts.attempt_async, call=call)
+        return cast(T, await drive_async(steps))
+    finally:
+        leave_pool(token)
 
 
 def _failing_over(
-    attempts: StatementAttempts, token: Token[bool], index: int, failure: BaseException | None, *, loop: Any,
+    attempts: StatementAttempts, index: int, failure: BaseException | None, *, loop: Any,
     attempt: Callable[..., Any], call: Callable[[int], Any],
 ) -> Steps[Any]:
     """The statement after its first attempt on replica ``index`` failed with ``failure``
@@ -396,5 +398,3 @@ def _failing_over(
         if error is exc:
             raise
         raise error from exc
-    finally:
-        leave_pool(token)

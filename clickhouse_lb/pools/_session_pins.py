@@ -29,7 +29,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from contextvars import Token
 from typing import Any, NamedTuple, TypeVar, cast
 
 from clickhouse_lb.core._statements import PreparedCall
@@ -167,8 +166,8 @@ class SessionAttempts(StatementAttempts):
     def hedge_candidate(self, running: set[int]) -> int | None:
         return None  # a hedge elsewhere would open the session on a second replica
 
-    def left(self, token: Token[bool], index: int, result: T) -> T:
-        result = super().left(token, index, result)
+    def left(self, index: int, result: T) -> T:
+        result = super().left(index, result)
         self._pins.pin(self._session_id, self._balancer.addresses[index], self._timeout)
         return result
 
