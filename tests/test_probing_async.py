@@ -168,3 +168,47 @@ async def test_a_ping_does_not_wait_behind_a_slow_delay_read() -> None:
         await pinger.close()
         server.shutdown()
         server.server_close()
+
+
+class SlowToCancelPinger(AsyncScriptedPinger):
+    """A ping that hangs, and on cancellation takes a moment to let go (as an aiohttp request
+    does while its connection is torn down)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pinging = asyncio.Event()
+        self.letting_go = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def ping(self, url: str) -> ProbeOutcome:
+        self.pinging.set()
+        try:
+            await asyncio.Event().wait()  # no answer, ever
+        except asyncio.CancelledError:
+            self.letting_go.set()
+            await self.release.wait()
+            raise
+        raise AssertionError("unreachable")
+
+
+async def test_the_worker_closes_its_pinger_when_cancelled_again_while_its_probes_end() -> None:
+    """The worker's end waits for its probes; a second cancellation meanwhile (the loop shutting
+    down as asyncio.run ends, after a dropped pool's worker began to stop) must not skip closing
+    the pinger: its aiohttp sessions were left open ("Unclosed client session" at exit)."""
+    waiter = AsyncWaiter()
+    balancer = Balancer([Replica("a"), Replica("b")], BalancingSettings(), listeners=[waiter])
+    pinger = SlowToCancelPinger()
+    worker = AsyncProbeWorker(HealthMonitor(balancer, FAST), balancer.addresses, {}, pinger_factory=lambda: pinger)
+    worker.ensure_started()
+    task = worker._task
+    assert task is not None
+    await asyncio.wait_for(pinger.pinging.wait(), WAIT)
+    task.cancel()  # the worker stops: its probes are cancelled and awaited
+    await asyncio.wait_for(pinger.letting_go.wait(), WAIT)
+    task.cancel()  # cancelled again while it waits for them
+    pinger.release.set()
+    done, _ = await asyncio.wait([task], timeout=WAIT)
+    assert task in done
+    assert task.cancelled()
+    assert pinger.closed
+    await worker.close()

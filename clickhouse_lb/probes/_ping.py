@@ -159,8 +159,10 @@ class AsyncPinger:
             return None, classify(exc).reason or type(exc).__name__
 
     async def close(self) -> None:
-        await self._session.close()
-        await self._delay_session.close()
+        try:
+            await self._session.close()
+        finally:
+            await self._delay_session.close()
 
 
 def _session(options: Mapping[str, Any], timeout: float) -> Any:

@@ -342,9 +342,11 @@ class AsyncProbeWorker(_Worker):
         finally:
             for probe in probes:
                 probe.cancel()
-            await asyncio.gather(*probes, return_exceptions=True)
-            await pinger.close()
-            self.monitor.schedule.abandon_in_flight()
+            try:
+                await asyncio.gather(*probes, return_exceptions=True)
+            finally:  # (a second cancellation while the probes end: the sessions are closed anyway)
+                await pinger.close()
+                self.monitor.schedule.abandon_in_flight()
 
     async def _rediscover(self) -> None:
         # Cancellation (a BaseException) passes through: the worker is stopping.
