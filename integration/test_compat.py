@@ -477,6 +477,7 @@ def test_readonly_user(secure_cluster: LocalCluster) -> None:
     assert resp.headers["X-ClickHouse-Exception-Code"] == "164"
 
 
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")  # verify=False, on purpose
 def test_tls_secure_and_verify(secure_cluster: LocalCluster) -> None:
     c = secure_cluster.client(0, secure=True, password="root-pw")  # verified against the test CA
     assert c.command("SELECT 'over tls'") == "over tls"
