@@ -13,7 +13,10 @@ What :func:`redact` masks:
   ``@ # ? / % :`` (everything up to the last ``@`` of the word is masked);
 * secret parameters in query strings and ``key=value`` text (``password=``, ``access_token=``,
   ``token=``, ``secret=``, ``key=``, ``insert_deduplication_token=`` ...);
-* the same names in dict-style text (``'password': 'x'``, ``"access_token": "x"``);
+* the same names as dict or JSON items (``'password': 'x'``, ``"token": 12``) and in
+  ``name: value`` text (``password: x``; not ``key``, ``token`` or ``pass`` unquoted, which are
+  words of the pool's own messages: "the sharding key: its data"). A quoted name followed by prose
+  is a quoted value, not an item ("Bad failover_timeout 'token': expected ...");
 * ``Authorization:`` / ``X-ClickHouse-Key:`` header values (``Bearer``/``Basic`` included);
 * JSON Web Tokens anywhere (``eyJ....eyJ....sig``).
 """
@@ -34,11 +37,22 @@ SECRET_NAMES = (
     "client_cert_key", "jwt", "insert_deduplication_token",
 )
 _NAMES = "|".join(sorted(SECRET_NAMES, key=len, reverse=True))
+#: Names that are also plain English words ("the sharding key: its data"): unquoted, not secrets.
+_PROSE_WORDS = frozenset({"key", "token", "pass"})
+_UNQUOTED_NAMES = "|".join(sorted(set(SECRET_NAMES) - _PROSE_WORDS, key=len, reverse=True))
 # scheme://user:<password>@ -- the password runs to the last '@' of the word, so raw '@', '#',
 # '?', '/', ':' and '%' in it are masked too (over-masking an odd URL is the safe side).
 _URL_USERINFO = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s:@/?#]*:)\S*@")
 _SECRET_PARAM = re.compile(rf"(?i)\b({_NAMES})=([^&\s'\",)}}\]]+)")
-_SECRET_ITEM = re.compile(rf"(?i)(['\"]?\b(?:{_NAMES})['\"]?\s*:\s*)('[^']*'|\"[^\"]*\"|b'[^']*'|[^\s,}})\]]+)")
+_ITEM_VALUE = r"""'[^']*'|"[^"]*"|b'[^']*'"""
+# password: x, access_token: "x" (header or YAML style): any value.
+_SECRET_FIELD = re.compile(rf"(?i)(?<![\w'\"])((?:{_UNQUOTED_NAMES})\s*:\s*)({_ITEM_VALUE}|[^\s,}})\]]+)")
+# 'password': 'x', "token": 12 (a dict's or JSON's item): a quoted value, or a bare one that ends
+# the item. Not a quoted name followed by prose: the pool's messages quote a bad value that way
+# ("Bad failover_timeout 'token': expected a number ...").
+_SECRET_ITEM = re.compile(
+    rf"(?i)(['\"](?:{_NAMES})['\"]\s*:\s*)({_ITEM_VALUE}|[^\s,}})\]'\"]+(?=\s*(?:[,}})\]]|$)))"
+)
 _AUTH_HEADER = re.compile(
     r"(?i)\b(authorization|x-clickhouse-key|proxy-authorization)(['\"]?\s*[:=]\s*['\"]?)"
     r"((?:bearer |basic )?[^'\",\s]+)"
@@ -56,6 +70,7 @@ def redact(text: str) -> str:
     text = _JWT.sub("***", text)
     text = _AUTH_HEADER.sub(r"\1\2***", text)
     text = _SECRET_PARAM.sub(r"\1=***", text)
+    text = _SECRET_FIELD.sub(r"\1'***'", text)
     return _SECRET_ITEM.sub(r"\1'***'", text)
 
 

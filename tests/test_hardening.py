@@ -86,6 +86,33 @@ def test_redact_masks_every_form_of_secret(text: str) -> None:
     assert "***" in shown
 
 
+@pytest.mark.parametrize("value", ["key", "token", "pass", "password", "secret"])
+def test_a_bad_value_named_like_a_secret_keeps_the_message_that_explains_it(value: str) -> None:
+    # The value is quoted and followed by ": expected ...": a dict item's shape, which the
+    # redaction masked ("Bad failover_timeout 'token': '***' a number of seconds ...").
+    message = _error(hosts=["ch-1:8123"], failover_timeout=value)
+    assert f"'{value}': expected a number of seconds" in message, message
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "raw_insert cannot be routed by sharding key: its data is already encoded",
+        "Bad sharding_key 'key': its String column needs a hash",
+        "the insert token: a new one per call",
+    ],
+)
+def test_the_pools_own_prose_is_not_taken_for_a_secret(message: str) -> None:
+    assert str(ConfigurationError(message)) == message
+
+
+@pytest.mark.parametrize(
+    "text", [f"{{'key': '{SECRET}'}}", f'{{"token": "{SECRET}"}}', f"{{'token': {SECRET}}}", f"password: {SECRET}"]
+)
+def test_the_prose_words_are_still_masked_as_items(text: str) -> None:
+    assert SECRET not in redact(text), redact(text)
+
+
 def test_status_never_prints_a_dsn_password(capsys: pytest.CaptureFixture[str]) -> None:
     from clickhouse_lb.cli._main import main
 
