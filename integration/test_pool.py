@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -276,6 +277,33 @@ def test_insert_that_failed_after_sending_is_retried_with_its_token(cluster: Clu
         pool.insert("lb_retry", [[7]], column_names=["id"])
         assert cluster.query(0, "SELECT count() FROM lb_retry").strip() == "0"
         assert cluster.query(1, "SELECT count() FROM lb_retry").strip() == "1"
+
+
+def test_an_insert_repeated_by_the_caller_is_deduplicated_only_with_a_token_of_the_callers(
+    cluster: ClusterBase,
+) -> None:
+    # docs/pool.md ("Differences"): the automatic token replaces the server's content hashing,
+    # so a second insert() of the same rows is a second insert; a bare client's repeat of the
+    # same block is dropped by a Replicated table. The caller's own token (kept by the pool), or
+    # auto_insert_deduplication_token=False, gives the repeat its deduplication back.
+    table = f"lb_repeat_{uuid.uuid4().hex[:10]}"
+    cluster.query(0, f"CREATE TABLE {table} ON CLUSTER lb_cluster (batch UInt8, id UInt32) "
+                     "ENGINE = ReplicatedMergeTree ORDER BY id")
+    try:
+        with make_pool(cluster, load_balancing="in_order", health_check_interval_ms=0) as pool:
+            for _ in range(2):
+                pool.insert(table, [[1, 1], [1, 2]], column_names=["batch", "id"])
+            for _ in range(2):
+                pool.insert(table, [[2, 1], [2, 2]], column_names=["batch", "id"],
+                            settings={"insert_deduplication_token": "the-callers"})
+        with make_pool(cluster, load_balancing="in_order", health_check_interval_ms=0,
+                       auto_insert_deduplication_token=False) as pool:
+            for _ in range(2):
+                pool.insert(table, [[3, 1], [3, 2]], column_names=["batch", "id"])
+        counted = cluster.query(0, f"SELECT batch, count() FROM {table} GROUP BY batch ORDER BY batch FORMAT CSV")
+        assert counted.split() == ["1,4", "2,2", "3,2"]
+    finally:
+        cluster.query(0, f"DROP TABLE IF EXISTS {table} ON CLUSTER lb_cluster SYNC")
 
 
 def test_non_idempotent_write_is_not_retried_after_sending(cluster: ClusterBase) -> None:

@@ -318,8 +318,8 @@ class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolSteps):
             task.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
-        """Stop the health probes and close every replica client. Statements after this raise
-        ProgrammingError."""
+        """Stop the pool's health probes (an async pool's worker is its own) and close every
+        replica client. Statements after this raise ProgrammingError."""
         await drive_async(self._close_steps())
 
     async def __aenter__(self) -> AsyncReplicaPool:
