@@ -132,3 +132,70 @@ def test_async_pool_pairs_see_their_own_write(cluster: LocalCluster, table: str)
         return seen
 
     assert asyncio.run(main()) == 40
+
+
+#: The socket timeout of the hung-replica tests: a catch-up left to it would take this long.
+SOCKET_TIMEOUT = 60
+#: Far below the socket timeout, far above the bounds the tests set (2 s, liveness checks).
+HUNG_BOUND = 10.0
+
+
+def _hung_pool_options(cluster: LocalCluster, **extra: object) -> dict[str, object]:
+    """in_order (replica 0 acknowledges the insert), read-your-writes bound 2 s."""
+    return {"hosts": cluster.hosts, "load_balancing": "in_order", "read_your_writes": 1,
+            "read_your_writes_timeout_ms": 2000, "health_check_interval_ms": 0,
+            "send_receive_timeout": SOCKET_TIMEOUT, **extra}
+
+
+@pytest.mark.parametrize("liveness", [True, False], ids=["liveness-checks", "no-liveness-checks"])
+def test_a_catch_up_on_a_hung_replica_is_bounded_and_fails_over(
+    cluster: LocalCluster, table: str, liveness: bool
+) -> None:
+    extra = {} if liveness else {"liveness_check_after_ms": 0}
+    with clickhouse_lb.get_pool(**_hung_pool_options(cluster, **extra)) as pool:
+        for host in cluster.hosts:
+            pool.client(host)  # every replica's client made: a liveness check has one to ask with
+        pool.insert(table, [[7]], column_names=["k"])
+        cluster.kill(0)
+        cluster.pause(1)  # the next replica of the plan is hung: its catch-up gets no answer
+        started = time.monotonic()
+        try:
+            if liveness:  # given up as hung: the read catches up on replica 2 and reads there
+                assert pool.query(f"SELECT count() FROM {table} WHERE k = 7").result_rows == [(1,)]
+            else:  # nothing tells it is hung: the read's bound ends the wait
+                with pytest.raises(ReadYourWritesError) as caught:
+                    pool.query(f"SELECT count() FROM {table} WHERE k = 7")
+                assert caught.value.replica == cluster.hosts[1]
+            assert time.monotonic() - started < HUNG_BOUND
+        finally:
+            cluster.resume(1)
+
+
+@pytest.mark.parametrize("liveness", [True, False], ids=["liveness-checks", "no-liveness-checks"])
+def test_async_a_catch_up_on_a_hung_replica_is_bounded_and_fails_over(
+    cluster: LocalCluster, table: str, liveness: bool
+) -> None:
+    extra = {} if liveness else {"liveness_check_after_ms": 0}
+
+    async def main() -> float:
+        pool = await clickhouse_lb.get_async_pool(**_hung_pool_options(cluster, **extra))
+        try:
+            for host in cluster.hosts:
+                await pool.client(host)
+            await pool.insert(table, [[7]], column_names=["k"])
+            cluster.kill(0)
+            cluster.pause(1)
+            started = time.monotonic()
+            if liveness:
+                result = await pool.query(f"SELECT count() FROM {table} WHERE k = 7")
+                assert result.result_rows == [(1,)]
+            else:
+                with pytest.raises(ReadYourWritesError) as caught:
+                    await pool.query(f"SELECT count() FROM {table} WHERE k = 7")
+                assert caught.value.replica == cluster.hosts[1]
+            return time.monotonic() - started
+        finally:
+            cluster.resume(1)
+            await pool.close()
+
+    assert asyncio.run(main()) < HUNG_BOUND

@@ -24,7 +24,10 @@ from clickhouse_lb.core._statements import PreparedCall
 from clickhouse_lb.core.attempt_specs import StatementPlan
 from clickhouse_lb.core.balancer import Balancer
 from clickhouse_lb.core.classify import classify
+from clickhouse_lb.core.deadline import Deadline
 from clickhouse_lb.core.events import logger
+from clickhouse_lb.core.failover import StatementAttempts
+from clickhouse_lb.core.race import RaceFailure
 from clickhouse_lb.core.read_your_writes import (
     RecentWrite,
     caught_up,
@@ -35,11 +38,14 @@ from clickhouse_lb.core.read_your_writes import (
     sync_replica_sql,
     written_table,
 )
-from clickhouse_lb.errors import ReadYourWritesError
+from clickhouse_lb.errors import AttemptAbandonedError, ReadYourWritesError
 
 __all__ = ["PoolReadYourWrites", "ReadYourWritesBlock", "ReadYourWritesMember", "StatementHook"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+#: ``catch_up(plan, index, sql, settings)``: the pool runs ``sql`` on replica ``index`` as an attempt of ``plan``.
+CatchUp = Callable[[StatementPlan, int, str, dict[str, Any]], Any]
+AsyncCatchUp = Callable[[StatementPlan, int, str, dict[str, Any]], Awaitable[Any]]
 
 #: The pools whose ``read_your_writes()`` block is open in this thread or task.
 _BLOCKS: ContextVar[tuple[PoolReadYourWrites, ...]] = ContextVar("clickhouse_lb_read_your_writes_blocks", default=())
@@ -110,19 +116,21 @@ class StatementHook:
         if self.writes and not self.write:
             plan.hedgeable = plan.stall_hedgeable = False
 
-    def guard_sync(self, attempt: F, plan: StatementPlan, client_of: Callable[[int], Any]) -> F:
-        """``attempt`` preceded by the catch-up its replica needs, followed by the write's record."""
-        self._steer(plan)
+    def guard_sync(self, attempt: F, attempts: StatementAttempts, catch_up: CatchUp) -> F:
+        """``attempt`` preceded by the catch-up its replica needs, followed by the write's record.
+        ``catch_up(plan, index, sql, settings)`` runs the ``SYNC REPLICA`` the way the pool runs
+        an attempt of ``plan`` (liveness checks, receive timeout, the plan's deadline)."""
+        self._steer(attempts.plan)
 
         def guarded(index: int) -> Any:
             address = self.addresses[index]
             missing = missing_on(self.writes, address) if not self.write else []
             for table, first in self._tables(missing):
-                remaining = self._remaining(first, address)
+                plan, own = self._catch_up_plan(attempts, first, address)
                 try:
-                    client_of(index).command(sync_replica_sql(table), settings={"receive_timeout": remaining})
+                    catch_up(plan, index, sync_replica_sql(table), self._server_bound(plan))
                 except Exception as exc:
-                    self._raise_failed(exc, first, table, address)
+                    self._raise_failed(exc, first, table, address, own)
             self._synced(missing, address)
             result = attempt(index)
             self._written(address)
@@ -130,26 +138,45 @@ class StatementHook:
 
         return cast(F, guarded)
 
-    def guard_async(self, attempt: F, plan: StatementPlan, client_of: Callable[[int], Awaitable[Any]]) -> F:
-        """:meth:`guard_sync` for a coroutine ``attempt``."""
-        self._steer(plan)
+    def guard_async(self, attempt: F, attempts: StatementAttempts, catch_up: AsyncCatchUp) -> F:
+        """:meth:`guard_sync` for a coroutine ``attempt`` (and ``catch_up``)."""
+        self._steer(attempts.plan)
 
         async def guarded(index: int) -> Any:
             address = self.addresses[index]
             missing = missing_on(self.writes, address) if not self.write else []
             for table, first in self._tables(missing):
-                remaining = self._remaining(first, address)
+                plan, own = self._catch_up_plan(attempts, first, address)
                 try:
-                    client = await client_of(index)
-                    await client.command(sync_replica_sql(table), settings={"receive_timeout": remaining})
+                    await catch_up(plan, index, sync_replica_sql(table), self._server_bound(plan))
                 except Exception as exc:
-                    self._raise_failed(exc, first, table, address)
+                    self._raise_failed(exc, first, table, address, own)
             self._synced(missing, address)
             result = await attempt(index)
             self._written(address)
             return result
 
         return cast(F, guarded)
+
+    def _catch_up_plan(
+        self, attempts: StatementAttempts, write: RecentWrite, address: str
+    ) -> tuple[StatementPlan, bool]:
+        """How a catch-up waits: as the statement's attempts do (its settings: liveness checks,
+        receive timeout), cut at what is left of the read's bound, or at the statement's own
+        deadline when that comes sooner (``own``: False). Not hedged: it must run where it is."""
+        remaining = self._remaining(write, address)
+        base = attempts.plan
+        deadline = attempts.deadline
+        own = deadline.at is None or deadline.at - time.monotonic() > remaining
+        plan = StatementPlan.of(attempts.plan_context, attempts, base.statement, base.settings,
+                                Deadline(remaining) if own else deadline)
+        plan.hedgeable = plan.stall_hedgeable = False
+        return plan, own
+
+    @staticmethod
+    def _server_bound(plan: StatementPlan) -> dict[str, Any]:
+        # The server stops waiting too (TIMEOUT_EXCEEDED, a clearer answer than a cut connection).
+        return {"receive_timeout": round(max(plan.deadline.remaining() or 0.0, 0.001), 3)}
 
     def _written(self, address: str) -> None:
         if self.write:  # remember who acknowledged it
@@ -180,13 +207,18 @@ class StatementHook:
         if remaining <= 0.001:
             raise ReadYourWritesError(write.address, write.table or "?", address, self.settings.timeout,
                                       "no time left after earlier catch-ups")
-        return round(remaining, 3)
+        return remaining
 
-    def _raise_failed(self, exc: Exception, write: RecentWrite, table: str, address: str) -> NoReturn:
-        failure = classify(exc)
-        if failure.replica:
-            raise exc  # this replica cannot serve now: fail over to the next, as for the read
-        raise ReadYourWritesError(write.address, table, address, self.settings.timeout, failure.reason) from exc
+    def _raise_failed(self, exc: Exception, write: RecentWrite, table: str, address: str, own: bool) -> NoReturn:
+        error = exc.error if isinstance(exc, RaceFailure) else exc
+        if own and isinstance(error, AttemptAbandonedError) and error.kind == "deadline":
+            # The read's bound ran out on a replica that did not answer: no time left for another.
+            raise ReadYourWritesError(write.address, table, address, self.settings.timeout,
+                                      "no answer within the bound") from error
+        if classify(error).replica:
+            raise exc  # this replica cannot serve now (refused, hung): fail over, as for the read
+        raise ReadYourWritesError(write.address, table, address, self.settings.timeout,
+                                  classify(error).reason) from error
 
 
 class ReadYourWritesBlock:
