@@ -84,6 +84,8 @@ def test_codes_list_is_documented_with_names() -> None:
         ("EXISTS TABLE t", True),
         (b"SELECT 1", True),
         ("INSERT INTO t VALUES (1)", False),
+        ("/* tag */ INSERT INTO t VALUES (1)", False),
+        ("WITH 1 AS x INSERT INTO t SELECT x", False),
         ("ALTER TABLE t DELETE WHERE 1", False),
         ("DROP TABLE t", False),
         ("CREATE TABLE t (x UInt8) ENGINE = Memory", False),

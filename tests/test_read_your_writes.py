@@ -178,6 +178,14 @@ def test_a_command_write_steers_reads_but_cannot_be_synced(abc: FakeCluster) -> 
         (("query", (), {}, "  insert into table `x y` SELECT 1"), None, "`x y`"),
         (("command", (), {}, "INSERT INTO FUNCTION s3('u') VALUES (1)"), None, None),
         (("command", (), {}, "ALTER TABLE t DELETE WHERE 1"), None, None),
+        # leading comments and brackets, and a leading WITH clause, before the INSERT
+        (("command", (), {}, "/* tag */ INSERT INTO t VALUES (1)"), "db", "db.t"),
+        (("command", (), {}, "-- c\nINSERT INTO t VALUES (1)"), "db", "db.t"),
+        (("command", (), {}, "# c\n  /* a */ -- b\n insert into other.t VALUES (1)"), "db", "other.t"),
+        (("command", (), {}, "(INSERT INTO t SELECT 1)"), "db", "db.t"),
+        (("command", (), {}, "WITH 1 AS x INSERT INTO t SELECT x"), "db", "db.t"),
+        (("command", (), {}, b"/* tag */ INSERT INTO t VALUES (1)"), "db", "db.t"),
+        (("command", (), {}, "/* INSERT INTO t */ SELECT 1"), "db", None),
     ],
 )
 def test_the_table_of_a_write(call: tuple[str, tuple[object, ...], dict[str, object], str | None],

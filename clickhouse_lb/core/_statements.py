@@ -25,7 +25,10 @@ from clickhouse_lb.config.read_your_writes import READ_YOUR_WRITES
 from clickhouse_lb.config.settings import NO_OVERRIDES, StatementOverrides, split_statement_settings
 from clickhouse_lb.errors import ConfigurationError
 
-__all__ = ["INSERT_METHODS", "PreparedCall", "StatementKind", "is_read_only", "prepare_call", "settings_positions"]
+__all__ = [
+    "INSERT_METHODS", "PreparedCall", "StatementKind", "after_leading_noise", "is_read_only", "prepare_call",
+    "settings_positions",
+]
 
 #: Methods that write rows: a deduplication token makes them retryable after sending.
 INSERT_METHODS = frozenset({"insert", "insert_df", "insert_arrow", "insert_df_arrow", "raw_insert", "data_insert"})
@@ -36,6 +39,15 @@ _TOKEN = "insert_deduplication_token"
 IDEMPOTENT = "idempotent"
 _LEADING_NOISE = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|#[^\n]*(?:\n|$)|/\*.*?\*/|\()*", re.DOTALL)
 _READ_KEYWORDS = frozenset({"SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXISTS", "EXPLAIN", "VALUES"})
+#: ``WITH ... INSERT INTO``: a leading WITH clause does not make an insert a read. Looked for in
+#: the whole text (a literal that reads "INSERT INTO" makes a read count as a write: the safe side).
+_INSERT_INTO_WORDS = re.compile(r"\bINSERT\s+INTO\b", re.IGNORECASE)
+
+
+def after_leading_noise(sql: str) -> str:
+    """``sql`` without its leading whitespace, comments and opening brackets."""
+    start = _LEADING_NOISE.match(sql)
+    return sql[start.end() if start else 0 :]
 
 
 def is_read_only(sql: str | bytes | None) -> bool:
@@ -44,10 +56,9 @@ def is_read_only(sql: str | bytes | None) -> bool:
         return False
     if isinstance(sql, (bytes, bytearray)):
         sql = bytes(sql[:4096]).decode("utf-8", "replace")
-    start = _LEADING_NOISE.match(sql)
-    rest = sql[start.end() if start else 0 :]
-    word = rest[:8].split(None, 1)[0] if rest.strip() else ""
-    return re.sub(r"[^A-Za-z].*", "", word).upper() in _READ_KEYWORDS
+    rest = after_leading_noise(sql)
+    word = re.sub(r"[^A-Za-z].*", "", rest[:8].split(None, 1)[0] if rest.strip() else "").upper()
+    return word in _READ_KEYWORDS and not (word == "WITH" and _INSERT_INTO_WORDS.search(rest))
 
 
 def settings_positions(client_class: type, methods: list[str]) -> dict[str, int | None]:

@@ -27,7 +27,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any
 
-from clickhouse_lb.core._statements import INSERT_METHODS
+from clickhouse_lb.core._statements import INSERT_METHODS, after_leading_noise
 
 __all__ = [
     "RecentWrite",
@@ -109,8 +109,10 @@ def forget_writes() -> None:
 
 # -- which table a write wrote ---------------------------------------------------------------
 
+# Matched after the statement's leading comments and brackets (``/* tag */ INSERT ...``), or
+# searched for after a leading ``WITH`` clause.
 _INSERT_INTO = re.compile(
-    r"^\s*INSERT\s+INTO\s+(?:TABLE\s+)?(?!FUNCTION\b)((?:`[^`]+`|\"[^\"]+\"|[\w$]+)(?:\.(?:`[^`]+`|\"[^\"]+\"|[\w$]+))?)",
+    r"\bINSERT\s+INTO\s+(?:TABLE\s+)?(?!FUNCTION\b)((?:`[^`]+`|\"[^\"]+\"|[\w$]+)(?:\.(?:`[^`]+`|\"[^\"]+\"|[\w$]+))?)",
     re.IGNORECASE,
 )
 _PLAIN = re.compile(r"^[A-Za-z_][\w$]*$")
@@ -144,7 +146,10 @@ def written_table(method: str, args: tuple[Any, ...], kwargs: Mapping[str, Any],
         return qualified_table(table, database) if isinstance(table, str) and table.strip() else None
     if isinstance(text, bytes):
         text = text[:1024].decode("utf-8", "replace")
-    match = _INSERT_INTO.match(text) if isinstance(text, str) else None
+    if not isinstance(text, str):
+        return None
+    rest = after_leading_noise(text)
+    match = _INSERT_INTO.search(rest) if rest[:4].upper() == "WITH" else _INSERT_INTO.match(rest)
     return qualified_table(match.group(1), database) if match else None
 
 
