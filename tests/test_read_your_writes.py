@@ -6,6 +6,7 @@ settings the server sees), and the settings' parsing. Against real replication (
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 from collections.abc import Iterator
 
@@ -15,6 +16,7 @@ from clickhouse_lb.config.pool_config import resolve_pool_config, sync_client_op
 from clickhouse_lb.config.read_your_writes import ReadYourWritesSettings
 from clickhouse_lb.core import shared_state
 from clickhouse_lb.core.read_your_writes import (
+    DATABASE_POSITIONS,
     forget_writes,
     order_for_read,
     recent_writes,
@@ -186,11 +188,27 @@ def test_a_command_write_steers_reads_but_cannot_be_synced(abc: FakeCluster) -> 
         (("command", (), {}, "WITH 1 AS x INSERT INTO t SELECT x"), "db", "db.t"),
         (("command", (), {}, b"/* tag */ INSERT INTO t VALUES (1)"), "db", "db.t"),
         (("command", (), {}, "/* INSERT INTO t */ SELECT 1"), "db", None),
+        # the database given positionally, where each insert method takes it
+        (("insert", ("t", [[1]], ["k"], "other"), {}, None), "db", "other.t"),
+        (("insert_df", ("t", None, "other"), {}, None), "db", "other.t"),
+        (("insert_arrow", ("t", None, "other"), {}, None), "db", "other.t"),
+        (("insert_df_arrow", ("t", None, "other"), {}, None), "db", "other.t"),
+        (("insert", ("t", [[1]], ["k"], None), {}, None), "db", "db.t"),
     ],
 )
 def test_the_table_of_a_write(call: tuple[str, tuple[object, ...], dict[str, object], str | None],
                               database: str | None, expected: str | None) -> None:
     assert written_table(*call, database) == expected
+
+
+@pytest.mark.parametrize("client_class", ["Client", "AsyncClient"])
+def test_the_database_positions_are_the_clients(client_class: str) -> None:
+    from clickhouse_connect.driver import asyncclient, client
+
+    cls = getattr(client, "Client", None) if client_class == "Client" else asyncclient.AsyncClient
+    for method, at in DATABASE_POSITIONS.items():
+        names = [name for name in inspect.signature(getattr(cls, method)).parameters if name != "self"]
+        assert names.index("database") == at, method
 
 
 def test_settings_parse_from_keywords_and_dsn_with_bounds() -> None:

@@ -116,6 +116,9 @@ _INSERT_INTO = re.compile(
     re.IGNORECASE,
 )
 _PLAIN = re.compile(r"^[A-Za-z_][\w$]*$")
+#: Where each insert method takes ``database`` positionally (clickhouse-connect's Client and
+#: AsyncClient agree; tests/test_read_your_writes.py checks it against both signatures).
+DATABASE_POSITIONS = {"insert": 3, "insert_df": 2, "insert_arrow": 2, "insert_df_arrow": 2}
 
 
 def _quoted(name: str) -> str:
@@ -142,7 +145,7 @@ def written_table(method: str, args: tuple[Any, ...], kwargs: Mapping[str, Any],
             database = getattr(context, "database", None) or database
         else:
             table = kwargs.get("table", args[0] if args else None)
-            database = kwargs.get("database") or database
+            database = _given_database(method, args, kwargs) or database
         return qualified_table(table, database) if isinstance(table, str) and table.strip() else None
     if isinstance(text, bytes):
         text = text[:1024].decode("utf-8", "replace")
@@ -151,6 +154,14 @@ def written_table(method: str, args: tuple[Any, ...], kwargs: Mapping[str, Any],
     rest = after_leading_noise(text)
     match = _INSERT_INTO.search(rest) if rest[:4].upper() == "WITH" else _INSERT_INTO.match(rest)
     return qualified_table(match.group(1), database) if match else None
+
+
+def _given_database(method: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    """The ``database`` an insert method was given, by keyword or positionally."""
+    if "database" in kwargs:
+        return kwargs["database"]
+    at = DATABASE_POSITIONS.get(method)
+    return args[at] if at is not None and len(args) > at else None
 
 
 def sync_replica_sql(table: str) -> str:
