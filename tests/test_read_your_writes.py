@@ -136,6 +136,15 @@ def test_when_the_writer_fails_the_next_replica_syncs_the_table_before_the_read(
     assert [c[0] for c in abc["b"].calls[-2:]] == ["query", "query"]
 
 
+def test_a_database_assigned_to_the_pool_is_the_one_writes_are_recorded_in(abc: FakeCluster) -> None:
+    pool = make_pool(abc, load_balancing="in_order", read_your_writes=1, database="db")
+    pool.database = "other"
+    pool.insert("events", [[1]], column_names=["x"])
+    abc["a"].outcomes = [refused]
+    assert served_by(pool.query("SELECT count() FROM events")) == "b"
+    assert abc["b"].calls[-2][:2] == ("command", ("SYSTEM SYNC REPLICA other.events",))
+
+
 def test_a_replica_that_cannot_catch_up_in_time_raises_the_documented_error(abc: FakeCluster) -> None:
     pool = make_pool(abc, load_balancing="in_order", read_your_writes=1, read_your_writes_timeout_ms=250)
     pool.insert("events", [[1]], column_names=["x"])

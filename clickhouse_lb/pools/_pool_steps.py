@@ -116,6 +116,11 @@ class PoolSteps(PoolBase):
         self._session_pins = SessionPins()
         self._sealed = True
 
+    def _change(self, key: Any, value: Any) -> None:
+        super()._change(key, value)
+        if key == ("attr", "database"):  # (once the clients took it) writes are now in this database
+            self._ryw.database = value
+
     def _set_up(self, client_factory: Any) -> None:
         """The pool's own: its client factory, client options, drivers and probe worker."""
         raise NotImplementedError
