@@ -24,6 +24,7 @@ from clickhouse_lb.core.read_your_writes import (
     written_table,
 )
 from clickhouse_lb.errors import ConfigurationError, ReadYourWritesError
+from clickhouse_lb.pools._read_your_writes import _BLOCKS
 
 from .fakes import FakeCluster, make_pool, refused, server_error
 
@@ -121,6 +122,50 @@ def test_a_block_scopes_it_to_its_thread(abc: FakeCluster) -> None:
     assert len(set(seen_elsewhere)) == 3  # another thread has no write to follow
     assert pool._ryw.armed is False
     assert len({served_by(pool.query("SELECT 1")) for _ in range(3)}) == 3  # block closed
+
+
+def test_one_block_object_nests(abc: FakeCluster) -> None:
+    pool = make_pool(abc, load_balancing="round_robin")
+    block = pool.read_your_writes()
+    with block:
+        with block:
+            pass
+        assert pool._ryw in _BLOCKS.get()  # the outer entry is still open
+    assert _BLOCKS.get() == ()
+    assert pool._ryw.armed is False
+
+
+def test_one_block_object_is_entered_by_two_threads_at_once(abc: FakeCluster) -> None:
+    pool = make_pool(abc, load_balancing="round_robin")
+    block = pool.read_your_writes()
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+    left_open: list[int] = []
+
+    def enter_and_leave(entered: threading.Event, wait_for: threading.Event, left: threading.Event | None) -> None:
+        try:
+            with block:
+                entered.set()
+                assert wait_for.wait(10)
+            left_open.append(len(_BLOCKS.get()))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            if left is not None:
+                left.set()
+
+    # the first thread leaves while the second is still inside, then the second leaves
+    first = threading.Thread(target=enter_and_leave, args=(first_in, second_in, first_out))
+    second = threading.Thread(target=enter_and_leave, args=(second_in, first_out, None))
+    first.start()
+    assert first_in.wait(10)
+    second.start()
+    first.join()
+    second.join()
+    assert errors == []
+    assert left_open == [0, 0]  # each thread's block closed in that thread
+    assert pool._ryw.armed is False
+    assert pool._ryw._open == 0
 
 
 def test_when_the_writer_fails_the_next_replica_syncs_the_table_before_the_read(abc: FakeCluster) -> None:

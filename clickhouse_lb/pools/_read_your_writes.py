@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from contextvars import ContextVar, Token
+from contextvars import ContextVar
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, NoReturn, TypeVar, cast
 
@@ -223,24 +223,27 @@ class StatementHook:
 
 class ReadYourWritesBlock:
     """``with pool.read_your_writes():`` (or ``async with``): the block's statements on this pool
-    are under read-your-writes. Nests; the thread's or task's writes outlive the block."""
+    are under read-your-writes. Nests; the thread's or task's writes outlive the block. One
+    object may be entered in several threads or tasks at once, and nested: it keeps no state of
+    its own (no token), each entry is this context's, in ``_BLOCKS``."""
 
-    __slots__ = ("_pool", "_token")
+    __slots__ = ("_pool",)
 
     def __init__(self, pool: PoolReadYourWrites) -> None:
         self._pool = pool
-        self._token: Token[tuple[PoolReadYourWrites, ...]] | None = None
 
     def __enter__(self) -> ReadYourWritesBlock:
-        self._token = _BLOCKS.set((*_BLOCKS.get(), self._pool))
+        _BLOCKS.set((*_BLOCKS.get(), self._pool))
         self._pool.opened()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._pool.closed()
-        if self._token is not None:
-            _BLOCKS.reset(self._token)
-            self._token = None
+        blocks = _BLOCKS.get()
+        for at in range(len(blocks) - 1, -1, -1):  # this context's innermost entry of the pool
+            if blocks[at] is self._pool:
+                _BLOCKS.set(blocks[:at] + blocks[at + 1 :])
+                return
 
     async def __aenter__(self) -> ReadYourWritesBlock:
         return self.__enter__()
