@@ -199,3 +199,17 @@ def test_async_a_catch_up_on_a_hung_replica_is_bounded_and_fails_over(
             await pool.close()
 
     assert asyncio.run(main()) < HUNG_BOUND
+
+
+def test_the_pools_own_settings_in_a_context_are_taken_as_in_settings(cluster: LocalCluster, table: str) -> None:
+    from clickhouse_lb.core.read_your_writes import recent_writes
+
+    with clickhouse_lb.get_pool(hosts=cluster.hosts, health_check_interval_ms=0) as pool:
+        for own in ({"read_your_writes": 1}, {"load_balancing": "in_order"}, {"idempotent": 1}):
+            context = pool.create_query_context("SELECT 1", settings={**own, "max_threads": 1})
+            assert pool.query(context=context).result_rows == [(1,)]  # not UNKNOWN_SETTING
+            assert context.settings == {**own, "max_threads": 1}  # the caller's context is left as it was
+        context = pool.create_insert_context(table, ["k"], data=[[1]], settings={"read_your_writes": 1})
+        assert pool.insert(context=context).written_rows == 1
+        # taken as the statement's own setting: the write is remembered
+        assert [w.table for w in recent_writes(cluster.hosts, time.monotonic(), 60.0)] == [f"`{table}`"]

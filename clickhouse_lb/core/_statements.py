@@ -8,6 +8,7 @@ Shared by the sync and async pools: their Client method signatures agree on thes
 
 from __future__ import annotations
 
+import copy
 import inspect
 import os
 import re
@@ -18,16 +19,22 @@ from clickhouse_lb._redact import shown
 from clickhouse_lb.config._values import as_bool
 from clickhouse_lb.config.attempt_settings import (
     NO_STATEMENT_SETTINGS,
+    STATEMENT_ATTEMPT_SETTING_NAMES,
     StatementAttemptSettings,
     split_statement_attempt_settings,
 )
 from clickhouse_lb.config.read_your_writes import READ_YOUR_WRITES
-from clickhouse_lb.config.settings import NO_OVERRIDES, StatementOverrides, split_statement_settings
+from clickhouse_lb.config.settings import (
+    NO_OVERRIDES,
+    STATEMENT_SETTING_NAMES,
+    StatementOverrides,
+    split_statement_settings,
+)
 from clickhouse_lb.errors import ConfigurationError
 
 __all__ = [
-    "INSERT_METHODS", "PreparedCall", "StatementKind", "after_leading_noise", "is_read_only", "prepare_call",
-    "settings_positions",
+    "INSERT_METHODS", "POOL_SETTING_NAMES", "PreparedCall", "StatementKind", "after_leading_noise", "is_read_only",
+    "prepare_call", "settings_positions", "split_pool_settings",
 ]
 
 #: Methods that write rows: a deduplication token makes them retryable after sending.
@@ -184,6 +191,41 @@ def new_insert_token() -> str:
 
 _new_call = object.__new__
 
+#: The settings the pool takes for itself out of a statement's ``settings=`` (never sent to the server).
+POOL_SETTING_NAMES = STATEMENT_SETTING_NAMES | STATEMENT_ATTEMPT_SETTING_NAMES | {IDEMPOTENT, READ_YOUR_WRITES}
+
+
+def split_pool_settings(settings: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``settings`` split into the pool's own (:data:`POOL_SETTING_NAMES`) and the server's."""
+    if not settings or not any(name in POOL_SETTING_NAMES for name in settings):
+        return {}, dict(settings or {})
+    own = {k: v for k, v in settings.items() if k in POOL_SETTING_NAMES}
+    return own, {k: v for k, v in settings.items() if k not in POOL_SETTING_NAMES}
+
+
+def _context_pool_settings(
+    method: str, args: tuple[Any, ...], kwargs: dict[str, Any], at: int | None, settings: Mapping[str, Any] | None,
+) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """The call with the pool's own settings of its query or insert context moved into its
+    ``settings=`` (the statement's own win), where the pool takes them as it does there: the
+    context is copied without them (the caller's is left as it is). None: it has none."""
+    positional = method == "data_insert" and not kwargs.get("context") and bool(args)
+    context = args[0] if positional else kwargs.get("context")
+    given = getattr(context, "settings", None)
+    own, rest = split_pool_settings(given if isinstance(given, Mapping) else None)
+    if not own:
+        return None
+    copied: Any = copy.copy(context)
+    copied.settings = rest
+    merged = {**own, **(settings or {})}
+    if positional:
+        args = (copied, *args[1:])
+    else:
+        kwargs = {**kwargs, "context": copied}
+    if at is not None:
+        return (*args[:at], merged, *args[at + 1 :]), kwargs
+    return args, {**kwargs, "settings": merged}
+
 
 def prepare_call(
     method: str,
@@ -229,6 +271,10 @@ def prepare_call(
             call = _new_call(PreparedCall)  # (four stores: the rest are the class's defaults)
             call.args, call.kwargs, call._text, call.settings_position = args, kwargs, args[0], settings_position
             return call
+        moved = _context_pool_settings(method, args, kwargs, at, settings)
+        if moved is not None:  # a query context carrying the pool's own settings: taken as settings=
+            args, kwargs = moved
+            return prepare_call(method, args, kwargs, settings_position, auto_token=auto_token, new_token=new_token)
         text = _statement_text(args, kwargs)
         call = _new_call(PreparedCall)
         call.args, call.kwargs, call._text, call.settings_position = args, kwargs, text, settings_position
@@ -239,6 +285,11 @@ def prepare_call(
             f"Bad settings {shown(settings)} for {method}(): expected a mapping of server setting names to "
             "values, such as settings={'max_threads': 4}"
         )
+    if insert or "context" in kwargs:  # (the pool's own settings in a context: taken as settings= too)
+        moved = _context_pool_settings(method, args, kwargs, at, settings)
+        if moved is not None:
+            args, kwargs = moved
+            settings = kwargs["settings"] if at is None else args[at]
     overrides, rest = split_statement_settings(settings) if settings else (NO_OVERRIDES, settings)
     attempt_settings, rest = split_statement_attempt_settings(rest) if rest else (NO_STATEMENT_SETTINGS, rest)
     idempotent = False

@@ -32,7 +32,7 @@ from typing import Any, ClassVar, TypeVar
 from clickhouse_lb.config.attempt_settings import NO_STATEMENT_SETTINGS
 from clickhouse_lb.config.pool_config import PoolConfig
 from clickhouse_lb.config.settings import NO_OVERRIDES
-from clickhouse_lb.core._statements import PreparedCall, prepare_call
+from clickhouse_lb.core._statements import PreparedCall, prepare_call, split_pool_settings
 from clickhouse_lb.core.attempt_specs import PlanContext
 from clickhouse_lb.core.balancer import Balancer
 from clickhouse_lb.core.events import Listener
@@ -210,6 +210,11 @@ class PoolSteps(PoolBase):
             return (yield partial(self._in_session.call, method, args, kwargs))
         self._check_open()
         settings = kwargs.get("settings")
+        own, rest = split_pool_settings(settings)
+        if own:  # not for its DESCRIBE; kept in the context, for the insert that takes it
+            context = yield from self._read_steps(method, args, {**kwargs, "settings": rest})
+            context.settings = {**own, **(context.settings or {})}
+            return context
         if settings and "session_id" in settings:  # the columns of a session's temporary table
             order = yield partial(self._plan)
             self._started()
