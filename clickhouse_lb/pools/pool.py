@@ -317,11 +317,9 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolSteps):
         self._close_all(self._taken(slots))
 
     def close(self) -> None:
-        """Close every replica client and stop this pool's health probes. Statements after this
-        raise ProgrammingError. A probe worker shared with other pools over the same replicas
-        (``share_state``, the default) runs on while their shared state is kept, up to
-        ``clickhouse_lb.core.shared_state.registry.idle_ttl`` after the last of them closes
-        (docs/health.md, "One worker per replica set")."""
+        """Close every replica client and stop this pool's probes (a worker shared with other pools
+        runs on while their shared state is kept: docs/health.md). Statements after this raise
+        ProgrammingError."""
         drive(self._close_steps())
 
     def __enter__(self) -> ReplicaPool:
