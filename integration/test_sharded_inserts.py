@@ -269,3 +269,55 @@ def test_a_bad_key_type_cache_time_is_refused_naming_it_before_any_io(bad: Any) 
     with pytest.raises(ConfigurationError, match=rf"sharding_key_type_cache_ms {bad!r}"):
         clickhouse_lb.get_async_sharded_pool(hosts=["127.0.0.1:1"], cluster="lb_cluster",
                                              sharding_key_type_cache_ms=bad)
+
+
+FIXED = "fixed_key_local"
+
+
+@pytest.fixture
+def fixed_table(cluster: LocalCluster) -> Iterator[str]:
+    cluster.query(0, f"CREATE TABLE {FIXED} ON CLUSTER lb_cluster (k FixedString(4), n UInt32) "
+                     "ENGINE = ReplicatedMergeTree ORDER BY n")
+    try:
+        yield FIXED
+    finally:
+        cluster.query(0, f"DROP TABLE IF EXISTS {FIXED} ON CLUSTER lb_cluster SYNC")
+
+
+def assert_stored_where_the_engine_hashes_them(cluster: LocalCluster, table: str, expression: str, rows: int) -> None:
+    """Every stored row on both replicas of the shard the engine's ``expression`` of the
+    stored value picks (the slot rule of WEIGHTS), and ``rows`` rows in all."""
+    slots = [shard for shard, weight in enumerate(WEIGHTS) for _ in range(weight)]
+    total = 0
+    for position in range(2):
+        for replica in cluster.shard_indices(position + 1):
+            cluster.query(replica, f"SYSTEM SYNC REPLICA {table}")
+            body = cluster.query(replica, f"SELECT n, {expression} % {len(slots)} FROM {table} ORDER BY n")
+            pairs = [line.split("\t") for line in body.splitlines()]
+            assert pairs, "both shards get rows"
+            assert {slots[int(slot)] for _, slot in pairs} == {position}, (position, replica, pairs)
+        total += len(pairs)
+    assert total == rows
+
+
+@pytest.mark.parametrize("function", ["cityHash64", "sipHash64"])
+def test_fixed_string_keys_shorter_than_n_land_where_the_engine_hashes_the_padded_value(
+    cluster: LocalCluster, sharded: clickhouse_lb.ShardedPool, fixed_table: str, function: str
+) -> None:
+    import pyarrow as pa
+
+    keys = ["ab", "x", "abc", "", "zz", "k1", "abcd", "\u00e9", "q"] * 4
+    sharded.insert(fixed_table, [[k, i] for i, k in enumerate(keys)], column_names=["k", "n"],
+                   sharding_key=f"{function}(k)")
+    arrow = pa.table({"k": pa.array(keys), "n": pa.array(range(100, 100 + len(keys)), pa.uint32())})
+    sharded.insert_arrow(fixed_table, arrow, sharding_key=f"{function}(k)")
+    assert_stored_where_the_engine_hashes_them(cluster, fixed_table, f"{function}(k)", 2 * len(keys))
+
+
+def test_a_fixed_string_key_longer_than_n_is_refused_before_any_part_is_written(
+    cluster: LocalCluster, sharded: clickhouse_lb.ShardedPool, fixed_table: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=r"'abcde': 5 bytes, longer than its FixedString\(4\)"):
+        sharded.insert(fixed_table, [["ab", 1], ["abcde", 2], ["x", 3]], column_names=["k", "n"],
+                       sharding_key="cityHash64(k)")
+    assert all(cluster.query(i, f"SELECT count() FROM {fixed_table}").strip() == "0" for i in range(len(cluster)))

@@ -3,11 +3,17 @@ same sharding expressions over the same values), and the slot rule of a Distribu
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from clickhouse_lb.core.shard_split import Form, key_column
 from clickhouse_lb.core.sharding import (
+    FixedStringType,
     IntegerType,
     key_values,
     parse_sharding_key,
@@ -22,10 +28,16 @@ chdb = pytest.importorskip("chdb")
 INTEGER_TYPES = ["UInt8", "UInt16", "UInt32", "UInt64", "Int8", "Int16", "Int32", "Int64"]
 
 
-def engine(expression: str, type_name: str, values: list[object]) -> list[int]:
+def _literal(value: object) -> str:
+    # Strings travel as hex of their (UTF-8) bytes: no quoting or escaping to get wrong.
+    if isinstance(value, (str, bytes)):
+        return f"unhex('{(value.encode() if isinstance(value, str) else value).hex()}')"
+    return str(value)
+
+
+def engine(expression: str, type_name: str, values: list[Any]) -> list[int]:
     """``expression`` over ``values`` cast to ``type_name``, computed by ClickHouse's engine."""
-    # Strings travel as hex of their UTF-8 bytes: no quoting or escaping to get wrong.
-    literal = ", ".join(f"unhex('{v.encode().hex()}')" if isinstance(v, str) else str(v) for v in values)
+    literal = ", ".join(map(_literal, values))
     sql = f"SELECT {expression} FROM (SELECT arrayJoin(CAST([{literal}] AS Array({type_name}))) AS x)"
     return [int(line) for line in chdb.query(sql, "CSV").data().split()]
 
@@ -115,7 +127,8 @@ def test_key_columns_of_other_types_are_refused(type_name: str) -> None:
 def test_wrapped_types_are_seen_through() -> None:
     assert value_type("Nullable(Int16)") == IntegerType(16, True)
     assert value_type("LowCardinality(String)") == "string"
-    assert value_type("FixedString(4)") == "string"
+    assert value_type("FixedString(4)") == FixedStringType(4)
+    assert value_type("Nullable(FixedString( 16 ))") == FixedStringType(16)
 
 
 def test_a_string_column_needs_a_hash() -> None:
@@ -161,3 +174,72 @@ def test_route_picks_slots_of_the_selector_value_modulo_the_slot_count(
                 got[i] = shard
         assert sorted(i for g in groups for i in g.tolist()) == list(range(rows))
         assert got == expected
+
+
+#: Every data form a FixedString key column reaches the hash in: ``(values, N) -> (data, form)``
+#: of one column, read back by :func:`key_column` as the routed insert reads it.
+FIXED_FORMS: dict[str, Callable[[list[bytes], int], tuple[Any, Form]]] = {
+    "rows of bytes": lambda v, n: ([[x] for x in v], "rows"),
+    "rows of str": lambda v, n: ([[x.decode()] for x in v], "rows"),
+    "column of bytes": lambda v, n: ([v], "columns"),
+    # NumPy drops a bytes value's trailing zeros (b"a\0" is stored as b"a"): padded again.
+    "NumPy S": lambda v, n: ([np.array(v, dtype=f"S{n}")], "columns"),
+    "NumPy U": lambda v, n: ([np.array([x.decode() for x in v], dtype=f"U{n}")], "columns"),
+    "NumPy object": lambda v, n: ([np.array(v, dtype=object)], "columns"),
+    "pandas object": lambda v, n: (_pandas().DataFrame({"k": [x.decode() for x in v]}), "dataframe"),
+    "pandas string[pyarrow]": lambda v, n: (
+        _pandas().DataFrame({"k": _pandas().array([x.decode() for x in v], dtype="string[pyarrow]")}), "dataframe"),
+    "Arrow string": lambda v, n: (_arrow().table({"k": _arrow().array([x.decode() for x in v])}), "arrow"),
+    "Arrow binary": lambda v, n: (_arrow().table({"k": _arrow().array(v, _arrow().binary())}), "arrow"),
+    # A fixed-size binary column holds N bytes a value: what the server would store.
+    "Arrow fixed-size binary": lambda v, n: (
+        _arrow().table({"k": _arrow().array([x.ljust(n, b"\0") for x in v], _arrow().binary(n))}), "arrow"),
+}
+
+
+def _pandas() -> Any:
+    return pytest.importorskip("pandas")
+
+
+def _arrow() -> Any:
+    return pytest.importorskip("pyarrow")
+
+
+def _utf8_within(length: int) -> st.SearchStrategy[bytes]:
+    """UTF-8 text of at most ``length`` bytes, as bytes (so every form above can hold it)."""
+    return st.text(max_size=length).map(str.encode).filter(lambda b: len(b) <= length)
+
+
+@pytest.mark.parametrize("function", ["cityHash64", "sipHash64"])
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_hashes_of_fixed_strings_equal_the_engines_of_the_zero_padded_values_in_every_form(
+    function: str, data: st.DataObject
+) -> None:
+    # ClickHouse stores a shorter value padded with zero bytes to N and hashes all N bytes.
+    length = data.draw(st.integers(1, 24), label="N")
+    values = data.draw(st.lists(_utf8_within(length), min_size=1, max_size=12), label="values")
+    type_name = f"FixedString({length})"
+    expected = engine(f"{function}(x)", type_name, values)
+    key, kind = parse_sharding_key(f"{function}(k)"), value_type(type_name)
+    for name, make in FIXED_FORMS.items():
+        column = key_column(*make(values, length), 0, kind)
+        assert key_values(key, column, kind, len(values)).tolist() == expected, name
+
+
+@pytest.mark.parametrize("function", ["cityHash64", "sipHash64"])
+def test_fixed_string_edges_hash_as_the_engine(function: str) -> None:
+    # Empty, one byte, exactly N bytes, N bytes ending in zeros, multi-byte characters at N.
+    values = [b"", b"a", b"abcd", b"ab\0\0", b"\0", "\u00e9\u00e9".encode()]
+    key, kind = parse_sharding_key(f"{function}(k)"), value_type("FixedString(4)")
+    assert key_values(key, values, kind, len(values)).tolist() == engine(f"{function}(x)", "FixedString(4)", values)
+
+
+@pytest.mark.parametrize("value", ["abcde", b"abcde", "\u00e9\u00e9\u00e9"])
+def test_a_fixed_string_value_longer_than_its_column_is_refused_naming_its_length_and_n(value: str | bytes) -> None:
+    # The server refuses it too ("Too large value for FixedString(4)").
+    key = parse_sharding_key("cityHash64(k)")
+    with pytest.raises(ConfigurationError, match=r"5 bytes|6 bytes") as caught:
+        key_values(key, ["ab", value], value_type("FixedString(4)"), 2)
+    assert "FixedString(4)" in str(caught.value)
+    assert repr(value) in str(caught.value)

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from clickhouse_lb.core.sharding import IntegerType
+from clickhouse_lb.core.sharding import IntegerType, KeyKind
 
 __all__ = [
     "Form", "key_column", "pacer", "row_count", "take", "take_aside", "take_columns", "takes_aside", "transposable",
@@ -45,7 +45,7 @@ def row_count(data: Any, form: Form) -> int:
     return len(data)  # a polars DataFrame's len() is its height
 
 
-def key_column(data: Any, form: Form, index: int, kind: IntegerType | str) -> np.ndarray | Sequence[Any]:
+def key_column(data: Any, form: Form, index: int, kind: KeyKind) -> np.ndarray | Sequence[Any]:
     """The values of the column at ``index`` (of ``kind``), read once: an array for integers
     wherever the data allows it (which :func:`~clickhouse_lb.core.sharding.key_values` then
     converts without a Python loop)."""

@@ -13,6 +13,7 @@ The rule, read from ClickHouse's source:
   converted to UInt64 (sign-extended) and XORed with a constant; ``cityHash64`` of an integer is ``intHash64`` of the
   value's bit pattern zero-extended from its width, of a string CityHash64 v1.0.2 of its bytes;
   ``sipHash64`` is SipHash-2-4 (key 0) of the value's little-endian bytes (a string's bytes).
+  A ``FixedString(N)`` value is stored padded with zero bytes to N, and all N bytes are hashed.
   ``rand()`` is a random UInt32.
 
 Vectorised with NumPy for integer keys; strings go through the C implementations of the
@@ -25,6 +26,7 @@ import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -33,6 +35,7 @@ from clickhouse_lb.errors import ConfigurationError
 
 __all__ = [
     "KEY_FUNCTIONS",
+    "FixedStringType",
     "IntegerType",
     "ShardingKey",
     "dtype_kind",
@@ -90,14 +93,26 @@ class IntegerType:
     signed: bool
 
 
+@dataclass(frozen=True)
+class FixedStringType:
+    """``FixedString(length)``: its values are hashed padded with zero bytes to ``length``."""
+
+    length: int
+
+
 _INTEGER = re.compile(r"^(U?)Int(8|16|32|64)$")
+_FIXED_STRING = re.compile(r"^FixedString\(\s*(\d+)\s*\)$")
 _WRAPPER = re.compile(r"^(?:Nullable|LowCardinality)\((.*)\)$")
 STRING = "string"
 
+#: What :func:`value_type` makes of a key column's type.
+KeyKind = IntegerType | FixedStringType | str
 
-def value_type(type_name: str) -> IntegerType | str:
-    """The key column's ClickHouse type -> an :class:`IntegerType` or ``STRING``; other types
-    are refused (a Distributed table refuses a non-integer sharding expression too)."""
+
+def value_type(type_name: str) -> KeyKind:
+    """The key column's ClickHouse type -> an :class:`IntegerType`, a :class:`FixedStringType`
+    or ``STRING``; other types are refused (a Distributed table refuses a non-integer sharding
+    expression too)."""
     name = type_name.strip()
     while (wrapped := _WRAPPER.match(name)) is not None:
         name = wrapped.group(1).strip()
@@ -106,8 +121,11 @@ def value_type(type_name: str) -> IntegerType | str:
     integer = _INTEGER.match(name)
     if integer is not None:
         return IntegerType(int(integer.group(2)), integer.group(1) == "")
-    if name == "String" or name.startswith("FixedString("):
+    if name == "String":
         return STRING
+    fixed = _FIXED_STRING.match(name)
+    if fixed is not None:
+        return FixedStringType(int(fixed.group(1)))
     raise ConfigurationError(
         f"Cannot route rows by a {type_name} column: the sharding key's column must be an integer "
         "(UInt8..UInt64, Int8..Int64) or, inside a hash function, a String or FixedString"
@@ -257,7 +275,23 @@ def _string_bytes(value: Any) -> bytes:
     raise ConfigurationError(f"Bad sharding key value {value!r}: expected a str or bytes for a String column")
 
 
-def _hash_strings(function: str, values: Sequence[Any] | np.ndarray) -> np.ndarray:
+def _padded(values: Sequence[Any] | np.ndarray, length: int) -> list[bytes]:
+    """``FixedString(length)`` values as the server stores them: padded with zero bytes to
+    ``length`` (a NumPy ``S`` array has even dropped the trailing zeros a value had). A longer
+    value is refused, as the server refuses it ("Too large value for FixedString")."""
+    encoded = [_string_bytes(v) for v in values]
+    longest = max(encoded, key=len, default=b"")
+    if len(longest) > length:
+        value = values[encoded.index(longest)]
+        raise ConfigurationError(
+            f"Bad sharding key value {value!r}: {len(longest)} bytes, longer than its FixedString({length}) "
+            f"column allows ({length} bytes at most)"
+        )
+    # ljust pads with the zero byte in C; a value already of the length is returned as is.
+    return list(map(bytes.ljust, encoded, repeat(length), repeat(b"\0")))
+
+
+def _hash_strings(function: str, values: Sequence[Any] | np.ndarray, fixed: int | None = None) -> np.ndarray:
     try:
         if function == "cityHash64":
             from clickhouse_cityhash.cityhash import CityHash64 as digest
@@ -271,6 +305,8 @@ def _hash_strings(function: str, values: Sequence[Any] | np.ndarray) -> np.ndarr
             f"Routing by {function}() of a string needs the sharding extra: pip install 'clickhouse-lb[sharding]'"
         ) from None
     count = len(values)
+    if fixed is not None:
+        return np.fromiter(map(digest, _padded(values, fixed)), dtype=_U64, count=count)
     try:  # all str, the usual case: encoded in C, no Python call per row but the hash's
         return np.fromiter(map(digest, map(str.encode, values)), dtype=_U64, count=count)
     except TypeError:  # bytes among them (or a bad value: _string_bytes names it)
@@ -278,7 +314,7 @@ def _hash_strings(function: str, values: Sequence[Any] | np.ndarray) -> np.ndarr
 
 
 def key_values(
-    key: ShardingKey, values: Sequence[Any] | np.ndarray | None, kind: IntegerType | str | None, rows: int
+    key: ShardingKey, values: Sequence[Any] | np.ndarray | None, kind: KeyKind | None, rows: int
 ) -> np.ndarray:
     """The selector's unsigned input for each row: the sharding expression's value for the
     key column's ``values`` (of ``kind``, see :func:`value_type`), converted as the selector
@@ -287,12 +323,12 @@ def key_values(
         return np.random.default_rng().integers(0, 1 << 32, size=rows, dtype=_U64)
     assert values is not None
     assert kind is not None
-    if kind == STRING:
+    if kind == STRING or isinstance(kind, FixedStringType):
         if key.function is None:
             raise ConfigurationError(
                 f"Bad sharding_key {key.text!r}: a String column needs a hash, e.g. cityHash64({key.column})"
             )
-        return _hash_strings(key.function, values)
+        return _hash_strings(key.function, values, kind.length if isinstance(kind, FixedStringType) else None)
     assert isinstance(kind, IntegerType)
     if key.function is None:  # the value itself, as the selector converts it
         return _as_uint64(values, _MASK32 if kind.bits <= 32 else _MASK64)
@@ -305,7 +341,7 @@ def key_values(
 
 
 def route(
-    key: ShardingKey, values: Sequence[Any] | np.ndarray | None, kind: IntegerType | str | None, rows: int,
+    key: ShardingKey, values: Sequence[Any] | np.ndarray | None, kind: KeyKind | None, rows: int,
     *, slots: Sequence[int], shards: int,
 ) -> list[np.ndarray]:
     """The row indices (ascending, as an int64 array) of each shard position; a shard with no
