@@ -131,9 +131,15 @@ def test_wrapped_types_are_seen_through() -> None:
     assert value_type("Nullable(FixedString( 16 ))") == FixedStringType(16)
 
 
-def test_a_string_column_needs_a_hash() -> None:
-    with pytest.raises(ConfigurationError, match=r"cityHash64\(name\)"):
-        key_values(parse_sharding_key("name"), ["a"], value_type("String"), 1)
+@pytest.mark.parametrize("text", ["name", "intHash64(name)"])
+@pytest.mark.parametrize("type_name", ["String", "FixedString(4)"])
+def test_a_string_column_needs_a_string_hash(text: str, type_name: str) -> None:
+    # The engine refuses intHash64 of a string ("Illegal type String of argument").
+    if text != "name":
+        with pytest.raises(chdb.ChdbError, match="Illegal type"):
+            engine("intHash64(x)", type_name, ["a"])
+    with pytest.raises(ConfigurationError, match=r"cityHash64\(name\) or sipHash64\(name\)"):
+        key_values(parse_sharding_key(text), ["a"], value_type(type_name), 1)
 
 
 @pytest.mark.parametrize("weights", [[], [0, 0], [1, -1], [1.5]])

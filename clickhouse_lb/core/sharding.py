@@ -324,9 +324,10 @@ def key_values(
     assert values is not None
     assert kind is not None
     if kind == STRING or isinstance(kind, FixedStringType):
-        if key.function is None:
+        if key.function in (None, "intHash64"):  # the server refuses intHash64 of a string too
             raise ConfigurationError(
-                f"Bad sharding_key {key.text!r}: a String column needs a hash, e.g. cityHash64({key.column})"
+                f"Bad sharding_key {key.text!r}: a String or FixedString column needs a string hash, "
+                f"cityHash64({key.column}) or sipHash64({key.column})"
             )
         return _hash_strings(key.function, values, kind.length if isinstance(kind, FixedStringType) else None)
     assert isinstance(kind, IntegerType)
