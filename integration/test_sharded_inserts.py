@@ -321,3 +321,37 @@ def test_a_fixed_string_key_longer_than_n_is_refused_before_any_part_is_written(
         sharded.insert(fixed_table, [["ab", 1], ["abcde", 2], ["x", 3]], column_names=["k", "n"],
                        sharding_key="cityHash64(k)")
     assert all(cluster.query(i, f"SELECT count() FROM {fixed_table}").strip() == "0" for i in range(len(cluster)))
+
+
+#: Column-oriented data whose columns differ in length (id, name, v), and the lengths named.
+UNEVEN = {
+    "a value column longer": ([[1, 2], ["a", "b", "c"], [0, 0, 0]], "id: 2, name: 3, v: 3"),
+    "the key column longer": ([[1, 2, 3], ["a", "b"], [0, 0, 0]], "id: 3, name: 2, v: 3"),
+    "NumPy columns": ([np.arange(4, dtype=np.int64), np.array(["a", "b"], dtype=object), np.zeros(4, np.uint32)],
+                      "id: 4, name: 2, v: 4"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNEVEN))
+@pytest.mark.parametrize("given_types", [False, True])
+def test_columns_of_different_lengths_are_refused_naming_each_before_anything_is_written(
+    cluster: LocalCluster, sharded: clickhouse_lb.ShardedPool, case: str, given_types: bool
+) -> None:
+    columns, lengths = UNEVEN[case]
+    types = {"column_type_names": ["Int64", "String", "UInt32"]} if given_types else {}
+    with pytest.raises(ConfigurationError, match=f"columns differ in length \\({lengths}\\)"):
+        sharded.insert(TABLE, columns, NAMES, column_oriented=True, sharding_key="id", **types)
+    assert all(ids_on(cluster, i) == [] for i in range(len(cluster)))
+
+
+async def test_the_async_sharded_pool_refuses_columns_of_different_lengths_too(cluster: LocalCluster) -> None:
+    cluster.query(0, f"CREATE TABLE {TABLE} ON CLUSTER lb_cluster (id Int64, name String, v UInt32) "
+                     "ENGINE = ReplicatedMergeTree ORDER BY id")
+    try:
+        async with await clickhouse_lb.get_async_sharded_pool(hosts=[cluster.hosts[0]], cluster="lb_cluster") as pool:
+            for columns, lengths in UNEVEN.values():
+                with pytest.raises(ConfigurationError, match=f"columns differ in length \\({lengths}\\)"):
+                    await pool.insert(TABLE, columns, NAMES, column_oriented=True, sharding_key="cityHash64(id)")
+        assert all(ids_on(cluster, i) == [] for i in range(len(cluster)))
+    finally:
+        cluster.query(0, f"DROP TABLE IF EXISTS {TABLE} ON CLUSTER lb_cluster SYNC")

@@ -412,13 +412,13 @@ def test_a_part_that_cannot_be_taken_after_the_first_was_written_fails_naming_it
     assert two.inserted == []
 
 
-def test_columns_shorter_than_the_keys_raise_before_anything_is_written_in_a_large_insert() -> None:
+def test_columns_shorter_than_the_keys_are_refused_before_anything_is_written_in_a_large_insert() -> None:
     from clickhouse_lb.pools.sharded import ShardedPool
 
     one, two = InsertingPool(), InsertingPool()
     sharded = ShardedPool([one, two], [1, 2], [1, 1])  # type: ignore[list-item]
     ids = np.arange(LARGE, dtype=np.int64)
-    with pytest.raises(IndexError):
+    with pytest.raises(ConfigurationError, match=f"differ in length \\(id: {LARGE}, name: {LARGE - 1}\\)"):
         sharded.insert("t", [ids, [f"n{i}" for i in range(LARGE - 1)]], column_names=["id", "name"],
                        column_type_names=["Int64", "String"], column_oriented=True, sharding_key="id")
     assert one.inserted == two.inserted == []

@@ -28,9 +28,11 @@ from typing import Any, Literal
 import numpy as np
 
 from clickhouse_lb.core.sharding import IntegerType, KeyKind
+from clickhouse_lb.errors import ConfigurationError
 
 __all__ = [
-    "Form", "key_column", "pacer", "row_count", "take", "take_aside", "take_columns", "takes_aside", "transposable",
+    "Form", "check_column_lengths", "key_column", "pacer", "row_count", "take", "take_aside", "take_columns",
+    "takes_aside", "transposable",
 ]
 
 #: How the data of an insert is laid out (see the module doc).
@@ -43,6 +45,24 @@ def row_count(data: Any, form: Form) -> int:
     if form == "arrow":
         return int(data.num_rows)
     return len(data)  # a polars DataFrame's len() is its height
+
+
+def check_column_lengths(columns: Any, names: Sequence[str] | None) -> None:
+    """Refuse column-oriented data whose columns differ in length, naming each column's length:
+    the rows are counted and routed by the key column's positions, so a longer column's extra
+    values would be dropped without a word and a shorter one fail a part half way."""
+    try:
+        lengths = [len(column) for column in columns]
+    except TypeError:  # not sized columns: clickhouse-connect reports them, as without routing
+        return
+    if len(set(lengths)) <= 1:
+        return
+    labels = [*(names or ())][:len(lengths)]
+    labels += [f"column {i + 1}" for i in range(len(labels), len(lengths))]
+    shown = ", ".join(f"{label}: {length}" for label, length in zip(labels, lengths))
+    raise ConfigurationError(
+        f"Bad column-oriented data: its columns differ in length ({shown}); every column needs one value per row"
+    )
 
 
 def key_column(data: Any, form: Form, index: int, kind: KeyKind) -> np.ndarray | Sequence[Any]:

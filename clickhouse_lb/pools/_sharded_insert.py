@@ -287,12 +287,14 @@ class RoutedInsert(Generic[P]):
 
     def _route(self, described: Any) -> list[_Spec]:
         """Which rows go to which shard, with each part's settings: everything but the parts' data."""
-        from clickhouse_lb.core.shard_split import key_column, row_count, transposable
+        from clickhouse_lb.core.shard_split import check_column_lengths, key_column, row_count, transposable
         from clickhouse_lb.core.sharding import part_token, route, value_type
 
         if described:
             self.names = list(described.column_names)
             self.types = [t.name for t in described.column_types]
+        if self.form == "columns":  # before the rows are counted by the first column
+            check_column_lengths(self.data, self.names)
         view, key, rows = self.view, self.key, row_count(self.data, self.form)
         self._rows = rows
         values, kind, groups = None, None, None
