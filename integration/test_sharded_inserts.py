@@ -355,3 +355,52 @@ async def test_the_async_sharded_pool_refuses_columns_of_different_lengths_too(c
         assert all(ids_on(cluster, i) == [] for i in range(len(cluster)))
     finally:
         cluster.query(0, f"DROP TABLE IF EXISTS {TABLE} ON CLUSTER lb_cluster SYNC")
+
+
+def rows_on(cluster: LocalCluster, i: int, table: str) -> str:
+    cluster.query(i, f"SYSTEM SYNC REPLICA {table}")
+    return cluster.query(i, f"SELECT id, name, v FROM {table} ORDER BY id")
+
+
+def plain_frame(ids: list[int]) -> Any:
+    import pandas as pd
+
+    return pd.DataFrame({"id": np.array(ids, dtype=np.int64), "name": [f"n{i}" for i in ids],
+                         "v": np.array([i % 7 for i in ids], dtype=np.uint32)})
+
+
+@pytest.mark.parametrize("given", ["nothing", "column_names", "column_names and types"])
+def test_a_dataframe_given_to_insert_lands_as_insert_df_puts_it(
+    cluster: LocalCluster, sharded: clickhouse_lb.ShardedPool, given: str
+) -> None:
+    twin = "frame_twin_local"
+    cluster.query(0, f"CREATE TABLE {twin} ON CLUSTER lb_cluster (id Int64, name String, v UInt32) "
+                     "ENGINE = ReplicatedMergeTree ORDER BY id")
+    try:
+        ids = list(range(-60, 60))
+        frame = plain_frame(ids)
+        kwargs: dict[str, Any] = {
+            "nothing": {}, "column_names": {"column_names": NAMES},
+            "column_names and types": {"column_names": NAMES, "column_type_names": ["Int64", "String", "UInt32"]},
+        }[given]
+        summary = sharded.insert(TABLE, frame, sharding_key="intHash64(id)", **kwargs)
+        expected = sharded.insert_df(twin, frame, sharding_key="intHash64(id)", **kwargs)
+        assert summary.rows == expected.rows
+        assert summary.written_rows == len(ids)
+        assert [rows_on(cluster, i, TABLE) for i in range(len(cluster))] == [
+            rows_on(cluster, i, twin) for i in range(len(cluster))]
+        assert_on_engine_shards(cluster, "intHash64(x)", ids)
+    finally:
+        cluster.query(0, f"DROP TABLE IF EXISTS {twin} ON CLUSTER lb_cluster SYNC")
+
+
+async def test_the_async_sharded_pool_routes_a_dataframe_given_to_insert(cluster: LocalCluster) -> None:
+    cluster.query(0, f"CREATE TABLE {TABLE} ON CLUSTER lb_cluster (id Int64, name String, v UInt32) "
+                     "ENGINE = ReplicatedMergeTree ORDER BY id")
+    try:
+        async with await clickhouse_lb.get_async_sharded_pool(hosts=[cluster.hosts[0]], cluster="lb_cluster") as pool:
+            summary = await pool.insert(TABLE, plain_frame(list(range(100))), sharding_key="cityHash64(id)")
+        assert summary.written_rows == 100
+        assert_on_engine_shards(cluster, "cityHash64(x)", list(range(100)))
+    finally:
+        cluster.query(0, f"DROP TABLE IF EXISTS {TABLE} ON CLUSTER lb_cluster SYNC")

@@ -239,8 +239,11 @@ class ShardedBase(Generic[P]):
             raise ConfigurationError("No data specified for insert")
         names = None if column_names == "*" else [column_names] if isinstance(column_names, str) else column_names
         options: dict[str, Any] = {"database": database, "column_oriented": column_oriented}
+        # A pandas DataFrame, which clickhouse-connect's insert takes too (its columns by position):
+        # split by DataFrame.take, each part written with the shard pool's insert, as the context plan does.
+        form: Form = "dataframe" if _is_pandas(data) else "columns" if column_oriented else "rows"
         return self._routed(
-            "insert", table, data, "columns" if column_oriented else "rows", sharding_key=sharding_key,
+            "insert", table, data, form, sharding_key=sharding_key,
             column_names=names, column_type_names=column_type_names, settings=settings, options=options,
             describe=names is None or column_type_names is None,
         )
