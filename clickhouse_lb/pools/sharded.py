@@ -15,6 +15,7 @@ from typing import Any
 
 from clickhouse_lb.config.replicas import Replica
 from clickhouse_lb.core.events import logger
+from clickhouse_lb.core.sharding import slot_table
 from clickhouse_lb.errors import ConfigurationError
 from clickhouse_lb.pools._sharded_base import DEFAULT_KEY_TYPE_CACHE_MS, ShardedBase, key_type_cache_ms, routed_sync
 from clickhouse_lb.pools._sharded_insert import RoutedInsert, ShardedInsertSummary
@@ -156,6 +157,7 @@ def shard_layout(
             raise ConfigurationError(
                 f"Bad shard_weights {weights!r}: expected one weight for each of the {len(shards)} shards"
             )
+        slot_table(weights)  # refused before any shard's pool is made
         return [(number, weight, group) for number, (weight, group) in enumerate(zip(weights, shards), start=1)]
     if cluster is None:
         raise ConfigurationError("A sharded pool needs shards=[[...], [...]], or hosts= (seeds) with cluster=")
@@ -163,7 +165,9 @@ def shard_layout(
         raise ConfigurationError("shard_weights is read from system.clusters when the shards are discovered")
     from clickhouse_lb.pools._sharded_discovery import discover_shards
 
-    return [(s.shard_num, s.weight, list(s.replicas)) for s in discover_shards(hosts, cluster, options)]
+    discovered = discover_shards(hosts, cluster, options)
+    slot_table([s.weight for s in discovered])  # every weight 0 in system.clusters: no pool made either
+    return [(s.shard_num, s.weight, list(s.replicas)) for s in discovered]
 
 
 def shard_pool_arguments(
@@ -194,14 +198,13 @@ def get_sharded_pool(
     try:
         for group, extra in shard_pool_arguments(layout, cluster, options):
             pools.append(get_pool(group, **extra))
-    except BaseException:
-        for pool in pools:
-            pool.close()
+        sharded = ShardedPool(pools, [n for n, _, _ in layout], [w for _, w, _ in layout],
+                              cluster=cluster, seeds=_seeds(hosts), options=options,
+                              sharding_key_type_cache_ms=sharding_key_type_cache_ms)
+        sharded._start_refresh()
+    except BaseException:  # no pool made here outlives a failure: nobody else holds them
+        _close_pools(pools)
         raise
-    sharded = ShardedPool(pools, [n for n, _, _ in layout], [w for _, w, _ in layout],
-                          cluster=cluster, seeds=_seeds(hosts), options=options,
-                          sharding_key_type_cache_ms=sharding_key_type_cache_ms)
-    sharded._start_refresh()
     return sharded
 
 

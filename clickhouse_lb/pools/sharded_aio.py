@@ -120,13 +120,13 @@ class _Pending:
         try:
             for group, extra in shard_pool_arguments(layout, cluster, options):
                 pools.append(await get_async_pool(group, **extra))
-        except BaseException:
-            await asyncio.gather(*(pool.close() for pool in pools))
+            sharded = AsyncShardedPool(pools, [n for n, _, _ in layout], [w for _, w, _ in layout],
+                                       cluster=cluster, seeds=_seeds(hosts), options=options,
+                                       sharding_key_type_cache_ms=self._key_type_cache_ms)
+            sharded._start_refresh()
+        except BaseException:  # no pool made here outlives a failure: nobody else holds them
+            await _close_pools(pools)
             raise
-        sharded = AsyncShardedPool(pools, [n for n, _, _ in layout], [w for _, w, _ in layout],
-                                   cluster=cluster, seeds=_seeds(hosts), options=options,
-                                   sharding_key_type_cache_ms=self._key_type_cache_ms)
-        sharded._start_refresh()
         return sharded
 
 
