@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from clickhouse_connect.driver.exceptions import NotSupportedError, OperationalError, ProgrammingError
 
+from clickhouse_lb._part_outcome import may_have_been_applied, part_line
 from clickhouse_lb._redact import brief, redact
 
 if TYPE_CHECKING:  # typing.Unpack is Python 3.11's; the annotations are never evaluated
@@ -360,15 +361,10 @@ class ShardedInsertError(_Remade, OperationalError):
         self.table = table
         self.written = dict(written)
         self.failed = dict(failed)
-        #: True when some failed part may have been applied (its request reached a replica).
-        self.may_have_been_applied = any(getattr(e, "may_have_been_applied", True) for e in failed.values())
+        #: True when some failed part may have been applied (its request may have reached a replica).
+        self.may_have_been_applied = any(map(may_have_been_applied, failed.values()))
         done = ", ".join(f"shard {n}: {count} rows" for n, count in sorted(written.items())) or "none"
-        lines = [
-            f"  shard {n} ({rows[n]} rows): "
-            + redact(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-            + (" [may have been applied]" if getattr(e, "may_have_been_applied", True) else " [not applied]")
-            for n, e in sorted(failed.items())
-        ]
+        lines = [part_line(n, rows[n], e) for n, e in sorted(failed.items())]
         super().__init__(
             f"Insert into {table}: {len(failed)} of {len(failed) + len(written)} shard parts failed; "
             f"written: {done}; failed:\n" + "\n".join(lines)

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from clickhouse_connect.driver.exceptions import ProgrammingError
 
 import clickhouse_lb
 from clickhouse_lb.errors import ShardedInsertError
@@ -127,6 +128,11 @@ def test_a_failed_part_names_itself_and_what_was_written(shards: list[LocalClust
         assert error.may_have_been_applied is False  # nothing reached shard 2
         assert "shard 2" in str(error)
         assert "written: shard 1" in str(error)
+        # Shard 2's line names the last error of each of its replicas, not a bare heading.
+        line = next(x for x in str(error).splitlines() if x.startswith("  shard 2"))
+        assert "last error per replica:" in line
+        assert all(f"{address}: " in line for address in shards[1].hosts), line
+        assert line.endswith("[not applied]")
         for i in range(len(shards[1])):
             shards[1].restart(i)
         # The same insert again, same token: shard 1's part is deduplicated, shard 2's written.
@@ -134,6 +140,28 @@ def test_a_failed_part_names_itself_and_what_was_written(shards: list[LocalClust
                        column_type_names=["Int64", "String", "UInt32"], sharding_key="id",
                        settings={"insert_deduplication_token": "batch-1"})
     assert sorted(ids_on(shards[0], 0) + ids_on(shards[1], 0)) == ids
+
+
+def test_a_part_clickhouse_connect_refused_before_sending_is_reported_not_applied(
+    shards: list[LocalCluster], tables: None
+) -> None:
+    # Shard 2's part starts with a row of two values for three columns: clickhouse-connect's
+    # InsertContext refuses it ("column count does not match", a ProgrammingError) before any
+    # request; shard 1's part is written.
+    rows = [[0, "a", 0], [1, "b"], [2, "c", 0], [3, "d", 0]]
+    with (clickhouse_lb.get_sharded_pool(shards=[c.hosts for c in shards], connect_on_create=False) as sharded,
+          pytest.raises(ShardedInsertError) as raised):
+        sharded.insert(TABLE, rows, column_names=["id", "name", "v"],
+                       column_type_names=["Int64", "String", "UInt32"], sharding_key="id")
+    error = raised.value
+    assert error.written == {1: 2}
+    assert isinstance(error.failed[2], ProgrammingError)
+    assert error.may_have_been_applied is False
+    line = next(x for x in str(error).splitlines() if x.startswith("  shard 2"))
+    assert "column count does not match" in line
+    assert line.endswith("[not applied]"), line
+    assert ids_on(shards[0], 0) == [0, 2]
+    assert ids_on(shards[1], 0) == []
 
 
 def test_shard_lookup_and_bad_layouts(shards: list[LocalCluster]) -> None:

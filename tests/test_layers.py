@@ -136,7 +136,8 @@ def test_the_test_cluster_imports_nothing_from_the_pool(module: str) -> None:
 #: The package's layers, lowest first. A module belongs to the first layer whose prefix names it;
 #: a layer may import its own layer and the layers below it, never one above.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("leaves", ("clickhouse_lb._version", "clickhouse_lb._redact", "clickhouse_lb.errors")),
+    ("leaves", ("clickhouse_lb._version", "clickhouse_lb._redact", "clickhouse_lb._part_outcome",
+                "clickhouse_lb.errors")),
     ("config", ("clickhouse_lb.config",)),
     ("core", ("clickhouse_lb.core",)),
     ("probes", ("clickhouse_lb.probes",)),
