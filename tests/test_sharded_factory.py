@@ -66,3 +66,12 @@ def test_a_failure_after_some_shard_pools_were_made_closes_them(monkeypatch: pyt
         clickhouse_lb.get_sharded_pool(shards=UNREACHABLE, connect_on_create=False)
     assert len(made) == 2
     assert all(pool._closed for pool in made)
+
+
+async def test_both_sharded_pools_show_their_shards_weights_and_addresses() -> None:
+    with clickhouse_lb.get_sharded_pool(shards=UNREACHABLE, shard_weights=[1, 2], connect_on_create=False) as pool:
+        assert repr(pool) == "<ShardedPool 1(w1): ['127.0.0.1:1'], 2(w2): ['127.0.0.1:2']>"
+    async with await clickhouse_lb.get_async_sharded_pool(
+        shards=UNREACHABLE, shard_weights=[1, 2], connect_on_create=False
+    ) as aio:
+        assert repr(aio) == "<AsyncShardedPool 1(w1): ['127.0.0.1:1'], 2(w2): ['127.0.0.1:2']>"

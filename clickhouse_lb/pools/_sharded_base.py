@@ -138,6 +138,11 @@ class ShardedBase(Generic[P]):
     def weights(self) -> tuple[int, ...]:
         return self._view.weights
 
+    def __repr__(self) -> str:  # both pools: each shard's number, weight and replica addresses
+        view = self._view
+        shards = ", ".join(f"{n}(w{w}): {p.addresses}" for n, w, p in zip(view.shard_nums, view.weights, view.pools))
+        return f"<{type(self).__name__} {shards}>"
+
     def shard(self, shard_num: int) -> P:
         """The pool of the shard numbered ``shard_num`` (as in ``system.clusters``)."""
         view = self._view

@@ -116,11 +116,6 @@ class ShardedPool(ShardedBase[ReplicaPool]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __repr__(self) -> str:
-        view = self._view
-        shards = ", ".join(f"{n}(w{w}): {p.addresses}" for n, w, p in zip(view.shard_nums, view.weights, view.pools))
-        return f"<ShardedPool {shards}>"
-
 
 def _close_pools(pools: Iterable[ReplicaPool]) -> None:
     for pool in pools:
