@@ -7,6 +7,9 @@ connection is pinned to the first replica while it is healthy.
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -244,3 +247,32 @@ def test_error_counts_are_shared_by_the_engines_connections(healthy_clickhouse_c
         assert pool.replicas[0].errors_count == 2  # both connections counted into one state
         assert pool.plan()[0] != cluster.hosts[0]
         assert who(engine) == cluster.names[1]
+
+
+def _open_sockets() -> int:
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # closed meanwhile
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+    return count
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts sockets through /proc/self/fd (Linux)")
+def test_engine_per_query_leaves_no_sockets_behind(clickhouse_cluster: ClusterBase) -> None:
+    # Superset's way: an engine per query, disposed and dropped. Each engine's replica pool made a
+    # urllib3 pool manager that clickhouse-connect's registry of managers kept, with its idle
+    # connection, for the life of the process: one socket more per query.
+    from clickhouse_connect.driver import httputil
+
+    query = "load_balancing=in_order&health_check_interval_ms=0"
+    with lb_engine(clickhouse_cluster, query) as warm, warm.connect() as conn:
+        conn.execute(text("SELECT 1"))  # imports, the shared state and its first sockets, outside the count
+    gc.collect()
+    sockets, managers = _open_sockets(), len(httputil.all_managers)
+    for _ in range(12):
+        with lb_engine(clickhouse_cluster, query) as engine, engine.connect() as conn:
+            assert conn.execute(text("SELECT 1")).scalar() == 1
+        del engine, conn
+    gc.collect()
+    assert len(httputil.all_managers) == managers
+    assert _open_sockets() - sockets <= 2, "an engine dropped after use kept its sockets open"

@@ -517,3 +517,23 @@ def test_a_pool_read_raced_after_a_stall_names_the_winner_for_its_success(silent
     attempts.left(first, "rows@b")
     watchdog.close()
     pool.close()
+
+
+def test_a_pools_manager_is_registered_while_open_and_released_when_closed_or_dropped() -> None:
+    # clickhouse-connect reads its registry of managers on every request (max_connection_age), so
+    # an open pool's manager stays in it; a closed or dropped pool's kept its sockets there for
+    # the life of the process.
+    import gc
+
+    from clickhouse_connect.driver import httputil
+
+    import clickhouse_lb
+
+    closed = clickhouse_lb.get_pool(["ch-1:8123"], connect_on_create=False)
+    dropped = clickhouse_lb.get_pool(["ch-2:8123"], connect_on_create=False)
+    managers = [closed._manager, dropped._manager]
+    assert all(manager in httputil.all_managers for manager in managers)
+    closed.close()
+    del dropped
+    gc.collect()
+    assert not any(manager in httputil.all_managers for manager in managers)

@@ -23,6 +23,7 @@ import logging
 import os
 import socket
 import threading
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -35,8 +36,8 @@ from clickhouse_lb.core._driver_logs import attach_filter
 from clickhouse_lb.core.events import logger
 
 __all__ = [
-    "AttemptConnections", "current_attempt", "get_ident", "quiet_transport", "running", "set_client_timeouts",
-    "tracking_pool_manager",
+    "AttemptConnections", "current_attempt", "get_ident", "quiet_transport", "release_pool_manager", "running",
+    "set_client_timeouts", "tracking_pool_manager",
 ]
 
 _local = threading.local()
@@ -213,9 +214,12 @@ _OWN_MANAGER_OPTIONS = ("pool_mgr", "http_proxy", "https_proxy", "ca_cert", "cli
                         "server_host_name", "tls_mode", "dedicated_pool")
 
 
-def tracking_pool_manager(client_options: Mapping[str, Any], *, maxsize: int = 16) -> PoolManager | None:
+def tracking_pool_manager(
+    client_options: Mapping[str, Any], *, owner: object | None = None, maxsize: int = 16
+) -> PoolManager | None:
     """A pool manager whose connections can be abandoned, or None where clickhouse-connect would
-    not use its plain shared kind of manager (the pool then leaves the transport alone)."""
+    not use its plain shared kind of manager (the pool then leaves the transport alone). It is
+    ``owner``'s: closed when ``owner`` closes it or is garbage-collected (no owner: the caller's to close)."""
     if any(client_options.get(name) not in (None, False) for name in _OWN_MANAGER_OPTIONS):
         return None
     if client_options.get("verify") in (False, "false", "False", "0", 0, "proxy"):
@@ -223,15 +227,30 @@ def tracking_pool_manager(client_options: Mapping[str, Any], *, maxsize: int = 1
     if any(os.environ.get(name) for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")):
         return None
     try:
-        from clickhouse_connect.driver.httputil import get_pool_manager
+        from clickhouse_connect.driver import httputil
 
-        manager: PoolManager = get_pool_manager(maxsize=maxsize)
+        manager: PoolManager = httputil.get_pool_manager(maxsize=maxsize)
     except Exception:  # pragma: no cover - a clickhouse-connect without that helper
         logger.debug("could not build a pool manager; abandoned attempts finish at their socket timeout",
                      exc_info=True)
         return None
     manager.pool_classes_by_scheme = {"http": _TrackedHTTPConnectionPool, "https": _TrackedHTTPSConnectionPool}
+    if owner is not None:
+        weakref.finalize(owner, release_pool_manager, manager)
     return manager
+
+
+def release_pool_manager(manager: PoolManager) -> None:
+    """Close ``manager``'s connections and take it out of clickhouse-connect's registry of
+    managers. The registry (its connections' age, ``max_connection_age``, and its clear at exit)
+    kept a manager, with its idle sockets, for the life of the process: one per pool closed or
+    dropped, one per SQLAlchemy engine of an engine-per-query application."""
+    manager.clear()
+    from clickhouse_connect.driver import httputil
+
+    registry = getattr(httputil, "all_managers", None)
+    if isinstance(registry, dict):
+        registry.pop(manager, None)
 
 
 def set_client_timeouts(client: Any, timeouts: Timeouts) -> bool:

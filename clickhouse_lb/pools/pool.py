@@ -25,9 +25,7 @@ import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.query import QueryResult
 
-from clickhouse_lb.config.pool_config import (
-    sync_client_option_names,
-)
+from clickhouse_lb.config.pool_config import sync_client_option_names
 from clickhouse_lb.config.replicas import Replica
 from clickhouse_lb.config.settings import NO_OVERRIDES, StatementOverrides
 from clickhouse_lb.core._statements import settings_positions
@@ -35,12 +33,7 @@ from clickhouse_lb.core.attempt_specs import StatementPlan
 from clickhouse_lb.core.failover import run_sync, sync_policy
 from clickhouse_lb.core.shared_state import SharedReplicaSet
 from clickhouse_lb.core.stalls import PingReading
-from clickhouse_lb.pools._base import (
-    ClientSlot,
-    ReplicaSetView,
-    client_options_for,
-    kill_query_sql,
-)
+from clickhouse_lb.pools._base import ClientSlot, ReplicaSetView, client_options_for, kill_query_sql
 from clickhouse_lb.pools._client_api import STATEMENT_METHODS, SyncClientAPI, statement
 from clickhouse_lb.pools._drive_sync import SyncDriver
 from clickhouse_lb.pools._factory_arguments import factory_arguments, pool_factory
@@ -50,7 +43,13 @@ from clickhouse_lb.pools._pinned import PinnedSteps
 from clickhouse_lb.pools._pool_steps import PoolSteps
 from clickhouse_lb.pools._read_your_writes import ReadYourWritesMember
 from clickhouse_lb.pools._steps import close_quietly, drive
-from clickhouse_lb.pools._transport import current_attempt, quiet_transport, set_client_timeouts, tracking_pool_manager
+from clickhouse_lb.pools._transport import (
+    current_attempt,
+    quiet_transport,
+    release_pool_manager,
+    set_client_timeouts,
+    tracking_pool_manager,
+)
 from clickhouse_lb.pools._watchdog import Watchdog
 from clickhouse_lb.probes._shared import Forwarder, SharedProbes
 from clickhouse_lb.probes.workers import ProbeWorker
@@ -123,7 +122,7 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolSteps):
         # Connections an abandoned attempt can be cut off on (where the pool can build the
         # transport clickhouse-connect would; see clickhouse_lb.pools._transport). Not for a client
         # factory of the caller's own: its clients may not take a pool manager.
-        self._manager = tracking_pool_manager(self._options) if client_factory is None else None
+        self._manager = tracking_pool_manager(self._options, owner=self) if client_factory is None else None
         if self._manager is not None:
             self._options["pool_mgr"] = self._manager
         self._policy, self._driver, self._liveness = sync_policy(), SyncDriver(), SyncLiveness()
@@ -181,7 +180,7 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolSteps):
         if self._watchdog is not None:
             self._watchdog.close()
         if self._manager is not None:
-            self._manager.clear()
+            release_pool_manager(self._manager)
         self._liveness.close()
 
     # -- clients ---------------------------------------------------------------------------
