@@ -159,6 +159,22 @@ async def test_a_paused_replica_costs_no_failed_statement(cluster: ClusterBase, 
         assert recorded.statement_errors()[before:] == []
 
 
+async def test_a_replica_paused_before_its_client_exists_is_given_up_on_its_liveness_check(
+    cluster: ClusterBase,
+) -> None:
+    # The client of a replica is made by the first attempt that needs it, and that creation is
+    # what waits on a hung replica. The liveness check asked the (missing) client, took "no
+    # client" for alive, and the attempt waited out the whole read timeout; the sync pool pings on
+    # a connection of its own and gave up on it in under a second.
+    async with make_pool(cluster, load_balancing="in_order", send_receive_timeout=PAUSE_TIMEOUT,
+                         connect_on_create=False, health_check_interval_ms=0) as pool:
+        cluster.pause(0)
+        started = time.monotonic()
+        assert await who(pool) == cluster.names[1]
+        assert time.monotonic() - started < PAUSE_TIMEOUT / 3
+        assert errors(pool)[0] == 1
+
+
 async def test_error_counts_rise_and_decay(cluster: ClusterBase) -> None:
     async with make_pool(
         cluster,

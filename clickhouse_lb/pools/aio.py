@@ -54,6 +54,7 @@ from clickhouse_lb.pools._pinned import PinnedSteps
 from clickhouse_lb.pools._pool_steps import PoolSteps
 from clickhouse_lb.pools._read_your_writes import ReadYourWritesMember
 from clickhouse_lb.pools._steps import close_quietly, drive_async
+from clickhouse_lb.probes._ping import ping_once
 from clickhouse_lb.probes.workers import AsyncProbeWorker
 
 __all__ = ["AsyncPinnedSession", "AsyncReplicaPool", "get_async_pool"]
@@ -275,9 +276,10 @@ class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolSteps):
         """A liveness check: ``/ping`` on a separate connection of the replica's aiohttp
         session, within ``timeout`` seconds (see :func:`~clickhouse_lb.pools._liveness.async_reading`)."""
         client = self._clients[index].client
-        if client is None:
-            return True  # nothing to ask it with yet: leave the attempt to its timeouts
-        return await async_reading(client.ping, self.config.replicas[index].address, timeout)
+        address = self.config.replicas[index].address
+        if client is None:  # its creation is what waits (a hung replica answers no request): ask apart
+            return await async_reading(partial(ping_once, self._options, self._ping_url(index)), address, timeout)
+        return await async_reading(client.ping, address, timeout)
 
     async def _kill_query(self, index: int, query_id: str) -> None:
         client = await self._client(index)

@@ -25,7 +25,7 @@ from clickhouse_lb.probes._stall_ping import StallAwarePinger, stall_aware_wait
 
 _TOLERANCE = LIVENESS_DEFAULTS.stall_tolerance
 
-__all__ = ["DELAY_QUERY", "AsyncPinger", "SyncPinger", "delay_url", "ping_url"]
+__all__ = ["DELAY_QUERY", "AsyncPinger", "SyncPinger", "delay_url", "ping_once", "ping_url"]
 
 DELAY_QUERY = "SELECT max(absolute_delay) FROM system.replicas"
 
@@ -163,6 +163,16 @@ class AsyncPinger:
             await self._session.close()
         finally:
             await self._delay_session.close()
+
+
+async def ping_once(options: Mapping[str, Any], url: str, limit: float) -> bool:
+    """``GET /ping`` answered within ``limit`` seconds (True; a failure raises), on an aiohttp
+    session of its own, made and closed here: for a replica its caller has no connection to yet."""
+    async with _session(options, limit) as session, session.get(url) as response:
+        error = _answered(response.status, await response.read())
+    if error is not None:
+        raise ValueError(error)
+    return True
 
 
 def _session(options: Mapping[str, Any], timeout: float) -> Any:
