@@ -41,3 +41,13 @@ def test_sqlalchemys_own_failure_on_per_host_ports_is_what_the_docs_explain() ->
     top = docs[: docs.index("## URL forms")]  # where a user looks first
     assert str(caught.value) in top.replace("\n> ", " ")
     assert FORM in top
+
+
+@pytest.mark.parametrize("host", ["[::1", "[10.0.0.5", "[db-1.example", "[::1]x", "[db-1.example]"])
+@pytest.mark.parametrize("port", ["", "&port=8123"])
+def test_a_malformed_bracketed_host_is_refused_as_written(host: str, port: str) -> None:
+    """With or without port=: never cut to another host ('[::1' was taken as '::')."""
+    with pytest.raises(ConfigurationError) as caught:
+        engine_args_from_url(make_url(f"clickhousedb+lb://u:@/db?host={host}{port}"))
+    assert f"Bad host {host!r}: expected [ipv6]:port" in str(caught.value)
+

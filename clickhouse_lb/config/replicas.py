@@ -29,6 +29,7 @@ __all__ = [
     "parse_dsn",
     "parse_host",
     "parse_replicas",
+    "split_bracketed",
 ]
 
 DEFAULT_HTTP_PORT = 8123
@@ -122,6 +123,20 @@ def _parse_port(text: str, original: str) -> int:
     return int(text)
 
 
+def split_bracketed(text: str, original: str | None = None) -> tuple[str, str]:
+    """``"[::1]:8123"`` -> ``("::1", ":8123")``, ``"[::1]"`` -> ``("::1", "")``: an IPv6 address
+    in brackets and what follows them. Anything else that starts with ``[`` (no closing bracket,
+    no ``:`` inside, text after the bracket that is not ``:port``) is refused, naming
+    ``original`` (``text`` by default) as the user wrote it."""
+    host, sep, rest = text[1:].partition("]")
+    if not text.startswith("[") or not sep or (rest and not rest.startswith(":")) or ":" not in host:
+        raise ConfigurationError(
+            f"Bad host {shown(text if original is None else original)}: expected [ipv6]:port or [ipv6] "
+            "(an IPv6 address in brackets, such as [::1]:8123)"
+        )
+    return host, rest
+
+
 def parse_host(text: object, default_port: int = DEFAULT_HTTP_PORT, priority: int = 1) -> Replica:
     """``"ch-1:8123"``, ``"ch-1"``, ``"[::1]:8123"``, ``"::1"`` -> :class:`Replica`."""
     if not isinstance(text, str):
@@ -136,9 +151,7 @@ def parse_host(text: object, default_port: int = DEFAULT_HTTP_PORT, priority: in
             "username=/password=, or the whole URL as dsn="
         )
     if text.startswith("["):
-        host, sep, rest = text[1:].partition("]")
-        if not sep or (rest and not rest.startswith(":")) or ":" not in host:
-            raise ConfigurationError(f"Bad host {shown(original)}: expected [ipv6]:port")
+        host, rest = split_bracketed(text, original)
         port = _parse_port(rest[1:], original) if rest else default_port
         return Replica(host, port, priority)
     if text.count(":") > 1:  # a bare IPv6 address, without a port

@@ -45,7 +45,13 @@ from clickhouse_lb.config.pool_config import (
     resolve_pool_config,
     sync_client_option_names,
 )
-from clickhouse_lb.config.replicas import DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, Replica, parse_replicas
+from clickhouse_lb.config.replicas import (
+    DEFAULT_HTTP_PORT,
+    DEFAULT_HTTPS_PORT,
+    Replica,
+    parse_replicas,
+    split_bracketed,
+)
 from clickhouse_lb.config.tls import uses_tls
 from clickhouse_lb.errors import CONFIGURATION_REFERENCE, ConfigurationError, did_you_mean
 from clickhouse_lb.sqlalchemy._compat import url_database
@@ -155,10 +161,13 @@ def _authority_hosts(url: URL) -> list[str]:
     return [f"[{h}]:{url.port}" if ":" in h else f"{h}:{url.port}" for h in hosts]
 
 
-def _has_port(host: str) -> bool:
+def _split_own_port(host: str) -> tuple[str, bool]:
+    """A ``host=`` value as its bare host and whether it has a port of its own; a malformed
+    bracketed one (``[::1`` with no ``]``) is refused as written, never cut to another host."""
     if host.startswith("["):
-        return "]:" in host
-    return host.count(":") == 1
+        bare, rest = split_bracketed(host)
+        return bare, bool(rest)
+    return host, host.count(":") == 1
 
 
 def _with_ports(hosts: list[str], ports: list[str]) -> list[str]:
@@ -171,17 +180,17 @@ def _with_ports(hosts: list[str], ports: list[str]) -> list[str]:
             f"The URL gives {len(ports)} port= values for {len(hosts)} host= values: give one per host, or one for "
             f"all (or write {PER_HOST_PORTS})"
         )
+    split = [_split_own_port(host) for host in hosts]
     paired = []
-    for i, host in enumerate(hosts):
+    for i, (host, (bare, own)) in enumerate(zip(hosts, split)):
         port = ports[0 if len(ports) == 1 else i]
-        if _has_port(host):
+        if own:
             if len(ports) == 1:
                 paired.append(host)  # a port of its own wins over the shared one
                 continue
             raise ConfigurationError(
                 f"Host {host!r} has a port and is also given port={port}: give it once ({PER_HOST_PORTS})"
             )
-        bare = host[1:-1] if host.startswith("[") else host
         paired.append(f"[{bare}]:{port}" if ":" in bare else f"{bare}:{port}")
     return paired
 
