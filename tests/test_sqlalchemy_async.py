@@ -148,6 +148,7 @@ def test_the_sync_scheme_still_gives_the_sync_dialect() -> None:
         ("clickhousedb+lb_async://u@a,b,c:8123/db?priority=0,1", "priority has 2 values for 3 hosts"),
         ("clickhousedb+lb_async://u@a,b:8123/db?session_id=x", "'session_id' is not accepted"),
         ("clickhousedb+lb_async://u@a,b:8123/db?pool_mgr=x", "pool_mgr"),  # the sync client's only
+        ("clickhousedb+lb_async://u@/db?host=a:8123&port=9000", "every host= has a port of its own"),
         ("clickhousedb+lb_async://u@/db?host=[::1&port=9000", "Bad host .\\[::1."),
         ("clickhousedb+lb_async://u@a,b:8123/db?connector_limit=1&connector_limit=2", "given 2 times"),
     ],

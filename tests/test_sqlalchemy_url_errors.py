@@ -51,3 +51,16 @@ def test_a_malformed_bracketed_host_is_refused_as_written(host: str, port: str) 
         engine_args_from_url(make_url(f"clickhousedb+lb://u:@/db?host={host}{port}"))
     assert f"Bad host {host!r}: expected [ipv6]:port" in str(caught.value)
 
+
+@pytest.mark.parametrize("hosts", ["host=ch-1:8123", "host=ch-1:8123&host=[::1]:8124"])
+def test_a_port_no_host_takes_is_refused(hosts: str) -> None:
+    """One port= where every host= has a port of its own: used by nothing, so refused (as two
+    port= values for such hosts are), naming it (docs/sqlalchemy.md: given a port both ways)."""
+    with pytest.raises(ConfigurationError, match=r"port=9000 but every host= has a port of its own") as caught:
+        engine_args_from_url(make_url(f"clickhousedb+lb://u:@/db?{hosts}&port=9000"))
+    assert FORM in str(caught.value)
+
+
+def test_one_port_for_the_hosts_without_one_still_works() -> None:
+    args = engine_args_from_url(make_url("clickhousedb+lb://u:@/db?host=ch-1&host=ch-2:9000&host=[::1]&port=8124"))
+    assert [r.address for r in args.config.replicas] == ["ch-1:8124", "ch-2:9000", "[::1]:8124"]

@@ -171,8 +171,9 @@ def _split_own_port(host: str) -> tuple[str, bool]:
 
 
 def _with_ports(hosts: list[str], ports: list[str]) -> list[str]:
-    """``host=`` values given their ``port=`` values: one port for every host, or one per host
-    in order (a host that already has a port may not get another)."""
+    """``host=`` values given their ``port=`` values: one port for every host without one of its
+    own, or one per host in order (a host that already has a port may not get another, and a
+    port no host takes is refused)."""
     if not hosts:
         raise ConfigurationError(f"The URL gives port={ports[0]} but no host= before it: write {PER_HOST_PORTS}")
     if len(ports) not in (1, len(hosts)):
@@ -181,12 +182,17 @@ def _with_ports(hosts: list[str], ports: list[str]) -> list[str]:
             f"all (or write {PER_HOST_PORTS})"
         )
     split = [_split_own_port(host) for host in hosts]
+    if len(ports) == 1 and all(own for _, own in split):
+        raise ConfigurationError(
+            f"The URL gives port={ports[0]} but every host= has a port of its own ({', '.join(hosts)}), so no host "
+            f"takes it: give each host's port once ({PER_HOST_PORTS})"
+        )
     paired = []
     for i, (host, (bare, own)) in enumerate(zip(hosts, split)):
         port = ports[0 if len(ports) == 1 else i]
         if own:
             if len(ports) == 1:
-                paired.append(host)  # a port of its own wins over the shared one
+                paired.append(host)  # a port of its own; the shared one is for the hosts without
                 continue
             raise ConfigurationError(
                 f"Host {host!r} has a port and is also given port={port}: give it once ({PER_HOST_PORTS})"
