@@ -7,10 +7,12 @@ from importlib.metadata import entry_points
 from typing import Any
 
 import pytest
+import urllib3
 from clickhouse_connect.cc_sqlalchemy.dialect import ClickHouseDialect
 from sqlalchemy import create_engine
 from sqlalchemy.engine import URL, make_url
 
+import clickhouse_lb
 from clickhouse_lb.config.replicas import Replica
 from clickhouse_lb.config.settings import BALANCING_SETTING_NAMES, LoadBalancing
 from clickhouse_lb.errors import ConfigurationError
@@ -318,6 +320,22 @@ def test_a_parameter_given_twice() -> None:
 
 def test_session_id_is_refused_with_the_reason() -> None:
     assert "own ClickHouse session" in raises_at_create_engine("clickhousedb+lb://u@ch-1/db?session_id=abc")
+
+
+def test_pool_mgr_in_a_url_is_refused_at_create_engine_with_the_reason() -> None:
+    """A URL carries a string, never the PoolManager object pool_mgr takes: it failed at the first
+    connect with AttributeError ('str' object has no attribute 'clear')."""
+    message = raises_at_create_engine("clickhousedb+lb://u@ch-1/db?pool_mgr=x")
+    assert "Bad pool_mgr 'x'" in message
+    assert "connect_args={'pool_mgr'" in message
+    with pytest.raises(ConfigurationError, match="Bad pool_mgr 'x'"):
+        clickhouse_lb.get_pool(dsn="clickhouse://ch-1:8123/db?pool_mgr=x", connect_on_create=False)
+
+
+def test_pool_mgr_in_connect_args_is_still_taken() -> None:
+    manager = urllib3.PoolManager()
+    merged = args("clickhousedb+lb://u@ch-1/db").with_connect_args({"pool_mgr": manager})
+    assert merged.config.client_options["pool_mgr"] is manager
 
 
 def test_bad_boolean() -> None:

@@ -248,6 +248,12 @@ def check_client_option(name: str, value: Any) -> Any:
         return value
     if name == "compress":
         return _compress(value)
+    if name == "pool_mgr" and isinstance(value, str):
+        raise ConfigurationError(
+            f"Bad pool_mgr {shown(value)}: pool_mgr takes a urllib3 PoolManager object, which a URL or DSN "
+            "cannot carry; pass it in code: create_engine(..., connect_args={'pool_mgr': manager}) or "
+            "get_pool(..., pool_mgr=manager)"
+        )
     if name == "interface":
         if not isinstance(value, str) or value.strip().lower() not in ("http", "https"):
             raise ConfigurationError(f"Bad interface {shown(value)}: expected 'http' or 'https'")
