@@ -10,6 +10,7 @@ from clickhouse_lb import ConfigurationError, LoadBalancing, Replica, get_pool
 from clickhouse_lb._redact import redact_dsn
 from clickhouse_lb.config.replicas import parse_dsn, parse_host, parse_replicas
 from clickhouse_lb.config.settings import BalancingSettings, parse_balancing_settings, split_statement_settings
+from clickhouse_lb.pools._sharded_base import key_type_cache_ms
 
 
 def test_defaults_are_clickhouses() -> None:
@@ -102,6 +103,26 @@ def test_replica_objects_and_priorities() -> None:
         parse_replicas("a,b,c", priorities=[0, 1])
 
 
+RANGE = "expected an integer -2^63..2^63-1 (lower is preferred, negative allowed)"
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: parse_dsn("clickhouse://a/db?priority=x"), f"Bad priority 'x': {RANGE}"),
+        (lambda: parse_dsn("clickhouse://a,b/db?priority=0,x"), f"Bad priority 'x' in priority='0,x': {RANGE}"),
+        (lambda: Replica("ch-1", priority="x"), f"Bad priority 'x' for replica 'ch-1': {RANGE}"),
+        (lambda: get_pool(hosts=[Replica("ch-1", priority=1.5)], connect_on_create=False),
+         f"Bad priority 1.5 for replica 'ch-1': {RANGE}"),
+    ],
+)
+def test_a_bad_priority_is_said_once_with_what_is_valid(make: Any, message: str) -> None:
+    """Not 'Bad priority in priority='x' 'x': expected an integer an integer -9223372036854775808..'."""
+    with pytest.raises(ConfigurationError) as caught:
+        make()
+    assert str(caught.value) == message
+
+
 def test_dsn_with_hosts_credentials_database_and_settings() -> None:
     parts = parse_dsn("clickhouse://u%40x:p%3Aw@h1:8123,h2:8124/analytics?load_balancing=in_order&compress=0"
                       "&max_threads=2&host=h3:8125&priority=0,1,1")
@@ -175,3 +196,9 @@ def test_get_pool_merges_dsn_and_keywords_keywords_winning() -> None:
     assert pool.config.client_options["settings"] == {"max_threads": "2"}
     assert pool.config.client_options["compress"] is False  # a DSN's string, as the client's type
     assert pool.addresses == ["h1:9000", "h2:9000"]
+
+
+def test_an_integer_setting_without_a_description_says_an_integer_once() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        key_type_cache_ms("x")
+    assert str(caught.value) == "Bad sharding_key_type_cache_ms 'x': expected an integer 0..18446744073709551615"

@@ -303,6 +303,17 @@ def test_bad_balancing_value() -> None:
     assert "'many'" in message
 
 
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("host=ch-1&priority=x", "Bad priority 'x': expected an integer -2^63..2^63-1"),
+        ("host=ch-1,ch-2&priority=0,x", "Bad priority 'x' in priority='0,x': expected an integer -2^63..2^63-1"),
+    ],
+)
+def test_a_bad_priority_is_said_once(query: str, message: str) -> None:
+    assert raises_at_create_engine(f"clickhousedb+lb://u@/db?{query}").startswith(message)
+
+
 def test_priority_count_must_match_the_hosts() -> None:
     assert "one per host" in raises_at_create_engine("clickhousedb+lb://u@a,b,c/db?priority=0,1")
     assert "'x'" in raises_at_create_engine("clickhousedb+lb://u@a,b/db?priority=0,x")

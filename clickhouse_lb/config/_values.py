@@ -133,26 +133,27 @@ def as_int(
     minimum: int | None = 0,
     maximum: int | None = _UINT64,
     accepted: str | None = None,
+    where: str = "",
 ) -> int:
-    """An integer (an integral float or a decimal string is fine), within ``minimum..maximum``."""
-    expected = accepted or (
-        f"an integer {minimum if minimum is not None else ''}..{maximum if maximum is not None else ''}"
-    )
+    """An integer (an integral float or a decimal string is fine), within ``minimum..maximum``.
+    ``accepted``: the valid values as a message says them after "an integer" (default: the
+    range); ``where``: said after the value (`` in priority='0,x'``)."""
+    expected = accepted or f"{minimum if minimum is not None else ''}..{maximum if maximum is not None else ''}"
     if isinstance(value, bool):
-        raise ConfigurationError(f"Bad {name} {shown(value)}: expected an integer {expected}")
+        raise ConfigurationError(f"Bad {name} {shown(value)}{where}: expected an integer {expected}")
     if isinstance(value, str):
         text = value.strip()
         # ASCII digits only: int() also takes '¹²'-like digits of other scripts, and '1_000'.
         digits = text[1:] if text[:1] in "+-" else text
         if not (digits.isascii() and digits.isdigit()) or len(digits) > 25:
-            raise ConfigurationError(f"Bad {name} {shown(text)}: expected an integer {expected}")
+            raise ConfigurationError(f"Bad {name} {shown(text)}{where}: expected an integer {expected}")
         value = int(text)
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
     if not isinstance(value, int):
-        raise ConfigurationError(f"Bad {name} {shown(value)}: expected an integer {expected}")
+        raise ConfigurationError(f"Bad {name} {shown(value)}{where}: expected an integer {expected}")
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        raise ConfigurationError(f"Bad {name} {shown(value)}: expected {expected}")
+        raise ConfigurationError(f"Bad {name} {shown(value)}{where}: expected {expected}")
     return value
 
 
@@ -206,14 +207,19 @@ def as_bool(name: str, value: object) -> bool:
 
 #: Priorities are ClickHouse's ``<priority>`` (Int64 on the server); ours are bounded like it.
 PRIORITY_BOUNDS = (-(2**63), 2**63 - 1)
+#: What a priority may be, as error messages and docs/configuration.md say it.
+PRIORITY_RANGE = "-2^63..2^63-1 (lower is preferred, negative allowed)"
 
 
-def as_priority(value: object, where: str = "priority") -> int:
-    """One replica priority: an integer in the 64-bit signed range (lower is preferred)."""
+def as_priority(value: object, where: str = "") -> int:
+    """One replica priority: an integer in the 64-bit signed range (lower is preferred).
+    ``where``: said after the value in an error (`` for replica 'ch-1'``)."""
     low, high = PRIORITY_BOUNDS
-    return as_int(where, value, minimum=low, maximum=high, accepted=f"an integer {low}..{high}")
+    return as_int("priority", value, minimum=low, maximum=high, accepted=PRIORITY_RANGE, where=where)
 
 
 def parse_priorities(text: str) -> list[int]:
     """``"0,1,1"`` (one per host, or one for all) -> ``[0, 1, 1]``; negative allowed."""
-    return [as_priority(item, f"priority in priority={shown(text)}") for item in text.split(",")]
+    items = text.split(",")
+    where = f" in priority={shown(text)}" if len(items) > 1 else ""
+    return [as_priority(item, where) for item in items]

@@ -53,7 +53,7 @@ class Replica:
         port = self.port
         if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
             raise ConfigurationError(f"Bad port {shown(port)} for replica {self.host!r}: expected 1..65535")
-        as_priority(self.priority, f"priority of replica {self.host!r}")
+        as_priority(self.priority, f" for replica {self.host!r}")
 
     @property
     def address(self) -> str:
