@@ -2,7 +2,8 @@
 ``clickhousedb+lb://`` URL with random balancing over 3 local replicas, a replica killed between
 commands: the migration state is the same every time. The env.py is the one ``alembic init``
 writes, plus ``import clickhouse_lb.alembic``; the URL goes through Alembic's configparser as
-``str(engine.url)`` renders it.
+``engine.url.render_as_string(hide_password=False)`` renders it (``str(engine.url)`` hides the
+password).
 
 Two modes (clickhouse_lb.sqlalchemy._alembic): with ``cluster=`` the version table is replicated
 ON CLUSTER and any replica answers; without it every run is pinned to the URL's first replica,
@@ -122,7 +123,7 @@ def current(config: Config) -> str:
 def url_of(cluster: ClusterBase, database: str, extra: str = "") -> str:
     hosts = "&".join(f"host={h}" for h in cluster.hosts)
     engine = create_engine(f"clickhousedb+lb://default:@/{database}?{hosts}&load_balancing=random{extra}")
-    rendered = engine.url.render_as_string(hide_password=False)  # what str(engine.url) gives, password shown
+    rendered = engine.url.render_as_string(hide_password=False)  # str(engine.url) would give *** for the password
     engine.dispose()
     assert "%" not in rendered
     return rendered

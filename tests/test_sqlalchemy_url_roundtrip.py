@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import configparser
+import re
+from pathlib import Path
 
 import pytest
 from alembic.config import Config
@@ -24,7 +26,7 @@ def addresses(url: str | URL) -> list[str]:
 
 
 def rendered(url: str) -> str:
-    """What ``str(engine.url)`` gives with the password shown (SQLAlchemy 2 masks it in str())."""
+    """An engine's URL as given back to Alembic (``str(engine.url)`` would mask the password)."""
     engine = create_engine(url)
     return engine.url.render_as_string(hide_password=False)
 
@@ -98,3 +100,21 @@ def test_ipv6_hosts_take_their_port_too() -> None:
 
 def test_one_port_for_all_hosts_leaves_a_hosts_own_port() -> None:
     assert addresses("clickhousedb+lb://u@/db?host=a&host=b:9000&port=8123") == ["a:8123", "b:9000"]
+
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def test_the_docs_hand_alembic_the_url_with_its_password() -> None:
+    """str(engine.url) masks the password as *** under SQLAlchemy 2: Alembic given it fails with
+    AUTHENTICATION_FAILED. Every set_main_option("sqlalchemy.url", ...) the docs suggest renders
+    the password."""
+    assert "***" in str(create_engine(PORT_FORM).url)
+    suggested = [
+        (page.name, match.group(1))
+        for page in sorted(DOCS.rglob("*.md"))
+        for match in re.finditer(r'set_main_option\("sqlalchemy\.url", ([^`\n]+)\)', page.read_text())
+    ]
+    assert suggested, "docs/sqlalchemy.md's Alembic section shows the call"
+    for page, argument in suggested:
+        assert "render_as_string(hide_password=False)" in argument, (page, argument)

@@ -1,5 +1,6 @@
 """An engine URL that survives configparser: Alembic's ``config.set_main_option("sqlalchemy.url",
-str(engine.url))`` reads ``%`` as interpolation syntax, and SQLAlchemy renders a query value
+engine.url.render_as_string(hide_password=False))`` (not ``str(engine.url)``, which hides the
+password as ``***``) reads ``%`` as interpolation syntax, and SQLAlchemy renders a query value
 ``host=ch-1:8123`` as ``host=ch-1%3A8123``. The dialects give their engine the same replicas in
 the ``?host=ch-1&port=8123&host=ch-2&port=8124`` form (one ``port=`` per ``host=``, no ``:`` to
 encode; :mod:`clickhouse_lb.sqlalchemy.url` reads it back to the same configuration)."""

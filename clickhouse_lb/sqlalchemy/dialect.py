@@ -68,7 +68,8 @@ class ClickHouseLBDialect(ClickHouseDialect):
     @classmethod
     def engine_created(cls, engine: Engine) -> None:
         """Give the engine its URL in a form without ``%`` (Alembic's configparser reads
-        ``str(engine.url)``; see :mod:`clickhouse_lb.sqlalchemy._url_form`)."""
+        ``engine.url.render_as_string(hide_password=False)``; see
+        :mod:`clickhouse_lb.sqlalchemy._url_form`)."""
         give_percent_free_url(engine)
 
     # -- connecting ------------------------------------------------------------------------
