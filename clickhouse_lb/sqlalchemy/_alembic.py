@@ -32,6 +32,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.schema import CreateTable
 from sqlalchemy.sql.dml import Insert, Update
 
+from clickhouse_lb._redact import brief
 from clickhouse_lb.core.failover import run_sync
 from clickhouse_lb.errors import AllReplicasUnavailableError
 from clickhouse_lb.pools._base import pin_options
@@ -74,11 +75,16 @@ def _pin_first_replica(pool: ReplicaPool, session: bool) -> PinnedSession:
     try:
         return run_sync(attempts, connect, pool._policy)
     except AllReplicasUnavailableError as exc:
+        # Only the migration replica was tried: the error's list of every replica would show
+        # the healthy others as unavailable ("not tried").
+        address = view.balancer.addresses[0]
+        error = exc.last_errors.get(address) or "not reached before the failover timeout"
+        tries = f"{len(exc.failures)} attempt{'s' if len(exc.failures) != 1 else ''}"
         raise CommandError(
-            f"The migration replica {view.balancer.addresses[0]} is unavailable ({exc}). Without cluster= in the "
-            "URL, Alembic's version table and migrations live on the URL's first replica only; another replica "
-            "has another migration state, so none is used instead. Retry when it is back, or name the cluster "
-            "(cluster=...) for a version table replicated over every replica."
+            f"The migration replica {address} (the URL's first host) is unavailable: {brief(error)} ({tries}). "
+            "Without cluster= in the URL, Alembic's version table and migrations live on the URL's first replica "
+            "only; the other replicas have another migration state, so none is used instead. Retry when it is "
+            "back, or name the cluster (cluster=...) for a version table replicated over every replica."
         ) from exc
 
 
