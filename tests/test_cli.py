@@ -214,6 +214,8 @@ def test_status_with_nothing_listening(capsys: pytest.CaptureFixture[str]) -> No
         (["a:1", "a:1"], "Duplicate replica"),
         (["clickhouse://a:1/db", "b:1"], "either one DSN or host names"),
         (["clickhouse://u:pw@/db"], "No hosts in DSN"),
+        (["h1:8123,,h2"], "Empty host name in 'h1:8123,,h2'"),  # as the dialect refuses ch-1,,ch-2
+        (["a:1", "b:1,"], "Empty host name in 'b:1,'"),
         (["a:1", "--user", "u", "--secure", "--timeout", "1"], None),
     ],
 )

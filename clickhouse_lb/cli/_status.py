@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 from clickhouse_lb._redact import redact
 from clickhouse_lb.cli._console import EXIT_FAILED, EXIT_OK, format_table, short_error
+from clickhouse_lb.config.replicas import split_host_list
 from clickhouse_lb.core.balancer import ReplicaStatus
 from clickhouse_lb.errors import ConfigurationError
 from clickhouse_lb.pools.pool import ReplicaPool, get_pool
@@ -84,6 +85,7 @@ def status_targets(targets: Sequence[str]) -> tuple[str | None, list[str] | None
                 "A host argument contains '@': give credentials with --user/--password "
                 f"(or ${PASSWORD_ENV}), or pass one DSN (clickhouse://...)"
             )
+        split_host_list(target, "give hosts as h1:8123,h2:8123 (or as separate arguments), with no empty one")
     return None, list(targets)
 
 

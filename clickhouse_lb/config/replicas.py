@@ -30,6 +30,7 @@ __all__ = [
     "parse_host",
     "parse_replicas",
     "split_bracketed",
+    "split_host_list",
 ]
 
 DEFAULT_HTTP_PORT = 8123
@@ -121,6 +122,15 @@ def _parse_port(text: str, original: str) -> int:
             f"Bad port {text if plain else shown(text)} in host {shown(original)}: expected 1..65535"
         )
     return int(text)
+
+
+def split_host_list(text: str, hint: str) -> list[str]:
+    """``"ch-1:8123, ch-2"`` -> ``["ch-1:8123", "ch-2"]``; an empty entry (``ch-1,,ch-2``, a
+    trailing comma) is refused, naming the list as written, then ``hint`` (the form to write)."""
+    hosts = [h.strip() for h in text.split(",")]
+    if not all(hosts):
+        raise ConfigurationError(f"Empty host name in {shown(text)}: {hint}")
+    return hosts
 
 
 def split_bracketed(text: str, original: str | None = None) -> tuple[str, str]:

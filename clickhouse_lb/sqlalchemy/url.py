@@ -51,6 +51,7 @@ from clickhouse_lb.config.replicas import (
     Replica,
     parse_replicas,
     split_bracketed,
+    split_host_list,
 )
 from clickhouse_lb.config.tls import uses_tls
 from clickhouse_lb.errors import CONFIGURATION_REFERENCE, ConfigurationError, did_you_mean
@@ -153,9 +154,7 @@ def _authority_hosts(url: URL) -> list[str]:
         if url.port is not None:
             raise ConfigurationError(f"The URL gives port {url.port} but no host before it: write {PER_HOST_PORTS}")
         return []
-    hosts = [h.strip() for h in url.host.split(",")]
-    if not all(hosts):
-        raise ConfigurationError(f"Empty host name in {url.host!r}: write {PER_HOST_PORTS}")
+    hosts = split_host_list(url.host, f"write {PER_HOST_PORTS}")
     if url.port is None:
         return hosts
     return [f"[{h}]:{url.port}" if ":" in h else f"{h}:{url.port}" for h in hosts]
