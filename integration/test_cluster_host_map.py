@@ -64,3 +64,15 @@ def test_the_text_form_works_in_a_dsn_and_a_sqlalchemy_url(cluster: LocalCluster
             assert connection.execute(sqlalchemy.text(WHO)).scalar() in {"r1", "r2", "r3"}
     finally:
         engine.dispose()
+
+
+def test_a_sharded_pool_maps_every_shards_replicas() -> None:
+    # get_sharded_pool(cluster=...) read the shards without the map: each shard's pool got the
+    # listed names, which do not resolve, and its creation check failed.
+    listed = ["ch-1:8123", "ch-2:8123"]
+    with LocalCluster(shards=2, replicas=1, advertised_hosts=listed) as local:
+        host_map = dict(zip(listed, local.hosts))
+        with clickhouse_lb.get_sharded_pool(hosts=local.hosts[:1], cluster="lb_cluster",
+                                            cluster_host_map=host_map) as sharded:
+            assert [shard.addresses for shard in sharded.shards] == [[local.hosts[0]], [local.hosts[1]]]
+            assert sharded.shard(2).query("SELECT getMacro('shard')").result_rows == [("02",)]

@@ -134,9 +134,10 @@ class ShardLayout:
 
 
 def shards_from_rows(
-    rows: Iterable[ClusterRow], *, cluster: str, http_port: int | None = None
+    rows: Iterable[ClusterRow], *, cluster: str, http_port: int | None = None, host_map: Sequence[HostMapping] = (),
 ) -> list[ShardLayout]:
-    """Every shard of ``cluster`` in ``shard_num`` order, with its weight and replicas."""
+    """Every shard of ``cluster`` in ``shard_num`` order, with its weight and replicas (named as
+    :func:`replicas_from_rows` names them)."""
     rows = list(rows)
     numbers = sorted({r.shard_num for r in rows})
     if not numbers:
@@ -145,7 +146,7 @@ def shards_from_rows(
         ShardLayout(
             number,
             next(r.shard_weight for r in rows if r.shard_num == number),
-            tuple(replicas_from_rows(rows, cluster=cluster, shard=number, http_port=http_port)),
+            tuple(replicas_from_rows(rows, cluster=cluster, shard=number, http_port=http_port, host_map=host_map)),
         )
         for number in numbers
     ]

@@ -78,8 +78,10 @@ class ClusterReader:
     def shards(self, seeds: Sequence[Replica]) -> list[ShardLayout]:
         """Every shard of the cluster with its weight and replicas (a sharded pool's layout)."""
         _, rows = discover(seeds, self.rows)
-        assert self.settings.cluster is not None
-        return shards_from_rows(rows, cluster=self.settings.cluster, http_port=self.settings.cluster_http_port)
+        settings = self.settings
+        assert settings.cluster is not None
+        return shards_from_rows(rows, cluster=settings.cluster, http_port=settings.cluster_http_port,
+                                host_map=settings.cluster_host_map)
 
     def close(self) -> None:
         self._http.clear()
