@@ -67,7 +67,7 @@ _POOL_COUNTERS = (
     ("failed_probes", "health probes that failed"),
 )
 _FAILURES_HELP = (
-    "errors counted against replicas, by kind (connect, disconnect, timeout, http_status, "
+    "errors counted against replicas, by kind (connect, disconnect, timeout, hung, http_status, "
     "server_error, probe, ping, recorded)"
 )
 
