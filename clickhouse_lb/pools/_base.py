@@ -52,6 +52,7 @@ from clickhouse_lb.pools._discovery import (
 from clickhouse_lb.pools._pinned_base import PinnedBase
 from clickhouse_lb.pools._private_members import PrivateMembers
 from clickhouse_lb.pools._session_mode import pool_session_id, pooled_client_options
+from clickhouse_lb.probes._ping import ping_url
 
 __all__ = [
     "ClientSlot",
@@ -306,7 +307,7 @@ class PoolBase(PrivateMembers, ClientMembers, DiscoveryMembers):
         )
 
     def _ping_url(self, index: int) -> str:
-        return f"{'https' if self.config.secure else 'http'}://{self.config.replicas[index].address}/ping"
+        return ping_url(self.config.replicas[index].address, self.config.client_options)
 
     def __repr__(self) -> str:
         return (

@@ -20,7 +20,7 @@ kernel times it, and the answer is in hand when the thread gets the GIL back).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from clickhouse_lb.config.liveness import LIVENESS_DEFAULTS
@@ -28,6 +28,7 @@ from clickhouse_lb.core.classify import classify
 from clickhouse_lb.core.events import logger
 from clickhouse_lb.core.stalls import PingReading, detector
 from clickhouse_lb.probes._loop_stalls import loop_meter
+from clickhouse_lb.probes._route import Route
 from clickhouse_lb.probes._stall_ping import StallAwarePinger, stall_aware_wait
 
 __all__ = ["STALLED_CONNECT_RETRIES", "SyncLiveness", "async_reading", "connect_timed_out", "stall_tolerant_run"]
@@ -44,10 +45,10 @@ STALLED_CONNECT_RETRIES = 8
 
 
 class SyncLiveness:
-    """A sync pool's liveness pings."""
+    """A sync pool's liveness pings, reaching the replicas as the clients with ``options`` do."""
 
-    def __init__(self) -> None:
-        self._pinger = StallAwarePinger(tolerance=_TOLERANCE)
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        self._pinger = StallAwarePinger(tolerance=_TOLERANCE, route=Route(options or {}))
 
     def ping(self, url: str, address: str, timeout: float) -> PingReading:
         reading = self._pinger.ping(url, detector.ping_timeout(address, timeout))

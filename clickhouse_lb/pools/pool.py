@@ -125,7 +125,7 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolSteps):
         self._manager = tracking_pool_manager(self._options, owner=self) if client_factory is None else None
         if self._manager is not None:
             self._options["pool_mgr"] = self._manager
-        self._policy, self._driver, self._liveness = sync_policy(), SyncDriver(), SyncLiveness()
+        self._policy, self._driver, self._liveness = sync_policy(), SyncDriver(), SyncLiveness(self._options)
         # Attempts that are not hedged run on the caller's thread under a watchdog where their
         # connections can be shut down from outside (or the clients are the caller's own: a
         # test's fakes); otherwise on the driver's worker threads, which the statement can

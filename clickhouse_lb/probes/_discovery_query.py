@@ -1,7 +1,8 @@
 """Ask a seed for the cluster's replicas (the I/O half of :mod:`clickhouse_lb.core.discovery`).
 
 One ``GET`` per seed on a connection of our own (never a statement's), with the pool's
-credentials and TLS options; ``{cluster:String}`` travels as a server-side parameter.
+credentials, reaching the seed as its clients do (path prefix, TLS, proxy: see
+:mod:`~clickhouse_lb.probes._route`); ``{cluster:String}`` travels as a server-side parameter.
 Synchronous (urllib3): the pools discover once at construction, and the refresh runs on the
 sync worker's thread or, for the async pool, in a thread of the default executor.
 """
@@ -17,7 +18,6 @@ import urllib3
 
 from clickhouse_lb.config.discovery import DiscoverySettings
 from clickhouse_lb.config.replicas import Replica
-from clickhouse_lb.config.tls import uses_tls
 from clickhouse_lb.core.discovery import (
     CLUSTER_QUERY,
     ClusterRow,
@@ -26,7 +26,8 @@ from clickhouse_lb.core.discovery import (
     replicas_from_rows,
     shards_from_rows,
 )
-from clickhouse_lb.probes._ping import _ssl_context, auth_headers, ping_url
+from clickhouse_lb.probes._ping import auth_headers
+from clickhouse_lb.probes._route import Route, RoutedManagers, base_url
 
 __all__ = ["ClusterReader"]
 
@@ -47,17 +48,14 @@ class ClusterReader:
         self.timeout = urllib3.Timeout(connect=connect_timeout, read=read_timeout)
         self._options = dict(options)
         self._headers = auth_headers(options)
-        secure = uses_tls(options)
-        kwargs: dict[str, Any] = {"ssl_context": _ssl_context(options)} if secure else {}
-        self._http = urllib3.PoolManager(num_pools=8, maxsize=1, retries=False, **kwargs)
+        self._http = RoutedManagers(Route(options), num_pools=8, maxsize=1, retries=False)
         query = {"query": CLUSTER_QUERY + " FORMAT JSONEachRow", "param_cluster": settings.cluster}
         if options.get("database"):
             query["database"] = str(options["database"])
         self._query = "/?" + urlencode(query)
 
     def rows(self, seed: Replica) -> list[ClusterRow]:
-        url = ping_url(seed.address, self._options).removesuffix("/ping") + self._query
-        response = self._http.request("GET", url, headers=self._headers, timeout=self.timeout)
+        response = self._http.get(base_url(seed.address, self._options) + self._query, self._headers, self.timeout)
         body = response.data.decode("utf-8", "replace")
         if response.status != 200:
             raise RuntimeError(f"HTTP {response.status}: {body[:200]}")

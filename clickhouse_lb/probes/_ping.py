@@ -9,7 +9,6 @@ The replication delay is read the same way, with the pool's credentials: the lar
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -17,10 +16,10 @@ from urllib.parse import quote
 import urllib3
 
 from clickhouse_lb.config.liveness import LIVENESS_DEFAULTS
-from clickhouse_lb.config.tls import uses_tls
 from clickhouse_lb.core.classify import classify
 from clickhouse_lb.core.health import ProbeOutcome
 from clickhouse_lb.core.stalls import Evidence, PingReading, detector
+from clickhouse_lb.probes._route import Route, RoutedManagers, base_url
 from clickhouse_lb.probes._stall_ping import StallAwarePinger, stall_aware_wait
 
 _TOLERANCE = LIVENESS_DEFAULTS.stall_tolerance
@@ -31,13 +30,14 @@ DELAY_QUERY = "SELECT max(absolute_delay) FROM system.replicas"
 
 
 def ping_url(address: str, options: Mapping[str, Any]) -> str:
-    """``http(s)://host:port/ping`` for a replica address, HTTPS as the pool's clients use it."""
-    return f"{'https' if uses_tls(options) else 'http'}://{address}/ping"
+    """``http(s)://host:port[/proxy_path]/ping`` for a replica address, as the pool's clients
+    reach it (see :mod:`~clickhouse_lb.probes._route`)."""
+    return base_url(address, options) + "/ping"
 
 
 def delay_url(address: str, options: Mapping[str, Any]) -> str:
     """The URL that reads a replica's replication delay (:data:`DELAY_QUERY`)."""
-    return ping_url(address, options).removesuffix("/ping") + "/?query=" + quote(DELAY_QUERY)
+    return base_url(address, options) + "/?query=" + quote(DELAY_QUERY)
 
 
 def auth_headers(options: Mapping[str, Any]) -> dict[str, str]:
@@ -54,17 +54,6 @@ def _delay(status: int, body: bytes) -> float:
     if status != 200:
         raise ValueError(f"HTTP {status}: {body[:120]!r}")
     return float(body.strip() or 0)
-
-
-def _ssl_context(options: Mapping[str, Any]) -> ssl.SSLContext:
-    """TLS as the replica clients are told (``verify``, ``ca_cert``, ``client_cert``/``_key``)."""
-    context = ssl.create_default_context(cafile=options.get("ca_cert") or None)
-    if not options.get("verify", True):
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    if options.get("client_cert"):
-        context.load_cert_chain(options["client_cert"], options.get("client_cert_key") or None)
-    return context
 
 
 def _address(url: str) -> str:
@@ -91,10 +80,9 @@ class SyncPinger:
 
     def __init__(self, options: Mapping[str, Any], timeout: float) -> None:
         self.timeout = timeout
-        secure = uses_tls(options)
-        kwargs: dict[str, Any] = {"ssl_context": _ssl_context(options)} if secure else {}
-        self._http = urllib3.PoolManager(num_pools=64, maxsize=1, retries=False, **kwargs)
-        self._pinger = StallAwarePinger(tolerance=_TOLERANCE, ssl_context=kwargs.get("ssl_context"))
+        route = Route(options)
+        self._http = RoutedManagers(route, num_pools=64, maxsize=1, retries=False)
+        self._pinger = StallAwarePinger(tolerance=_TOLERANCE, route=route)
         self._headers = auth_headers(options)
 
     def ping(self, url: str) -> ProbeOutcome:
@@ -108,9 +96,7 @@ class SyncPinger:
     def delay(self, url: str) -> tuple[float | None, str | None]:
         """``(delay in seconds, None)``, or ``(None, why not)``."""
         try:
-            response = self._http.request(
-                "GET", url, headers=self._headers, timeout=urllib3.Timeout(total=self.timeout)
-            )
+            response = self._http.get(url, self._headers, urllib3.Timeout(total=self.timeout))
             return _delay(response.status, response.data), None
         except Exception as exc:
             return None, classify(exc).reason
@@ -132,8 +118,9 @@ class AsyncPinger:
 
     def __init__(self, options: Mapping[str, Any], timeout: float) -> None:
         self.timeout = timeout
-        self._session = _session(options, timeout)
-        self._delay_session = _session(options, timeout)
+        self._route = Route(options)
+        self._session = _session(self._route, timeout)
+        self._delay_session = _session(self._route, timeout)
         self._headers = auth_headers(options)
 
     async def ping(self, url: str) -> ProbeOutcome:
@@ -142,7 +129,8 @@ class AsyncPinger:
         async def once(limit: float) -> bool:
             import aiohttp
 
-            async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=limit)) as response:
+            async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=limit),
+                                         **self._route.aiohttp_options(url)) as response:
                 error = _answered(response.status, await response.read())
             if error is not None:
                 raise ValueError(error)
@@ -153,7 +141,9 @@ class AsyncPinger:
 
     async def delay(self, url: str) -> tuple[float | None, str | None]:
         try:
-            async with self._delay_session.get(url, headers=self._headers) as response:
+            options = self._route.aiohttp_options(url)
+            options["headers"].update(self._headers)
+            async with self._delay_session.get(url, **options) as response:
                 return _delay(response.status, await response.read()), None
         except Exception as exc:
             return None, classify(exc).reason or type(exc).__name__
@@ -168,17 +158,18 @@ class AsyncPinger:
 async def ping_once(options: Mapping[str, Any], url: str, limit: float) -> bool:
     """``GET /ping`` answered within ``limit`` seconds (True; a failure raises), on an aiohttp
     session of its own, made and closed here: for a replica its caller has no connection to yet."""
-    async with _session(options, limit) as session, session.get(url) as response:
+    route = Route(options)
+    async with _session(route, limit) as session, session.get(url, **route.aiohttp_options(url)) as response:
         error = _answered(response.status, await response.read())
     if error is not None:
         raise ValueError(error)
     return True
 
 
-def _session(options: Mapping[str, Any], timeout: float) -> Any:
-    """An aiohttp session keeping one connection per replica (the pool's TLS settings)."""
+def _session(route: Route, timeout: float) -> Any:
+    """An aiohttp session keeping one connection per replica (the pool's TLS settings; each
+    request takes the rest of its way from :meth:`Route.aiohttp_options`)."""
     import aiohttp
 
-    ssl = _ssl_context(options) if uses_tls(options) else False
-    connector = aiohttp.TCPConnector(ssl=ssl, limit_per_host=1)
+    connector = aiohttp.TCPConnector(ssl=route.ssl_context or False, limit_per_host=1)
     return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout))

@@ -25,12 +25,13 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connection import HTTPConnection
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 from urllib3.util import parse_url
 
 from clickhouse_lb.core.stalls import PingReading, lateness
 from clickhouse_lb.probes._loop_stalls import LoopStallMeter, loop_meter
+from clickhouse_lb.probes._route import Route
 
 __all__ = ["STARVED_SHARE", "StallAwarePinger", "run_delay", "stall_aware_wait", "starved"]
 
@@ -84,41 +85,41 @@ def _hard(exc: BaseException) -> bool:
 
 class StallAwarePinger:
     """Pings replicas over kept-alive urllib3 connections (one idle connection per address).
-    ``tolerance``: how late a wait may wake up and still count as on time."""
+    ``tolerance``: how late a wait may wake up and still count as on time; ``route``: how the
+    pool's clients reach the replicas (TLS, server name, proxy; none of them without)."""
 
     def __init__(
-        self, *, tolerance: float = 0.05, ssl_context: Any = None, clock: Callable[[], float] = time.monotonic,
+        self, *, tolerance: float = 0.05, route: Route | None = None, clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._ssl_context = ssl_context
-        self._headers = {"Connection": "keep-alive"}
+        self._route = route if route is not None else Route({})
+        self._headers = {"Connection": "keep-alive", **self._route.headers}
         self.tolerance = tolerance
         self._clock = clock
-        self._idle: dict[tuple[str, str, int], HTTPConnection] = {}
+        self._idle: dict[tuple[str, str, int], tuple[HTTPConnection, bool]] = {}
         self._lock = threading.Lock()
 
-    def _connection(self, key: tuple[str, str, int], *, reuse: bool) -> tuple[HTTPConnection, bool]:
-        """A connection to ``key`` and whether it is fresh (a kept-alive one when ``reuse``)."""
-        scheme, host, port = key
-        connection = None
+    def _connection(self, key: tuple[str, str, int], *, reuse: bool) -> tuple[HTTPConnection, bool, bool]:
+        """A connection to ``key``, whether it is fresh (a kept-alive one when ``reuse``) and
+        whether its requests name the whole URL (a forwarding proxy's)."""
+        kept = None
         if reuse:
             with self._lock:
-                connection = self._idle.pop(key, None)
-        if connection is not None and connection.sock is not None:
+                kept = self._idle.pop(key, None)
+        if kept is not None and kept[0].sock is not None:
             # An idle kept-alive socket that reads as ready was closed by the server (or holds
             # garbage): start afresh rather than fail a ping on it.
-            if not _readable(connection.sock, 0):
-                return connection, False
-            connection.close()
-        if scheme == "https":
-            return HTTPSConnection(host, port, ssl_context=self._ssl_context), True
-        return HTTPConnection(host, port), True
+            if not _readable(kept[0].sock, 0):
+                return kept[0], False, kept[1]
+            kept[0].close()
+        connection, absolute = self._route.connection(*key)
+        return connection, True, absolute
 
-    def _keep(self, key: tuple[str, str, int], connection: HTTPConnection) -> None:
+    def _keep(self, key: tuple[str, str, int], connection: HTTPConnection, absolute: bool) -> None:
         with self._lock:
             previous = self._idle.get(key)
-            self._idle[key] = connection
-        if previous is not None and previous is not connection:
-            previous.close()
+            self._idle[key] = (connection, absolute)
+        if previous is not None and previous[0] is not connection:
+            previous[0].close()
 
     def ping(self, url: str, timeout: float) -> PingReading:
         parsed = parse_url(url)
@@ -132,7 +133,9 @@ class StallAwarePinger:
 
     def _ping_once(self, key: tuple[str, str, int], path: str, timeout: float, *, reuse: bool) -> PingReading | None:
         clock = self._clock
-        connection, fresh = self._connection(key, reuse=reuse)
+        connection, fresh, absolute = self._connection(key, reuse=reuse)
+        if absolute:
+            path = f"{key[0]}://{key[1]}:{key[2]}{path}"
         connection.timeout = timeout
         start = clock()
         try:
@@ -166,7 +169,7 @@ class StallAwarePinger:
             if response.headers.get("connection", "").lower() == "close" or connection.sock is None:
                 connection.close()
             else:
-                self._keep(key, connection)
+                self._keep(key, connection, absolute)
             # ``late``: an answer found after a late wake-up reads as slow as this process's
             # stall (the detector does not learn a latency from it).
             return PingReading(True, elapsed, timeout, late)
@@ -198,7 +201,7 @@ class StallAwarePinger:
     def close(self) -> None:
         with self._lock:
             idle, self._idle = list(self._idle.values()), {}
-        for connection in idle:
+        for connection, _ in idle:
             with contextlib.suppress(Exception):
                 connection.close()
 
