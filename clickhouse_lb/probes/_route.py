@@ -40,9 +40,12 @@ def base_url(address: str, options: Mapping[str, Any]) -> str:
 
 def _ssl_context(options: Mapping[str, Any]) -> ssl.SSLContext:
     """TLS as the replica clients are told (``verify``, ``ca_cert``, ``client_cert``/``_key``)."""
-    from clickhouse_connect.driver.httputil import resolve_ca_cert
+    ca_cert = options.get("ca_cert") or None
+    if ca_cert == "certifi":  # clickhouse-connect's own spelling for certifi's bundle (certifi: its dependency)
+        import certifi
 
-    context = ssl.create_default_context(cafile=resolve_ca_cert(options.get("ca_cert") or None))
+        ca_cert = certifi.where()
+    context = ssl.create_default_context(cafile=ca_cert)
     if not options.get("verify", True):
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
@@ -101,8 +104,12 @@ class Route:
         if scheme == "http":
             return (HTTPSConnection(proxy_host, proxy_port) if url.scheme == "https"
                     else HTTPConnection(proxy_host, proxy_port)), True
-        from urllib3._base_connection import ProxyConfig
-
+        try:  # urllib3 2: the tunnel's own TLS settings (a private module: its public API has no other way)
+            from urllib3._base_connection import ProxyConfig
+        except ImportError:  # pragma: no cover - urllib3 1.26: a plain CONNECT tunnel
+            tunnel = HTTPSConnection(proxy_host, proxy_port, ssl_context=self.ssl_context)
+            tunnel.set_tunnel(host, port)
+            return tunnel, False
         tunnel = HTTPSConnection(proxy_host, proxy_port, proxy=url, proxy_config=ProxyConfig(None, False, None, None),
                                  **self.tls_options())
         tunnel.set_tunnel(host, port, scheme=url.scheme or "http")
