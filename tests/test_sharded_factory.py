@@ -11,6 +11,8 @@ import clickhouse_lb
 from clickhouse_lb.errors import ConfigurationError
 from clickhouse_lb.pools import sharded, sharded_aio
 
+from .test_client_members import _async_available
+
 #: Nothing listens there: a pool made with its creation check would fail to connect, not refuse the weights.
 UNREACHABLE = [["127.0.0.1:1"], ["127.0.0.1:2"]]
 
@@ -68,9 +70,13 @@ def test_a_failure_after_some_shard_pools_were_made_closes_them(monkeypatch: pyt
     assert all(pool._closed for pool in made)
 
 
-async def test_both_sharded_pools_show_their_shards_weights_and_addresses() -> None:
+def test_the_sharded_pool_shows_its_shards_weights_and_addresses() -> None:
     with clickhouse_lb.get_sharded_pool(shards=UNREACHABLE, shard_weights=[1, 2], connect_on_create=False) as pool:
         assert repr(pool) == "<ShardedPool 1(w1): ['127.0.0.1:1'], 2(w2): ['127.0.0.1:2']>"
+
+
+@pytest.mark.skipif(not _async_available(), reason="clickhouse-connect 0.x has no native AsyncClient")
+async def test_the_async_sharded_pool_shows_them_as_the_sync_one_does() -> None:
     async with await clickhouse_lb.get_async_sharded_pool(
         shards=UNREACHABLE, shard_weights=[1, 2], connect_on_create=False
     ) as aio:

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+import sqlalchemy
 from alembic.config import Config
 from sqlalchemy import create_engine
 from sqlalchemy.engine import URL, make_url
@@ -109,7 +110,8 @@ def test_the_docs_hand_alembic_the_url_with_its_password() -> None:
     """str(engine.url) masks the password as *** under SQLAlchemy 2: Alembic given it fails with
     AUTHENTICATION_FAILED. Every set_main_option("sqlalchemy.url", ...) the docs suggest renders
     the password."""
-    assert "***" in str(create_engine(PORT_FORM).url)
+    if sqlalchemy.__version__ >= "2":  # (1.4's str() shows the password: the compat job)
+        assert "***" in str(create_engine(PORT_FORM).url)
     suggested = [
         (page.name, match.group(1))
         for page in sorted(DOCS.rglob("*.md"))
