@@ -175,6 +175,20 @@ async def test_a_replica_paused_before_its_client_exists_is_given_up_on_its_live
         assert errors(pool)[0] == 1
 
 
+async def test_statements_queued_beyond_the_connection_limit_do_not_make_a_busy_replica_hung(
+    cluster: ClusterBase,
+) -> None:
+    # 40 statements at once on one replica, its client allowing 20 connections to it (aiohttp's
+    # connector_limit_per_host, clickhouse-connect's default): 20 wait for a connection. The
+    # liveness pings went through that same client and queued behind the running statements: no
+    # answer within the ping timeout, the busy replica was called hung and its reads sent again.
+    async with make_pool(cluster, load_balancing="in_order", health_check_interval_ms=0) as pool:
+        await who(pool)
+        answered = await asyncio.gather(*(pool.command("SELECT getMacro('replica'), sleep(0.5)") for _ in range(40)))
+        assert {row[0] for row in answered} == {cluster.names[0]}
+        assert errors(pool) == [0, 0, 0]
+
+
 async def test_error_counts_rise_and_decay(cluster: ClusterBase) -> None:
     async with make_pool(
         cluster,

@@ -3,8 +3,9 @@
 the configured one), and a reading that tells a silent replica from a stalled waiter.
 
 Sync: :class:`~clickhouse_lb.probes._stall_ping.StallAwarePinger` on connections of its own.
-Async: the replica client's own ``ping`` (before the replica has a client, whose creation is
-then what waits: :func:`~clickhouse_lb.probes._ping.ping_once`, on a session of its own), awaited as
+Async: :func:`~clickhouse_lb.probes._ping.ping_once`, on a session of its own (the client's
+session queues requests beyond its per-host connection limit, behind the running statements;
+the client's own ``ping`` only for a client factory of the caller's), awaited as
 :func:`~clickhouse_lb.probes._stall_ping.stall_aware_wait` does on the event loop what the sync
 pinger does on a socket.
 

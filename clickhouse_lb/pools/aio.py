@@ -147,6 +147,9 @@ class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolSteps):
 
     def _set_up(self, client_factory: AsyncClientFactory | None) -> None:
         self._factory: AsyncClientFactory = client_factory or clickhouse_connect.get_async_client
+        #: Liveness pings on sessions of their own (see _replica_alive), where the pool makes
+        #: clickhouse-connect's clients and so knows how they reach a replica.
+        self._ping_apart = client_factory is None
         self._drive, self._run_attempts = drive_async, run_async
         # The async client takes fractional timeouts natively.
         self._options = client_options_for(self.config, whole_seconds=False)
@@ -273,11 +276,16 @@ class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolSteps):
         return (await self._driver.run_planned(plan, index, run, self._replica_alive, self._kill_query))[1]
 
     async def _replica_alive(self, index: int, timeout: float) -> bool | PingReading:
-        """A liveness check: ``/ping`` on a separate connection of the replica's aiohttp
-        session, within ``timeout`` seconds (see :func:`~clickhouse_lb.pools._liveness.async_reading`)."""
+        """A liveness check: ``/ping`` within ``timeout`` seconds (see
+        :func:`~clickhouse_lb.pools._liveness.async_reading`), on a session of its own, as the
+        sync pool pings on connections of its own: the client's session queues requests beyond
+        its per-host limit (``connector_limit_per_host``), and a ping queued behind that many
+        running statements took a busy replica for a hung one; a replica without a client is
+        asked apart too (its client's creation is what waits). The client's own ``ping`` only for
+        a client factory of the caller's."""
         client = self._clients[index].client
         address = self.config.replicas[index].address
-        if client is None:  # its creation is what waits (a hung replica answers no request): ask apart
+        if self._ping_apart or client is None:
             return await async_reading(partial(ping_once, self._options, self._ping_url(index)), address, timeout)
         return await async_reading(client.ping, address, timeout)
 
