@@ -414,3 +414,16 @@ def test_a_read_stalled_on_a_paused_replica_is_answered_by_another_right_after_t
     assert answered == cluster.names[1]
     assert elapsed < 6.0, f"{elapsed:.2f}s: the read waited for its ping instead of racing replica 1"
     assert recorded.statement_error_addresses() == []  # a lost race is not an error of the replica
+
+
+def test_create_insert_context_fails_over_from_a_hung_replica(cluster: ClusterBase, table: str) -> None:
+    # Its DESCRIBE (also a routed insert's when the column types are not given) ran outside the
+    # attempt watch: a paused replica held it for the whole read timeout, past failover_timeout.
+    with clickhouse_lb.get_pool(cluster.hosts, load_balancing="in_order", send_receive_timeout=30,
+                                failover_timeout=10, health_check_interval_ms=0) as pool:
+        cluster.pause(0)
+        started = time.monotonic()
+        context = pool.create_insert_context(table)
+        assert time.monotonic() - started < 5  # a few tenths; the paused replica held it 30 s
+        assert context.column_names == ["id"]
+        assert pool.replicas[0].errors_count == 1

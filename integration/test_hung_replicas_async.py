@@ -100,3 +100,17 @@ async def test_a_read_stalled_on_a_paused_replica_is_answered_by_another_right_a
     assert stalled.is_set()  # the read did go to the paused replica first
     assert answered == cluster.names[1]
     assert elapsed < 6.0, f"{elapsed:.2f}s: the read waited for its ping instead of racing replica 1"
+
+
+async def test_create_insert_context_fails_over_from_a_hung_replica_async(cluster: ClusterBase) -> None:
+    # As the sync test: its DESCRIBE ran outside the attempt's driver, unwatched.
+    cluster.on_all("DROP TABLE IF EXISTS lb_hang_async")
+    cluster.on_all("CREATE TABLE lb_hang_async (id UInt32) ENGINE = MergeTree ORDER BY id")
+    async with await clickhouse_lb.get_async_pool(cluster.hosts, load_balancing="in_order", send_receive_timeout=30,
+                                                  failover_timeout=10, health_check_interval_ms=0) as pool:
+        cluster.pause(0)
+        started = time.monotonic()
+        context = await pool.create_insert_context("lb_hang_async")
+        assert time.monotonic() - started < 5  # a few tenths; the paused replica held it 30 s
+        assert context.column_names == ["id"]
+        assert pool.replicas[0].errors_count == 1

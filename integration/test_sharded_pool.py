@@ -4,6 +4,7 @@ on every replica of that shard, exactly once, also with a replica killed mid-way
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -374,3 +375,22 @@ async def test_the_async_sharded_pool_routes_a_large_insert_taken_part_by_part(
         summary = await insert_large(sharded, "rows", large_data("rows"))
     assert summary.written_rows == LARGE
     assert_large_on_engine_shards(shards, weights)
+
+
+def test_a_routed_insert_without_column_types_fails_over_from_a_hung_replica(
+    shards: list[LocalCluster], tables: None
+) -> None:
+    # The column types are read from the first shard (create_insert_context), and that read ran
+    # outside the attempt watch: a paused replica held every such insert for the whole read
+    # timeout (300 s by default).
+    with clickhouse_lb.get_sharded_pool(shards=[c.hosts for c in shards], load_balancing="in_order",
+                                        send_receive_timeout=30, health_check_interval_ms=0) as sharded:
+        shards[0].pause(0)
+        try:
+            started = time.monotonic()
+            summary = sharded.insert(TABLE, [[i, "x", 0] for i in range(100)], column_names=["id", "name", "v"],
+                                     sharding_key="intHash64(id)")
+            assert time.monotonic() - started < 5  # about a second; the paused replica held it 30 s
+        finally:
+            shards[0].resume(0)
+    assert sum(summary.rows.values()) == 100

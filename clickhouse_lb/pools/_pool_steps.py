@@ -48,6 +48,9 @@ __all__ = ["PoolSteps"]
 
 S = TypeVar("S", bound="PoolSteps")
 
+#: ``create_insert_context``'s statement, as its attempts are planned (a read, watched as a query is).
+_DESCRIBE = prepare_call("query", ("DESCRIBE TABLE",), {}, None, auto_token=False)
+
 
 class PoolSteps(PoolBase):
     """What both pools do around their I/O; subclasses give the I/O (see the module)."""
@@ -60,6 +63,8 @@ class PoolSteps(PoolBase):
     #: The worker is the shared replica set's (the sync pool's; see the module): close() leaves it running.
     _prober_shared = False
     _detach_forwarder: Callable[[], object] | None = None
+    #: The sync pool's watchdog (see the module); the async pool runs every attempt on its driver.
+    _watchdog: Any = None
     #: The class of the statements' attempts, holding what they all share (built on the first
     #: statement, again after discovery changed the replica set, whose balancer it was built for).
     _attempts_class: type[StatementAttempts] | None = None
@@ -78,6 +83,16 @@ class PoolSteps(PoolBase):
         raise NotImplementedError
 
     def _close_all(self, clients: list[Any]) -> Any:
+        raise NotImplementedError
+
+    #: Runs a planned attempt (liveness checks, hedges, the deadline): SyncDriver or AsyncDriver.
+    _driver: Any
+
+    def _replica_alive(self, index: int, timeout: float) -> Any:
+        """A liveness check of replica ``index`` (a reading, or its coroutine)."""
+        raise NotImplementedError
+
+    def _kill_query(self, index: int, query_id: str) -> Any:
         raise NotImplementedError
 
     def _off_loop(self, function: Callable[[], Any]) -> Callable[[], Any]:
@@ -189,6 +204,14 @@ class PoolSteps(PoolBase):
             attempts.settings = own.apply(self.config.attempts)
         return call, attempts, ryw
 
+    def _attempts_kind(self, balancer: Balancer) -> type[StatementAttempts]:
+        """The class of the statements' attempts over ``balancer`` (what :meth:`_begin` inlines)."""
+        kind = self._attempts_class
+        if kind is None or kind._balancer is not balancer:
+            kind = self._attempts_class = StatementAttempts.of_pool(balancer, self._budget, self.config.attempts,
+                                                                    self._plan_context(balancer))
+        return kind
+
     def _plan_context(self, balancer: Balancer) -> PlanContext:
         """What the plans of the statements over ``balancer`` share."""
         return PlanContext(balancer.addresses, self._latencies, balancer.record_slowdown, self._count_hedge,
@@ -215,17 +238,37 @@ class PoolSteps(PoolBase):
             context = yield from self._read_steps(method, args, {**kwargs, "settings": rest})
             context.settings = {**own, **(context.settings or {})}
             return context
+
+        def run(index: int, query_id: str | None) -> Any:
+            return self._drive(self._on_replica_steps(index, method, args, kwargs))
+
         if settings and "session_id" in settings:  # the columns of a session's temporary table
             order = yield partial(self._plan)
             self._started()
             attempts = self._session_pins.read_attempts(self._view.balancer, order, method, settings, self._budget)
+            attempt: Callable[[int], Any] = partial(run, query_id=None)
         else:
-            attempts = self._attempts(method, (yield partial(self._plan)), write=False)
+            order = yield partial(self._plan)
+            self._started()
+            attempts = self._attempts_kind(self._view.balancer).of(order, method, _DESCRIBE)
+            attempt = self._watched(attempts, run)
+        return (yield partial(self._run_attempts, attempts, attempt, self._policy))
+
+    def _watched(self, attempts: StatementAttempts, run: Callable[[int, str | None], Any]) -> Callable[[int], Any]:
+        """An attempt running ``run(index, query_id)`` watched as a statement's is: under the sync
+        pool's watchdog, else on the driver (liveness checks, the receive timeout, the deadline)."""
+        if self._watchdog is not None and not attempts.settings.hedging.enabled:
+            return partial(self._watchdog.run_at, attempts, run)
 
         def attempt(index: int) -> Any:
-            return self._drive(self._on_replica_steps(index, method, args, kwargs))
+            return self._drive(self._planned_steps(attempts, index, run))
 
-        return (yield partial(self._run_attempts, attempts, attempt, self._policy))
+        return attempt
+
+    def _planned_steps(self, attempts: StatementAttempts, index: int, run: Callable[..., Any]) -> Steps[Any]:
+        driver = self._driver
+        outcome = yield partial(driver.run_planned, attempts.plan, index, run, self._replica_alive, self._kill_query)
+        return self._raced(attempts, index, outcome)
 
     def _on_replica_steps(self, index: int, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Steps[Any]:
         client = yield partial(self._client, index)
