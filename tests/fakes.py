@@ -173,3 +173,11 @@ def make_pool(
 ) -> ReplicaPool:
     config, balancer = pool_parts(cluster.replicas, options, sync_client_option_names(), clock=clock, seed=seed)
     return ReplicaPool(config, client_factory=cluster.factory, balancer=balancer)
+
+
+def reply(handler: Any, body: bytes) -> None:
+    """A stub HTTP server's answer: 200 with ``body`` (``handler``: a BaseHTTPRequestHandler)."""
+    handler.send_response(200)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)

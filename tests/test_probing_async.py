@@ -15,7 +15,7 @@ from clickhouse_lb.core.health import HealthMonitor, ProbeOutcome
 from clickhouse_lb.probes._ping import AsyncPinger, delay_url
 from clickhouse_lb.probes.workers import AsyncProbeWorker
 
-from .fakes import refused
+from .fakes import refused, reply
 from .test_probing import FAST, WAIT, closed_port, http_replica, silent_replica
 
 __all__ = ["closed_port", "http_replica", "silent_replica"]  # fixtures, shared
@@ -140,11 +140,7 @@ async def test_a_ping_does_not_wait_behind_a_slow_delay_read() -> None:
             if self.path.startswith("/?query="):
                 reading.set()
                 release.wait(30)
-            body = b"Ok.\n" if self.path == "/ping" else b"0\n"
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            reply(self, b"Ok.\n" if self.path == "/ping" else b"0\n")
 
         def log_message(self, *args: Any) -> None:
             pass

@@ -27,6 +27,8 @@ from clickhouse_lb.pools._liveness import SyncLiveness
 from clickhouse_lb.probes._discovery_query import ClusterReader
 from clickhouse_lb.probes._ping import AsyncPinger, SyncPinger, delay_url, ping_once, ping_url
 
+from .fakes import reply
+
 trustme = pytest.importorskip("trustme")
 
 NAME = "ch.internal"
@@ -46,10 +48,7 @@ class _Replica(BaseHTTPRequestHandler):
         else:
             self.send_error(404)
             return
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        reply(self, body)
 
     def log_message(self, *args: Any) -> None:
         pass
