@@ -26,6 +26,7 @@ from clickhouse_lb.config.replicas import parse_host
 from clickhouse_lb.pools._liveness import SyncLiveness
 from clickhouse_lb.probes._discovery_query import ClusterReader
 from clickhouse_lb.probes._ping import AsyncPinger, SyncPinger, delay_url, ping_once, ping_url
+from clickhouse_lb.probes._route import Route
 
 from .fakes import reply
 
@@ -168,7 +169,7 @@ def _check_async(address: str, options: dict[str, Any]) -> None:
             assert await pinger.delay(delay_url(address, options)) == (7.0, None)
         finally:
             await pinger.close()
-        assert await ping_once(options, ping_url(address, options), 5.0)
+        assert await ping_once(Route(options), ping_url(address, options), 5.0)
 
     asyncio.run(run())
 

@@ -55,6 +55,7 @@ from clickhouse_lb.pools._pool_steps import PoolSteps
 from clickhouse_lb.pools._read_your_writes import ReadYourWritesMember
 from clickhouse_lb.pools._steps import close_quietly, drive_async
 from clickhouse_lb.probes._ping import ping_once
+from clickhouse_lb.probes._route import Route
 from clickhouse_lb.probes.workers import AsyncProbeWorker
 
 __all__ = ["AsyncPinnedSession", "AsyncReplicaPool", "get_async_pool"]
@@ -153,6 +154,7 @@ class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolSteps):
         self._drive, self._run_attempts = drive_async, run_async
         # The async client takes fractional timeouts natively.
         self._options = client_options_for(self.config, whole_seconds=False)
+        self._route: Route | None = None  # the liveness pings' (built at the first: its TLS context once)
         self._policy = async_policy()
         self._driver = AsyncDriver()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -286,7 +288,8 @@ class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolSteps):
         client = self._clients[index].client
         address = self.config.replicas[index].address
         if self._ping_apart or client is None:
-            return await async_reading(partial(ping_once, self._options, self._ping_url(index)), address, timeout)
+            route = self._route = self._route or Route(self._options)
+            return await async_reading(partial(ping_once, route, self._ping_url(index)), address, timeout)
         return await async_reading(client.ping, address, timeout)
 
     async def _kill_query(self, index: int, query_id: str) -> None:

@@ -10,6 +10,7 @@ The replication delay is read the same way, with the pool's credentials: the lar
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 from urllib.parse import quote
 
@@ -126,16 +127,7 @@ class AsyncPinger:
     async def ping(self, url: str) -> ProbeOutcome:
         address = _address(url)
 
-        async def once(limit: float) -> bool:
-            import aiohttp
-
-            async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=limit),
-                                         **self._route.aiohttp_options(url)) as response:
-                error = _answered(response.status, await response.read())
-            if error is not None:
-                raise ValueError(error)
-            return True
-
+        once = partial(_ping_on, self._session, self._route, url)
         return _outcome(address, await stall_aware_wait(once, detector.ping_timeout(address, self.timeout),
                                                         _TOLERANCE))
 
@@ -155,15 +147,22 @@ class AsyncPinger:
             await self._delay_session.close()
 
 
-async def ping_once(options: Mapping[str, Any], url: str, limit: float) -> bool:
-    """``GET /ping`` answered within ``limit`` seconds (True; a failure raises), on an aiohttp
-    session of its own, made and closed here: for a replica its caller has no connection to yet."""
-    route = Route(options)
-    async with _session(route, limit) as session, session.get(url, **route.aiohttp_options(url)) as response:
+async def _ping_on(session: Any, route: Route, url: str, limit: float) -> bool:
+    """``GET /ping`` on ``session`` answered within ``limit`` seconds: True; a failure raises."""
+    import aiohttp
+
+    async with session.get(url, timeout=aiohttp.ClientTimeout(total=limit), **route.aiohttp_options(url)) as response:
         error = _answered(response.status, await response.read())
     if error is not None:
         raise ValueError(error)
     return True
+
+
+async def ping_once(route: Route, url: str, limit: float) -> bool:
+    """:func:`_ping_on` on an aiohttp session of its own, made and closed here: never queued
+    behind another request (the async pool's liveness pings)."""
+    async with _session(route, limit) as session:
+        return await _ping_on(session, route, url, limit)
 
 
 def _session(route: Route, timeout: float) -> Any:
