@@ -5,7 +5,8 @@ and give the I/O they are made of under the same names:
 
 * ``_plan(overrides, view)``: the replica order (the async pool first resolves this machine's
   host name off the loop, once, when a strategy needs it);
-* ``_client(index, view)``, ``_factory(**options)``, the clients' own methods;
+* ``_client(index, view)``, ``_factory(**options)``, the clients' own methods, and the attempt's
+  watch (:mod:`clickhouse_lb.pools._watched_runs`);
 * ``_run_attempts(attempts, call, policy)``: tenacity's loop (``run_sync`` or ``run_async``);
 * ``_close_all(clients)``, ``_off_loop(function)``, ``_drive(steps)``;
 * ``_configured(client)`` and ``_close_transport()``: the sync pool's hold on urllib3
@@ -38,11 +39,12 @@ from clickhouse_lb.core.balancer import Balancer
 from clickhouse_lb.core.events import Listener
 from clickhouse_lb.core.failover import StatementAttempts
 from clickhouse_lb.errors import CREATION_CHECK
-from clickhouse_lb.pools._base import PoolBase, ReplicaSetView, pin_options
+from clickhouse_lb.pools._base import ReplicaSetView, pin_options
 from clickhouse_lb.pools._read_your_writes import PoolReadYourWrites
 from clickhouse_lb.pools._session_pins import SessionPins
 from clickhouse_lb.pools._session_route import SessionRoute
 from clickhouse_lb.pools._steps import Steps, close_quietly
+from clickhouse_lb.pools._watched_runs import WatchedRuns
 
 __all__ = ["PoolSteps"]
 
@@ -52,7 +54,7 @@ S = TypeVar("S", bound="PoolSteps")
 _DESCRIBE = prepare_call("query", ("DESCRIBE TABLE",), {}, None, auto_token=False)
 
 
-class PoolSteps(PoolBase):
+class PoolSteps(WatchedRuns):
     """What both pools do around their I/O; subclasses give the I/O (see the module)."""
 
     _options: dict[str, Any]
@@ -63,36 +65,19 @@ class PoolSteps(PoolBase):
     #: The worker is the shared replica set's (the sync pool's; see the module): close() leaves it running.
     _prober_shared = False
     _detach_forwarder: Callable[[], object] | None = None
-    #: The sync pool's watchdog (see the module); the async pool runs every attempt on its driver.
-    _watchdog: Any = None
     #: The class of the statements' attempts, holding what they all share (built on the first
     #: statement, again after discovery changed the replica set, whose balancer it was built for).
     _attempts_class: type[StatementAttempts] | None = None
 
     # -- the I/O, given by each pool ---------------------------------------------------------
 
-    #: Carries a body out: ``drive`` or ``drive_async`` (clickhouse_lb.pools._steps).
-    _drive: Callable[[Steps[Any]], Any]
     #: Tenacity's loop over a statement's attempts: ``run_sync`` or ``run_async``.
     _run_attempts: Callable[..., Any]
 
     def _plan(self, overrides: Any = NO_OVERRIDES, view: ReplicaSetView | None = None) -> Any:
         raise NotImplementedError
 
-    def _client(self, index: int, view: ReplicaSetView | None = None) -> Any:
-        raise NotImplementedError
-
     def _close_all(self, clients: list[Any]) -> Any:
-        raise NotImplementedError
-
-    #: Runs a planned attempt (liveness checks, hedges, the deadline): SyncDriver or AsyncDriver.
-    _driver: Any
-
-    def _replica_alive(self, index: int, timeout: float) -> Any:
-        """A liveness check of replica ``index`` (a reading, or its coroutine)."""
-        raise NotImplementedError
-
-    def _kill_query(self, index: int, query_id: str) -> Any:
         raise NotImplementedError
 
     def _off_loop(self, function: Callable[[], Any]) -> Callable[[], Any]:
@@ -217,15 +202,6 @@ class PoolSteps(PoolBase):
         return PlanContext(balancer.addresses, self._latencies, balancer.record_slowdown, self._count_hedge,
                            self._budget)
 
-    @staticmethod
-    def _raced(attempts: StatementAttempts, index: int, outcome: tuple[int, Any]) -> Any:
-        """An attempt's result from its race: a hedge that answered first is that replica's
-        success, not the slower replica's the attempt began on."""
-        winner, result = outcome
-        if winner != index:
-            attempts.answered_by = winner
-        return result
-
     def _read_steps(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Steps[Any]:
         """A client method that only reads (``create_insert_context``), on one replica with
         failover; no balancing settings are taken out of its arguments."""
@@ -253,26 +229,6 @@ class PoolSteps(PoolBase):
             attempts = self._attempts_kind(self._view.balancer).of(order, method, _DESCRIBE)
             attempt = self._watched(attempts, run)
         return (yield partial(self._run_attempts, attempts, attempt, self._policy))
-
-    def _watched(self, attempts: StatementAttempts, run: Callable[[int, str | None], Any]) -> Callable[[int], Any]:
-        """An attempt running ``run(index, query_id)`` watched as a statement's is: under the sync
-        pool's watchdog, else on the driver (liveness checks, the receive timeout, the deadline)."""
-        if self._watchdog is not None and not attempts.settings.hedging.enabled:
-            return partial(self._watchdog.run_at, attempts, run)
-
-        def attempt(index: int) -> Any:
-            return self._drive(self._planned_steps(attempts, index, run))
-
-        return attempt
-
-    def _planned_steps(self, attempts: StatementAttempts, index: int, run: Callable[..., Any]) -> Steps[Any]:
-        driver = self._driver
-        outcome = yield partial(driver.run_planned, attempts.plan, index, run, self._replica_alive, self._kill_query)
-        return self._raced(attempts, index, outcome)
-
-    def _on_replica_steps(self, index: int, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Steps[Any]:
-        client = yield partial(self._client, index)
-        return (yield partial(getattr(client, method), *args, **kwargs))
 
     # -- clients -------------------------------------------------------------------------------
 

@@ -36,7 +36,6 @@ from clickhouse_lb.config.pool_config import (
 from clickhouse_lb.config.replicas import Replica
 from clickhouse_lb.config.settings import NO_OVERRIDES, StatementOverrides
 from clickhouse_lb.core._statements import settings_positions
-from clickhouse_lb.core.attempt_specs import StatementPlan
 from clickhouse_lb.core.failover import async_policy, run_async
 from clickhouse_lb.core.stalls import PingReading
 from clickhouse_lb.errors import ConfigurationError
@@ -266,16 +265,6 @@ class AsyncReplicaPool(ReadYourWritesMember, AsyncClientAPI, PoolSteps):
             return await run_async(attempts, attempt, self._policy)
         with self._view_in_use(view):
             return await run_async(attempts, attempt, self._policy)
-
-    async def _catch_up(self, view: ReplicaSetView, plan: StatementPlan, index: int, sql: str,
-                        settings: dict[str, Any]) -> Any:
-        """A read-your-writes catch-up, run as an attempt of ``plan`` is (see the sync pool's)."""
-        async def run(index: int, query_id: str | None) -> Any:
-            client = await self._client(index, view)
-            given = settings if query_id is None else {**settings, "query_id": query_id}  # (to KILL it)
-            return await client.command(sql, settings=given)
-
-        return (await self._driver.run_planned(plan, index, run, self._replica_alive, self._kill_query))[1]
 
     async def _replica_alive(self, index: int, timeout: float) -> bool | PingReading:
         """A liveness check: ``/ping`` within ``timeout`` seconds (see

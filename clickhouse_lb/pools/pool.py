@@ -29,7 +29,6 @@ from clickhouse_lb.config.pool_config import sync_client_option_names
 from clickhouse_lb.config.replicas import Replica
 from clickhouse_lb.config.settings import NO_OVERRIDES, StatementOverrides
 from clickhouse_lb.core._statements import settings_positions
-from clickhouse_lb.core.attempt_specs import StatementPlan
 from clickhouse_lb.core.failover import run_sync, sync_policy
 from clickhouse_lb.core.shared_state import SharedReplicaSet
 from clickhouse_lb.core.stalls import PingReading
@@ -242,19 +241,6 @@ class ReplicaPool(ReadYourWritesMember, SyncClientAPI, PoolSteps):
             return run_sync(attempts, attempt, self._policy)
         with self._view_in_use(view):
             return run_sync(attempts, attempt, self._policy)
-
-    def _catch_up(self, view: ReplicaSetView, plan: StatementPlan, index: int, sql: str,
-                  settings: dict[str, Any]) -> Any:
-        """A read-your-writes catch-up, watched as an attempt of ``plan`` is: a hung replica is
-        given up as its liveness checks say, and the wait ends at the plan's deadline."""
-        def run(index: int, query_id: str | None) -> Any:
-            client = view.slots[index].client or self._client(index, view)
-            given = settings if query_id is None else {**settings, "query_id": query_id}  # (to KILL it)
-            return client.command(sql, settings=given)
-
-        if self._watchdog is not None:
-            return self._watchdog.run_at(plan, run, index)
-        return self._driver.run_planned(plan, index, run, self._replica_alive, self._kill_query)[1]
 
     def _replica_alive(self, index: int, timeout: float) -> bool | PingReading:
         """A liveness check: ``/ping`` on a separate connection, within ``timeout`` seconds."""
